@@ -1,0 +1,43 @@
+"""Python client of joaderfs: read a job's decoded samples from its mount.
+
+A job is a directory ``MOUNT/jobs/<id>``; its ``next`` file streams decoded
+samples (joaderfs-stream(5)).  Opening ``next`` makes one reader; reading it
+to EOF reads one epoch; opening it again reads the next epoch.
+
+- ``JobReader(job)``: iterate to get ``(image, label, id)``, image an
+  (H, W, 3) uint8 numpy array; ``records()`` also gives each epoch.
+- ``iter_batches(job, batch_size)``: numpy batches for JAX or tf.data.
+- ``JobDataset(job)``: a torch IterableDataset for DataLoader workers
+  (imports torch on first use).
+- ``make_job``, ``read_stats``, ``job_status``, ``dataset_info``,
+  ``read_manifest``: the control files.
+
+Only numpy is needed, apart from ``JobDataset``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .batches import Batch, iter_batches
+from .control import (ManifestEntry, dataset_info, format_spec, job_dir,
+                      job_status, make_job, read_manifest, read_stats,
+                      remove_job, write_ids, write_spec)
+from .stream import (JobReader, Record, RecordHeader, RecordStream,
+                     StreamError, open_next, parse_header, read_records)
+
+__all__ = [
+    "Batch", "JobDataset", "JobReader", "ManifestEntry", "Record",
+    "RecordHeader", "RecordStream", "StreamError", "dataset_info",
+    "format_spec", "iter_batches", "job_dir", "job_status", "make_job",
+    "open_next", "parse_header", "read_manifest", "read_records",
+    "read_stats", "remove_job", "write_ids", "write_spec",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # torch is heavy and optional: import it only when JobDataset is used.
+    if name == "JobDataset":
+        from .torch_dataset import JobDataset
+        return JobDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,131 @@
+"""Making jobs and reading the JSON and TSV files of a joaderfs mount."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, NamedTuple, Union
+
+from .stream import PathLike
+
+Spec = Union[Mapping[str, Any], str]
+
+_JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class ManifestEntry(NamedTuple):
+    id: int
+    label: int
+    relpath: str
+
+
+def job_dir(mount: PathLike, job_id: str) -> Path:
+    """``MOUNT/jobs/JOB_ID``, after checking the id is a valid job id."""
+    if not _JOB_ID.fullmatch(job_id) or job_id in (".", ".."):
+        raise ValueError(f"bad job id {job_id!r}: 1-64 characters of "
+                         f"[A-Za-z0-9._-]")
+    return Path(mount) / "jobs" / job_id
+
+
+def format_spec(spec: Spec) -> str:
+    """A spec file's text: a string as is, a mapping as key=value lines."""
+    if isinstance(spec, str):
+        return spec
+    lines = []
+    for key, value in spec.items():
+        text = str(value)
+        if not key or any(c.isspace() or c == "=" for c in key) or any(
+                c.isspace() for c in text):
+            raise ValueError(f"bad spec entry {key!r}: {value!r}")
+        lines.append(f"{key}={text}\n")
+    return "".join(lines)
+
+
+def make_job(mount: PathLike, job_id: str, spec: Spec | None = None,
+             exist_ok: bool = False) -> Path:
+    """Creates ``MOUNT/jobs/JOB_ID``, writes its spec if given, returns it.
+
+    ``spec`` is a mapping such as ``{"subset": "classes:0-9", "epochs": 2}``
+    or the spec text.  Raises ValueError if the daemon rejects the spec.
+    """
+    path = job_dir(mount, job_id)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if not exist_ok:
+            raise
+    if spec is not None:
+        write_spec(path, spec)
+    return path
+
+
+def write_spec(job: PathLike, spec: Spec) -> None:
+    """Replaces a job's spec; possible until its ``next`` is first read."""
+    text = format_spec(spec)
+    try:
+        # One write call: each write to spec replaces the whole spec.
+        _write_all(Path(job) / "spec", text.encode(), whole=True)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            raise ValueError(f"joaderfs rejected the spec {text!r} of {job} "
+                             f"(the daemon log says why)") from e
+        raise
+
+
+def write_ids(job: PathLike, ids: Iterable[int | str]) -> None:
+    """Sets a job's subset to the given sample ids or relative paths."""
+    text = "".join(f"{i}\n" for i in ids)
+    _write_all(Path(job) / "ids", text.encode(), whole=False)
+
+
+def remove_job(mount: PathLike, job_id: str) -> None:
+    """Ends a job: the daemon releases its cache references."""
+    job_dir(mount, job_id).rmdir()
+
+
+def read_stats(mount: PathLike) -> dict[str, Any]:
+    """The mount's ``/stats``: decoded, delivered, ram_hits, jobs, ..."""
+    return _read_json(Path(mount) / "stats")
+
+
+def job_status(mount: PathLike, job_id: str) -> dict[str, Any]:
+    """A job's ``status``: epoch, delivered, remaining, subset_size and
+    readers."""
+    return _read_json(job_dir(mount, job_id) / "status")
+
+
+def dataset_info(mount: PathLike) -> dict[str, Any]:
+    """``/dataset/info``: source, samples, classes, size."""
+    return _read_json(Path(mount) / "dataset" / "info")
+
+
+def read_manifest(mount: PathLike) -> list[ManifestEntry]:
+    """``/dataset/manifest``: every sample's id, label and relative path."""
+    text = (Path(mount) / "dataset" / "manifest").read_text()
+    entries = []
+    for line in text.splitlines():
+        if line:
+            sample_id, label, relpath = line.split("\t", 2)
+            entries.append(ManifestEntry(int(sample_id), int(label), relpath))
+    return entries
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_bytes())
+
+
+def _write_all(path: Path, data: bytes, whole: bool) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if whole and n != len(data):
+                raise OSError(errno.EIO, f"short write ({n} of {len(data)} "
+                              f"bytes)", str(path))
+            view = view[n:]
+    finally:
+        os.close(fd)

@@ -1,0 +1,223 @@
+"""Parsing the record stream of a job's ``next`` file (see joaderfs-stream(5)).
+
+A stream is a sequence of records, each a 64-byte little-endian header, an
+HWC uint8 RGB payload and zero padding up to a multiple of 64 bytes.  Payloads
+are read with ``readinto`` straight into the numpy array that is handed to the
+caller, so each payload byte is copied once, from the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import BinaryIO, Iterator, NamedTuple, Union
+
+import numpy as np
+
+MAGIC = b"JSF1"
+HEADER_SIZE = 64
+ALIGNMENT = 64  # records are padded to a multiple of this
+CHANNELS = 3
+DTYPE_UINT8 = 1
+
+# magic, header size, id, label, epoch, flags, height, width, channels,
+# dtype, payload bytes, reserved.
+_HEADER = struct.Struct("<4sIQqIIIIIIQQ")
+assert _HEADER.size == HEADER_SIZE
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class StreamError(ValueError):
+    """The bytes read are not a well-formed sequence of records."""
+
+
+class RecordHeader(NamedTuple):
+    """The fields of one record header that a reader needs."""
+
+    id: int
+    label: int
+    epoch: int
+    height: int
+    width: int
+    channels: int
+    payload_bytes: int
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, self.channels)
+
+    @property
+    def padding(self) -> int:
+        """Zero bytes after the payload (the header is already aligned)."""
+        return -self.payload_bytes % ALIGNMENT
+
+
+class Record(NamedTuple):
+    """One decoded sample: ``image`` is an (H, W, 3) uint8 RGB array."""
+
+    image: np.ndarray
+    label: int
+    id: int
+    epoch: int
+
+
+def parse_header(data: bytes | bytearray | memoryview,
+                 offset: int = 0) -> RecordHeader:
+    """Validates and decodes a 64-byte header found at byte ``offset``.
+
+    Raises StreamError naming the offset and the bad field.
+    """
+    (magic, header_size, sample_id, label, epoch, _flags, height, width,
+     channels, dtype, payload_bytes, _reserved) = _HEADER.unpack(data)
+    where = f"record header at byte {offset}"
+    if magic != MAGIC:
+        raise StreamError(f"{where}: bad magic {bytes(magic)!r}, "
+                          f"expected {MAGIC!r}")
+    if header_size != HEADER_SIZE:
+        raise StreamError(f"{where}: header size {header_size}, "
+                          f"expected {HEADER_SIZE}")
+    if dtype != DTYPE_UINT8:
+        raise StreamError(f"{where}: dtype {dtype}, expected "
+                          f"{DTYPE_UINT8} (uint8)")
+    if channels != CHANNELS:
+        raise StreamError(f"{where}: {channels} channels, "
+                          f"expected {CHANNELS}")
+    if payload_bytes != height * width * channels:
+        raise StreamError(f"{where}: payload of {payload_bytes} bytes does "
+                          f"not match {height}x{width}x{channels}")
+    return RecordHeader(sample_id, label, epoch, height, width, channels,
+                        payload_bytes)
+
+
+class RecordStream:
+    """Reads records from a binary file object, one header then its payload.
+
+    ``raw`` needs only ``readinto``; short reads are fine (a FUSE read may stop
+    inside a record).  Use it as::
+
+        while (header := stream.read_header()) is not None:
+            stream.read_payload(buffer_of_header_payload_bytes)
+
+    Not safe for concurrent use.
+    """
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._offset = 0  # bytes consumed so far, for error messages
+        # The previous record's padding and the next header are read with one
+        # call, to save a FUSE round trip per record.
+        self._scratch = bytearray(ALIGNMENT + HEADER_SIZE)
+        self._padding_due = 0
+        self._pending: RecordHeader | None = None
+
+    def read_header(self) -> RecordHeader | None:
+        """Returns the next header, or None at the clean end of the stream."""
+        if self._pending is not None:
+            raise RuntimeError("read_payload() must follow read_header()")
+        padding = self._padding_due
+        view = memoryview(self._scratch)[:padding + HEADER_SIZE]
+        start = self._offset
+        got = self._read_fully(view)
+        if got < padding:
+            raise StreamError(f"stream ends inside the padding of the record "
+                              f"that ends at byte {start + got}")
+        if any(view[:padding]):
+            raise StreamError(f"non-zero padding at byte {start}")
+        if got == padding:
+            return None
+        if got < len(view):
+            raise StreamError(f"stream ends inside a record header at byte "
+                              f"{start + padding} ({got - padding} of "
+                              f"{HEADER_SIZE} bytes)")
+        header = parse_header(view[padding:], start + padding)
+        self._padding_due = header.padding
+        self._pending = header
+        return header
+
+    def read_payload(self, out: np.ndarray | bytearray | memoryview) -> None:
+        """Fills ``out``, C-contiguous and payload_bytes long, with it."""
+        header = self._pending
+        if header is None:
+            raise RuntimeError("read_header() must precede read_payload()")
+        view = memoryview(out).cast("B")
+        if len(view) != header.payload_bytes:
+            raise ValueError(f"buffer of {len(view)} bytes for a payload of "
+                             f"{header.payload_bytes}")
+        start = self._offset
+        got = self._read_fully(view)
+        if got < len(view):
+            raise StreamError(f"stream ends inside the payload of sample "
+                              f"{header.id} at byte {start + got} ({got} of "
+                              f"{header.payload_bytes} bytes)")
+        self._pending = None
+
+    def _read_fully(self, view: memoryview) -> int:
+        """Reads until ``view`` is full or EOF; returns the bytes read."""
+        got = 0
+        while got < len(view):
+            n = self._raw.readinto(view[got:])
+            if n is None:
+                raise StreamError("non-blocking file objects are not "
+                                  "supported")
+            if n == 0:
+                break
+            got += n
+        self._offset += got
+        return got
+
+
+def read_records(raw: BinaryIO) -> Iterator[Record]:
+    """Yields the records of ``raw`` until EOF; leaves ``raw`` open."""
+    stream = RecordStream(raw)
+    while (header := stream.read_header()) is not None:
+        image = np.empty(header.shape, dtype=np.uint8)
+        stream.read_payload(image)
+        yield Record(image, header.label, header.id, header.epoch)
+
+
+def next_path(path: PathLike) -> Path:
+    """The ``next`` file of a job given either it or its job directory."""
+    path = Path(path)
+    return path / "next" if path.is_dir() else path
+
+
+def open_next(path: PathLike) -> BinaryIO:
+    """Opens a job's ``next`` file unbuffered: one more reader of the job."""
+    # Unbuffered, so that readinto goes to the kernel with the caller's
+    # buffer and large reads stay large.
+    return open(next_path(path), "rb", buffering=0)
+
+
+class JobReader:
+    """A job's sample stream, iterable once per epoch.
+
+    Iterating opens ``next`` (the daemon counts one more reader) and yields
+    ``(image, label, id)`` with ``image`` an (H, W, 3) uint8 RGB numpy array,
+    until EOF ends the epoch.  Iterating again re-opens the file and so reads
+    the next epoch.  ``records()`` yields ``Record`` tuples, with the epoch.
+
+        reader = JobReader("/mnt/imagenet/jobs/sweep-1")
+        for epoch in range(3):
+            for image, label, sample_id in reader:
+                ...
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = next_path(path)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, int, int]]:
+        return ((r.image, r.label, r.id) for r in self.records())
+
+    def records(self) -> Iterator[Record]:
+        """Opens the file now and returns an iterator over one epoch."""
+        # Open eagerly rather than on the first next(): a reader that joins
+        # after the others have taken every sample would start a new epoch.
+        raw = open_next(self.path)
+        return _owned_records(raw)
+
+
+def _owned_records(raw: BinaryIO) -> Iterator[Record]:
+    with raw:
+        yield from read_records(raw)

@@ -1,0 +1,158 @@
+#include "catalog/catalog.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "common/parse.h"
+
+namespace joaderfs {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The extensions torchvision's ImageFolder accepts.
+bool IsImageName(const std::string& name) {
+  static const char* const kExtensions[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                            ".pgm", ".tif",  ".tiff", ".webp"};
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* ext : kExtensions) {
+    if (lower.ends_with(ext)) return true;
+  }
+  return false;
+}
+
+// Component-wise comparison, so that "a/x.jpg" sorts before "a-b/y.jpg" as
+// the class "a" sorts before "a-b".
+bool PathLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const size_t ie = std::min(a.find('/', i), a.size());
+    const size_t je = std::min(b.find('/', j), b.size());
+    const int c = a.compare(i, ie - i, b, j, je - j);
+    if (c != 0) return c < 0;
+    i = ie + 1;
+    j = je + 1;
+  }
+  return a.size() - std::min(i, a.size()) < b.size() - std::min(j, b.size());
+}
+
+uint64_t Fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+Status Catalog::Open(const std::string& source, std::unique_ptr<Catalog>* out) {
+  std::unique_ptr<Catalog> c(new Catalog());
+  std::error_code ec;
+  c->source_ = fs::absolute(source, ec).lexically_normal().string();
+  if (c->source_.size() > 1 && c->source_.ends_with('/')) c->source_.pop_back();
+  const fs::file_status st = fs::status(c->source_, ec);
+  if (ec || !fs::exists(st)) return Status::NotFound("SOURCE " + source + " does not exist");
+  Status s = fs::is_directory(st) ? c->ScanImageFolder() : c->ReadManifest();
+  if (!s.ok()) return s;
+  if (c->entries_.empty()) return Status::InvalidArgument("SOURCE " + source + " holds no image");
+  c->Index();
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+Status Catalog::ScanImageFolder() {
+  root_ = source_;
+  std::error_code ec;
+  std::vector<std::string> classes;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name[0] != '.' && e.is_directory()) classes.push_back(name);
+  }
+  if (ec) return Status::IOError("cannot list " + root_ + ": " + ec.message());
+  std::sort(classes.begin(), classes.end());
+  num_classes_ = static_cast<uint32_t>(classes.size());
+  for (size_t label = 0; label < classes.size(); ++label) {
+    std::vector<std::string> files;
+    const fs::path dir = fs::path(root_) / classes[label];
+    for (auto it = fs::recursive_directory_iterator(
+             dir, fs::directory_options::follow_directory_symlink, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      const std::string name = it->path().filename().string();
+      if (name[0] == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && IsImageName(name)) {
+        files.push_back(it->path().lexically_relative(root_).string());
+      }
+    }
+    if (ec) return Status::IOError("cannot list " + dir.string() + ": " + ec.message());
+    std::sort(files.begin(), files.end(), PathLess);
+    for (auto& f : files) entries_.push_back({std::move(f), static_cast<int64_t>(label)});
+  }
+  return Status::Ok();
+}
+
+Status Catalog::ReadManifest() {
+  root_ = fs::path(source_).parent_path().string();
+  std::ifstream in(source_);
+  if (!in) return Status::IOError("cannot read manifest " + source_);
+  std::string line;
+  int64_t max_label = -1;
+  for (size_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t tab = line.rfind('\t');
+    const auto label = tab == std::string::npos ? std::nullopt
+                                                : ParseUint(std::string_view(line).substr(tab + 1));
+    if (!label || tab == 0 || *label > INT32_MAX) {
+      return Status::InvalidArgument("manifest " + source_ + " line " + std::to_string(lineno) +
+                                     ": expected relpath<TAB>label");
+    }
+    entries_.push_back({line.substr(0, tab), static_cast<int64_t>(*label)});
+    max_label = std::max(max_label, static_cast<int64_t>(*label));
+  }
+  num_classes_ = static_cast<uint32_t>(max_label + 1);
+  return Status::Ok();
+}
+
+void Catalog::Index() {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  h = Fnv1a(h, source_.data(), source_.size());
+  for (SampleId id = 0; id < entries_.size(); ++id) {
+    const Entry& e = entries_[id];
+    by_relpath_.emplace(e.relpath, id);
+    struct stat st {};
+    const std::string p = root_ + "/" + e.relpath;
+    if (::stat(p.c_str(), &st) != 0) st = {};
+    const uint64_t parts[] = {static_cast<uint64_t>(e.label), static_cast<uint64_t>(st.st_size),
+                              static_cast<uint64_t>(st.st_mtim.tv_sec),
+                              static_cast<uint64_t>(st.st_mtim.tv_nsec),
+                              static_cast<uint64_t>(st.st_ino)};
+    h = Fnv1a(h, e.relpath.data(), e.relpath.size() + 1);
+    h = Fnv1a(h, parts, sizeof parts);
+  }
+  identity_ = h;
+}
+
+Roaring Catalog::IdsWithLabels(int64_t first, int64_t last) const {
+  Roaring ids;
+  for (SampleId id = 0; id < entries_.size(); ++id) {
+    if (entries_[id].label >= first && entries_[id].label <= last) ids.add(id);
+  }
+  return ids;
+}
+
+std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {
+  auto it = by_relpath_.find(relpath);
+  if (it == by_relpath_.end()) return {};
+  return it->second;
+}
+
+}  // namespace joaderfs

@@ -1,0 +1,153 @@
+// joaderfs: mount a dataset and serve decoded samples to training jobs.
+//
+// Start-up order matters: everything that can fail with a user error is
+// checked before mounting (a one-line message and exit status 1), and the
+// decode threads start only after fuse_daemonize() has forked.
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/syslog_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cache/sample_cache.h"
+#include "catalog/catalog.h"
+#include "daemon/options.h"
+#include "fs/filesystem.h"
+#include "jobs/job_manager.h"
+#include "loader/decoder.h"
+#include "loader/loader_pool.h"
+
+namespace joaderfs {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "joaderfs: %s\n", message.c_str());
+  return 1;
+}
+
+std::shared_ptr<spdlog::logger> MakeLogger(const DaemonOptions& o) {
+  std::shared_ptr<spdlog::logger> logger;
+  if (o.log == "syslog" || (o.log.empty() && !o.foreground)) {
+    logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
+  } else if (!o.log.empty()) {
+    logger = spdlog::basic_logger_mt("joaderfs", o.log);
+  } else {
+    logger = spdlog::stderr_logger_mt("joaderfs");
+  }
+  logger->set_level(spdlog::level::from_str(o.log_level));
+  logger->flush_on(spdlog::level::info);
+  return logger;
+}
+
+// Calls JobManager::ReleaseIdleJobs() every second until stopped.
+class IdleReaper {
+ public:
+  explicit IdleReaper(JobManager* jobs)
+      : thread_([this, jobs] {
+          std::unique_lock lock(mu_);
+          while (!stop_) {
+            wake_.wait_for(lock, std::chrono::seconds(1));
+            lock.unlock();
+            jobs->ReleaseIdleJobs();
+            lock.lock();
+          }
+        }) {}
+  ~IdleReaper() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+int Run(int argc, char** argv) {
+  DaemonOptions o;
+  fuse_args args;
+  Status s = ParseOptions(argc, argv, &o, &args);
+  if (!s.ok()) return Fail(s.message());
+  if (o.help) {
+    std::fputs(UsageText(argv[0]).c_str(), stdout);
+    return 0;
+  }
+  if (o.version) {
+    std::printf("joaderfs %s (libfuse %s)\n", JOADERFS_VERSION, fuse_pkgversion());
+    return 0;
+  }
+  std::string error;
+  if (!InitDecoder(argv[0], &error)) return Fail("cannot start libvips: " + error);
+  std::unique_ptr<Catalog> catalog;
+  s = Catalog::Open(o.source, &catalog);
+  if (!s.ok()) return Fail(s.message());
+
+  LoaderPool pool(o.threads);
+  SampleCache cache(catalog.get(), &pool, o.ram_cache);
+  JobManagerOptions jo;
+  jo.default_size = o.size;
+  jo.lookahead = o.lookahead;
+  jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
+  jo.seed = o.seed;
+  JobManager jobs(catalog.get(), &cache, &pool, jo);
+  Filesystem filesystem(catalog.get(), &jobs, o.size);
+
+  // libfuse prints its own one-line reason (an unknown option, a busy
+  // mountpoint) before these fail.
+  fuse_session* se = fuse_session_new(&args, Filesystem::Operations(), sizeof(fuse_lowlevel_ops),
+                                      &filesystem);
+  fuse_opt_free_args(&args);
+  if (!se) return 1;
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    return Fail("cannot install signal handlers");
+  }
+  if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return 1;
+  }
+  fuse_daemonize(o.foreground ? 1 : 0);
+
+  spdlog::set_default_logger(MakeLogger(o));
+  std::string argline;
+  for (int i = 0; i < argc; ++i) argline += std::string(i ? " " : "") + argv[i];
+  spdlog::info("joaderfs {} started: {}", JOADERFS_VERSION, argline);
+  spdlog::info("{}: {} samples in {} classes; size {}, ram_cache {} MiB, {} threads, seed {}",
+               catalog->source(), catalog->size(), catalog->num_classes(), o.size,
+               o.ram_cache >> 20, o.threads, o.seed);
+
+  pool.Start();
+  int ret;
+  {
+    IdleReaper reaper(&jobs);
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(config, 0);
+    ret = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+  }
+  spdlog::info("unmounting {}", o.mountpoint);
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  spdlog::shutdown();
+  return ret == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace joaderfs
+
+int main(int argc, char** argv) { return joaderfs::Run(argc, argv); }

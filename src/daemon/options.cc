@@ -1,0 +1,219 @@
+#include "daemon/options.h"
+
+#include <spdlog/common.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "common/parse.h"
+
+namespace joaderfs {
+namespace {
+namespace fs = std::filesystem;
+
+enum Key {
+  kRamCache, kCacheDir, kDiskCache, kThreads, kSize, kSeed, kLookahead, kIdleTimeout,
+  kLog, kLogLevel, kForeground, kDebug, kHelp, kVersion,
+};
+
+const fuse_opt kOptions[] = {
+    FUSE_OPT_KEY("ram_cache=%s", kRamCache),
+    FUSE_OPT_KEY("cache_dir=%s", kCacheDir),
+    FUSE_OPT_KEY("disk_cache=%s", kDiskCache),
+    FUSE_OPT_KEY("threads=%s", kThreads),
+    FUSE_OPT_KEY("size=%s", kSize),
+    FUSE_OPT_KEY("seed=%s", kSeed),
+    FUSE_OPT_KEY("lookahead=%s", kLookahead),
+    FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
+    FUSE_OPT_KEY("log=%s", kLog),
+    FUSE_OPT_KEY("log_level=%s", kLogLevel),
+    FUSE_OPT_KEY("-f", kForeground),
+    FUSE_OPT_KEY("-d", kDebug),
+    FUSE_OPT_KEY("debug", kDebug),
+    FUSE_OPT_KEY("-h", kHelp),
+    FUSE_OPT_KEY("--help", kHelp),
+    FUSE_OPT_KEY("-V", kVersion),
+    FUSE_OPT_KEY("--version", kVersion),
+    FUSE_OPT_END,
+};
+
+struct ParseState {
+  DaemonOptions* options;
+  Status status;
+  bool cache_dir_given = false;
+  bool seed_given = false;
+  int positional = 0;
+};
+
+bool Fail(ParseState* st, std::string message) {
+  if (st->status.ok()) st->status = Status::InvalidArgument(std::move(message));
+  return false;
+}
+
+// Parses "key=value" for one of our keys; false (and a message) when bad.
+bool Apply(ParseState* st, int key, const std::string& arg) {
+  DaemonOptions& o = *st->options;
+  const size_t eq = arg.find('=');
+  const std::string name = arg.substr(0, eq);
+  const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+  auto bad = [&](const char* expected) {
+    return Fail(st, "bad option " + name + "=" + value + ": expected " + expected);
+  };
+  auto number = ParseUint(value);
+  switch (key) {
+    case kRamCache:
+      if (auto v = ParseSize(value)) o.ram_cache = *v;
+      else return bad("a size such as 512M or 8G");
+      break;
+    case kDiskCache:
+      if (auto v = ParseSize(value)) o.disk_cache = *v;
+      else return bad("a size such as 512M or 10G");
+      break;
+    case kCacheDir:
+      if (value.empty()) return bad("a folder or none");
+      st->cache_dir_given = true;
+      o.cache_dir = value == "none" ? "" : value;
+      break;
+    case kThreads:
+      if (!number || *number == 0 || *number > 1024) return bad("1-1024");
+      o.threads = static_cast<unsigned>(*number);
+      break;
+    case kSize:
+      if (!number || *number > 8192) return bad("0-8192");
+      o.size = static_cast<uint32_t>(*number);
+      break;
+    case kSeed:
+      if (!number) return bad("a non-negative integer");
+      o.seed = *number;
+      st->seed_given = true;
+      break;
+    case kLookahead:
+      if (!number || *number == 0 || *number > (1u << 20)) return bad("1-1048576");
+      o.lookahead = static_cast<uint32_t>(*number);
+      break;
+    case kIdleTimeout:
+      if (!number) return bad("seconds");
+      o.job_idle_timeout = *number;
+      break;
+    case kLog:
+      if (value.empty()) return bad("a file or syslog");
+      o.log = value;
+      break;
+    case kLogLevel:
+      if (spdlog::level::from_str(value) == spdlog::level::off && value != "off") {
+        return bad("trace, debug, info, warn, error, critical or off");
+      }
+      o.log_level = value;
+      break;
+  }
+  return true;
+}
+
+int Process(void* data, const char* arg, int key, fuse_args*) {
+  auto* st = static_cast<ParseState*>(data);
+  DaemonOptions& o = *st->options;
+  switch (key) {
+    case FUSE_OPT_KEY_NONOPT:
+      ++st->positional;
+      if (st->positional == 1) o.source = arg;
+      else if (st->positional == 2) o.mountpoint = arg;
+      else Fail(st, std::string("unexpected argument ") + arg);
+      return 0;
+    case FUSE_OPT_KEY_OPT:
+      return 1;  // libfuse's; fuse_session_new() rejects the unknown ones
+    case kForeground:
+      o.foreground = true;
+      return 0;
+    case kDebug:
+      o.debug = o.foreground = true;
+      return 1;  // libfuse prints its requests too
+    case kHelp:
+      o.help = true;
+      return 0;
+    case kVersion:
+      o.version = true;
+      return 0;
+    default:
+      return Apply(st, key, arg) ? 0 : -1;
+  }
+}
+
+std::string DefaultCacheDir() {
+  if (geteuid() == 0) return "/var/cache/joaderfs";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::string(xdg) + "/joaderfs";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::string(home) + "/.cache/joaderfs";
+  }
+  return "/tmp/joaderfs-cache-" + std::to_string(geteuid());
+}
+
+Status CheckCacheDir(std::string* dir) {
+  std::error_code ec;
+  *dir = fs::absolute(*dir, ec).lexically_normal().string();
+  fs::create_directories(*dir, ec);
+  if (ec) return Status::InvalidArgument("cannot create cache_dir " + *dir + ": " + ec.message());
+  if (!fs::is_directory(*dir) || access(dir->c_str(), W_OK | X_OK) != 0) {
+    return Status::InvalidArgument("cache_dir " + *dir + " is not a writable folder");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
+  ParseState st{options, Status::Ok()};
+  *fuse_args = FUSE_ARGS_INIT(argc, argv);
+  if (fuse_opt_parse(fuse_args, &st, kOptions, Process) != 0 && st.status.ok()) {
+    st.status = Status::InvalidArgument("cannot parse the command line");
+  }
+  if (!st.status.ok() || options->help || options->version) return st.status;
+  DaemonOptions& o = *options;
+  if (o.source.empty() || o.mountpoint.empty()) {
+    return Status::InvalidArgument("usage: joaderfs [options] SOURCE MOUNTPOINT (see --help)");
+  }
+  std::error_code ec;
+  if (!fs::exists(o.source, ec)) return Status::NotFound("SOURCE " + o.source + " does not exist");
+  o.source = fs::absolute(o.source, ec).lexically_normal().string();
+  if (o.ram_cache == 0) o.ram_cache = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4;
+  if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (!st.seed_given) o.seed = std::random_device()();
+  if (o.log != "syslog" && !o.log.empty()) o.log = fs::absolute(o.log, ec).string();
+  if (!st.cache_dir_given) o.cache_dir = DefaultCacheDir();
+  if (!o.cache_dir.empty()) return CheckCacheDir(&o.cache_dir);
+  return Status::Ok();
+}
+
+std::string UsageText(const char* program) {
+  return std::string("usage: ") + program + " [options] SOURCE MOUNTPOINT\n" +
+         R"(
+SOURCE is an ImageFolder tree (SOURCE/<class>/<image>) or a manifest file
+(relpath<TAB>label lines). Jobs read MOUNTPOINT/jobs/<id>/next; see
+MOUNTPOINT/README and joaderfs(8).
+
+options:
+    -o ram_cache=SIZE        RAM budget for decoded samples (default 1/4 of RAM)
+    -o cache_dir=DIR|none    on-disk cache folder (default per user)
+    -o disk_cache=SIZE       on-disk budget (default 10G)
+    -o threads=N             decode threads (default: number of cores)
+    -o size=N                output size: shorter side N, centre crop N x N;
+                             0 keeps the original size (default 224)
+    -o seed=N                sampler seed (default random)
+    -o lookahead=N           samples each job's plan runs ahead (default 256)
+    -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
+    -o log=FILE|syslog       log sink (default stderr with -f, else syslog)
+    -o log_level=LEVEL       trace, debug, info, warn, error (default info)
+    -o allow_other           let other users read the mount (FUSE option)
+    -f                       stay in the foreground
+    -d                       debug: foreground, libfuse traces
+    -h, --help               this text
+    -V, --version            the version
+)";
+}
+
+}  // namespace joaderfs

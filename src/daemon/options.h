@@ -1,0 +1,46 @@
+// The daemon's command line (DESIGN.md 2.1): `joaderfs [options] SOURCE
+// MOUNTPOINT` with `-o key=value,...` so that fstab and autofs work. Our
+// keys are taken out; the rest (allow_other, -d, ...) is left for libfuse.
+
+#ifndef JOADERFS_DAEMON_OPTIONS_H_
+#define JOADERFS_DAEMON_OPTIONS_H_
+
+#include <fuse_opt.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace joaderfs {
+
+struct DaemonOptions {
+  std::string source;
+  std::string mountpoint;
+  uint64_t ram_cache = 0;
+  std::string cache_dir;  // empty when the disk tier is off (cache_dir=none)
+  uint64_t disk_cache = 10ULL << 30;
+  unsigned threads = 0;
+  uint32_t size = 224;
+  uint64_t seed = 0;
+  uint32_t lookahead = 256;
+  uint64_t job_idle_timeout = 600;
+  std::string log;  // a file, "syslog", or empty for the default
+  std::string log_level = "info";
+  bool foreground = false;
+  bool debug = false;
+  bool help = false;
+  bool version = false;
+};
+
+// Parses argv into `options` and leaves libfuse's options in `fuse_args`.
+// Fails with InvalidArgument naming the bad option, or NotFound for a
+// missing SOURCE; creates cache_dir and fails when it is not writable.
+Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args);
+
+// The text of --help.
+std::string UsageText(const char* program);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_DAEMON_OPTIONS_H_

@@ -1,0 +1,83 @@
+// The FUSE front end: the tree of DESIGN.md 2.2 over the low-level API.
+//
+//   /README  /stats  /dataset/{info,manifest}
+//   /jobs/<id>/{spec,ids,next,status}
+//
+// Inode numbers are fixed for the static nodes; every job gets a block of
+// kJobInodeStride numbers that is never reused, so a stale inode of a
+// removed job can only ever fail with ENOENT. Small files are rendered when
+// opened and served from the handle; `next` is a stream whose reads the
+// JobManager answers asynchronously (a blocked read holds no thread).
+//
+// One Filesystem per process (interrupt callbacks find it through a global).
+
+#ifndef JOADERFS_FS_FILESYSTEM_H_
+#define JOADERFS_FS_FILESYSTEM_H_
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "catalog/catalog.h"
+#include "jobs/job_manager.h"
+
+namespace joaderfs {
+
+class Filesystem {
+ public:
+  Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t default_size);
+  ~Filesystem();
+
+  // The operations to pass to fuse_session_new(), with `this` as userdata.
+  static const fuse_lowlevel_ops* Operations();
+
+ private:
+  friend struct Ops;
+
+  enum class Node { kNone, kRoot, kReadme, kStats, kDataset, kInfo, kManifest, kJobs,
+                    kJobDir, kSpec, kIds, kNext, kStatus };
+  struct OpenFile;
+
+  // Resolves an inode to its node kind and, for job nodes, the job name.
+  Node Resolve(fuse_ino_t ino, std::string* job) const;
+  fuse_ino_t JobInode(const std::string& job);
+  bool Attr(fuse_ino_t ino, struct stat* st) const;
+  std::string RenderReadme() const;
+  std::string RenderInfo() const;
+  std::string RenderManifest() const;
+
+  void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void Getattr(fuse_req_t req, fuse_ino_t ino);
+  void Setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set);
+  void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+  void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+             fuse_file_info* fi);
+  void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+
+  const Catalog* catalog_;
+  JobManager* jobs_;
+  const uint32_t default_size_;
+  const uid_t uid_;
+  const gid_t gid_;
+  const timespec mount_time_;
+  std::atomic<uint64_t> next_read_token_{1};
+
+  mutable std::mutex mu_;
+  std::map<std::string, fuse_ino_t> job_inodes_;         // GUARDED_BY(mu_)
+  std::unordered_map<fuse_ino_t, std::string> job_names_;  // GUARDED_BY(mu_), by dir inode
+  fuse_ino_t next_job_inode_;                             // GUARDED_BY(mu_)
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_FS_FILESYSTEM_H_

@@ -1,0 +1,199 @@
+#include "jobs/spec.h"
+
+#include <cctype>
+#include <cmath>
+
+#include "common/parse.h"
+#include "common/random.h"
+
+namespace joaderfs {
+namespace {
+
+std::vector<std::string_view> Split(std::string_view s, std::string_view separators) {
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i <= s.size()) {
+    const size_t j = std::min(s.find_first_of(separators, i), s.size());
+    if (j > i) parts.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+// "A-B" or "A" (= "A-A") with A <= B <= limit - 1.
+bool ParseRange(std::string_view s, uint64_t limit, std::pair<uint64_t, uint64_t>* out) {
+  const size_t dash = s.find('-');
+  auto first = ParseUint(s.substr(0, dash));
+  auto last = dash == std::string_view::npos ? first : ParseUint(s.substr(dash + 1));
+  if (!first || !last || *first > *last || *last >= limit) return false;
+  *out = {*first, *last};
+  return true;
+}
+
+Status ParseSubset(std::string_view value, const Catalog& catalog, SubsetSpec* out) {
+  SubsetSpec s;
+  s.text = std::string(value);
+  const size_t colon = value.find(':');
+  const std::string_view kind = value.substr(0, colon);
+  const std::string_view arg = colon == std::string_view::npos ? "" : value.substr(colon + 1);
+  if (value == "all") {
+    s.kind = SubsetSpec::Kind::kAll;
+  } else if (kind == "classes" || kind == "range") {
+    const bool classes = kind == "classes";
+    s.kind = classes ? SubsetSpec::Kind::kClasses : SubsetSpec::Kind::kRange;
+    const uint64_t limit = classes ? catalog.num_classes() : catalog.size();
+    const auto parts = Split(arg, ",");
+    if (parts.empty() || (!classes && parts.size() != 1)) {
+      return Status::InvalidArgument("subset=" + s.text + ": expected " + std::string(kind) +
+                                     ":A-B");
+    }
+    for (std::string_view p : parts) {
+      std::pair<uint64_t, uint64_t> r;
+      if (!ParseRange(p, limit, &r)) {
+        return Status::InvalidArgument("subset=" + s.text + ": '" + std::string(p) +
+                                       "' is not a range A-B within 0-" +
+                                       std::to_string(limit - 1));
+      }
+      s.ranges.push_back(r);
+    }
+  } else if (kind == "random") {
+    s.kind = SubsetSpec::Kind::kRandom;
+    const auto parts = Split(arg, ":");
+    const auto fraction = parts.size() == 2 ? ParseDouble(parts[0]) : std::nullopt;
+    const auto seed = parts.size() == 2 ? ParseUint(parts[1]) : std::nullopt;
+    if (!fraction || !seed || *fraction <= 0 || *fraction > 1) {
+      return Status::InvalidArgument("subset=" + s.text +
+                                     ": expected random:F:SEED with 0 < F <= 1");
+    }
+    if (std::llround(*fraction * static_cast<double>(catalog.size())) == 0) {
+      return Status::InvalidArgument("subset=" + s.text + " selects no sample");
+    }
+    s.fraction = *fraction;
+    s.seed = *seed;
+  } else {
+    return Status::InvalidArgument("subset=" + s.text +
+                                   ": expected all, classes:A-B, range:A-B or random:F:SEED");
+  }
+  if (s.kind == SubsetSpec::Kind::kClasses && ResolveSubset(s, catalog).isEmpty()) {
+    return Status::InvalidArgument("subset=" + s.text + " selects no sample");
+  }
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string JobSpec::ToString() const {
+  return "subset=" + subset.text + "\nsize=" + std::to_string(size) +
+         "\nepochs=" + std::to_string(epochs) + "\nwindow=" + std::to_string(window) + "\n";
+}
+
+Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,
+                    JobSpec* out) {
+  JobSpec spec = base;
+  const auto tokens = Split(text, " \t\r\n");
+  if (tokens.empty()) return Status::InvalidArgument("empty spec");
+  for (std::string_view token : tokens) {
+    const size_t eq = token.find('=');
+    if (eq == std::string_view::npos) {
+      return Status::InvalidArgument("'" + std::string(token) + "' is not key=value");
+    }
+    const std::string key(token.substr(0, eq));
+    const std::string_view value = token.substr(eq + 1);
+    auto number = ParseUint(value);
+    if (key == "subset") {
+      Status s = ParseSubset(value, catalog, &spec.subset);
+      if (!s.ok()) return s;
+    } else if (key == "size") {
+      if (!number || *number > kMaxSize) {
+        return Status::InvalidArgument("size=" + std::string(value) + ": expected 0-" +
+                                       std::to_string(kMaxSize));
+      }
+      spec.size = static_cast<uint32_t>(*number);
+    } else if (key == "epochs") {
+      if (!number || *number == 0) {
+        return Status::InvalidArgument("epochs=" + std::string(value) +
+                                       ": expected a positive integer");
+      }
+      spec.epochs = *number;
+    } else if (key == "window") {
+      if (!number || *number == 0 || *number > kMaxWindow) {
+        return Status::InvalidArgument("window=" + std::string(value) + ": expected 1-" +
+                                       std::to_string(kMaxWindow));
+      }
+      spec.window = static_cast<uint32_t>(*number);
+    } else {
+      return Status::InvalidArgument("unknown key '" + key + "'");
+    }
+  }
+  *out = std::move(spec);
+  return Status::Ok();
+}
+
+Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
+  Roaring ids;
+  const uint32_t n = static_cast<uint32_t>(catalog.size());
+  switch (subset.kind) {
+    case SubsetSpec::Kind::kAll:
+      ids.addRange(0, n);
+      break;
+    case SubsetSpec::Kind::kClasses:
+      for (const auto& [first, last] : subset.ranges) {
+        ids |= catalog.IdsWithLabels(static_cast<int64_t>(first), static_cast<int64_t>(last));
+      }
+      break;
+    case SubsetSpec::Kind::kRange:
+      for (const auto& [first, last] : subset.ranges) ids.addRange(first, last + 1);
+      break;
+    case SubsetSpec::Kind::kRandom: {
+      // A seeded shuffle's prefix: the same seed always picks the same ids.
+      std::vector<SampleId> all(n);
+      for (SampleId i = 0; i < n; ++i) all[i] = i;
+      Rng rng(subset.seed);
+      rng.Shuffle(all);
+      const size_t k = static_cast<size_t>(std::llround(subset.fraction * n));
+      ids.addMany(k, all.data());
+      break;
+    }
+    case SubsetSpec::Kind::kIds:
+      break;
+  }
+  ids.runOptimize();
+  return ids;
+}
+
+Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out) {
+  Roaring ids;
+  size_t lineno = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = std::min(text.find('\n', i), text.size());
+    std::string_view line = text.substr(i, end - i);
+    i = end + 1;
+    ++lineno;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    if (line.empty()) continue;
+    auto id = ParseUint(line);
+    if (id && *id < catalog.size()) {
+      ids.add(static_cast<uint32_t>(*id));
+    } else if (auto found = catalog.FindRelpath(line)) {
+      ids.add(*found);
+    } else {
+      return Status::InvalidArgument("ids line " + std::to_string(lineno) + ": '" +
+                                     std::string(line) + "' is neither an id nor a relpath");
+    }
+  }
+  *out = std::move(ids);
+  return Status::Ok();
+}
+
+bool IsValidJobName(std::string_view name) {
+  if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace joaderfs

@@ -1,0 +1,61 @@
+// The job spec of DESIGN.md 2.3: which samples a job reads, at what size,
+// for how many epochs, and how far delivery may reorder them.
+
+#ifndef JOADERFS_JOBS_SPEC_H_
+#define JOADERFS_JOBS_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <roaring/roaring.hh>
+
+#include "catalog/catalog.h"
+#include "common/status.h"
+
+namespace joaderfs {
+
+struct SubsetSpec {
+  enum class Kind { kAll, kClasses, kRange, kRandom, kIds };
+  Kind kind = Kind::kAll;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // kClasses, kRange (inclusive)
+  double fraction = 1.0;                              // kRandom
+  uint64_t seed = 0;                                  // kRandom
+  std::string text = "all";                           // as written, for reading back
+};
+
+struct JobSpec {
+  SubsetSpec subset;
+  uint32_t size = 224;  // 0 keeps the original size
+  uint64_t epochs = 0;  // 0 = unlimited
+  uint32_t window = 64;
+
+  // The spec as the `spec` file shows it: one key=value per line.
+  std::string ToString() const;
+};
+
+inline constexpr uint32_t kMaxSize = 8192;
+inline constexpr uint32_t kMaxWindow = 1 << 16;
+
+// Parses `text` (key=value pairs separated by spaces or newlines) over
+// `base`: keys not named keep their value in `base`. Fails with
+// InvalidArgument naming the bad token, checking ranges against `catalog`.
+Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,
+                    JobSpec* out);
+
+// The ids `subset` selects. REQUIRES: the subset was validated by
+// ParseJobSpec (kIds subsets are resolved by ParseIdList instead).
+Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog);
+
+// Parses the `ids` file: one sample id or relative path per line (blank
+// lines ignored). Fails naming the first bad line.
+Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out);
+
+// True for 1-64 characters of [A-Za-z0-9._-], not "." or "..".
+bool IsValidJobName(std::string_view name);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_JOBS_SPEC_H_

@@ -1,0 +1,26 @@
+// A decoded sample: HWC RGB uint8 pixels. Immutable once built, so that many
+// readers and the cache can share one through shared_ptr.
+
+#ifndef JOADERFS_LOADER_DECODED_SAMPLE_H_
+#define JOADERFS_LOADER_DECODED_SAMPLE_H_
+
+#include <cstdint>
+#include <memory>
+
+namespace joaderfs {
+
+struct DecodedSample {
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint32_t channels = 3;
+  // Owned with whatever deleter matches its allocator (libvips' g_free).
+  std::shared_ptr<uint8_t> pixels;
+
+  uint64_t bytes() const { return uint64_t{height} * width * channels; }
+};
+
+using SamplePtr = std::shared_ptr<const DecodedSample>;
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_LOADER_DECODED_SAMPLE_H_

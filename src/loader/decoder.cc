@@ -1,0 +1,124 @@
+#include "loader/decoder.h"
+
+#include <vips/vips.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace joaderfs {
+namespace {
+
+// Owns the VipsImages of one decode; unrefs them all at the end.
+class ImageChain {
+ public:
+  ~ImageChain() {
+    for (VipsImage* im : images_) g_object_unref(im);
+  }
+  VipsImage* Keep(VipsImage* im) {
+    images_.push_back(im);
+    return im;
+  }
+
+ private:
+  std::vector<VipsImage*> images_;
+};
+
+Status VipsFailure(const std::string& path) {
+  std::string message = vips_error_buffer();
+  vips_error_clear();
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  return Status::Corruption(path + ": " + message);
+}
+
+// The largest JPEG shrink factor (1, 2, 4, 8) that keeps the shorter side at
+// least `size`, so the final resize still only shrinks.
+int JpegShrink(int width, int height, uint32_t size) {
+  const int shorter = std::min(width, height);
+  int shrink = 1;
+  while (shrink < 8 && shorter / (shrink * 2) >= static_cast<int>(size)) shrink *= 2;
+  return shrink;
+}
+
+bool IsJpeg(const char* loader) { return loader && std::strstr(loader, "Jpeg") != nullptr; }
+
+}  // namespace
+
+bool InitDecoder(const char* argv0, std::string* error) {
+  if (VIPS_INIT(argv0) != 0) {
+    *error = vips_error_buffer();
+    return false;
+  }
+  // The loader pool runs one decode per thread; libvips' own threads and
+  // operation cache would only add contention and memory.
+  vips_concurrency_set(1);
+  vips_cache_set_max(0);
+  return true;
+}
+
+Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
+  ImageChain chain;
+  const char* loader = vips_foreign_find_load(path.c_str());
+  if (!loader) return VipsFailure(path);
+  VipsImage* im = vips_image_new_from_file(path.c_str(), "access", VIPS_ACCESS_SEQUENTIAL,
+                                           "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr);
+  if (!im) return VipsFailure(path);
+  chain.Keep(im);
+  if (size > 0) {
+    if (IsJpeg(loader)) {
+      const int shrink = JpegShrink(im->Xsize, im->Ysize, size);
+      if (shrink > 1) {
+        if (vips_jpegload(path.c_str(), &im, "shrink", shrink, "access", VIPS_ACCESS_SEQUENTIAL,
+                          "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr) != 0) {
+          return VipsFailure(path);
+        }
+        chain.Keep(im);
+      }
+    }
+    const double scale = static_cast<double>(size) / std::min(im->Xsize, im->Ysize);
+    VipsImage* resized = nullptr;
+    if (vips_resize(im, &resized, scale, "kernel", VIPS_KERNEL_LINEAR, nullptr) != 0) {
+      return VipsFailure(path);
+    }
+    im = chain.Keep(resized);
+    const int side = static_cast<int>(size);
+    const int crop_w = std::min(side, im->Xsize), crop_h = std::min(side, im->Ysize);
+    VipsImage* cropped = nullptr;
+    if (vips_extract_area(im, &cropped, (im->Xsize - crop_w + 1) / 2,
+                          (im->Ysize - crop_h + 1) / 2, crop_w, crop_h, nullptr) != 0) {
+      return VipsFailure(path);
+    }
+    im = chain.Keep(cropped);
+  }
+  // To 3-band sRGB uint8 whatever came in: grey, CMYK, 16-bit, alpha.
+  if (im->Type != VIPS_INTERPRETATION_sRGB) {
+    VipsImage* rgb = nullptr;
+    if (vips_colourspace(im, &rgb, VIPS_INTERPRETATION_sRGB, nullptr) != 0) return VipsFailure(path);
+    im = chain.Keep(rgb);
+  }
+  if (im->Bands > 3) {
+    VipsImage* three = nullptr;
+    if (vips_extract_band(im, &three, 0, "n", 3, nullptr) != 0) return VipsFailure(path);
+    im = chain.Keep(three);
+  }
+  if (im->BandFmt != VIPS_FORMAT_UCHAR) {
+    VipsImage* u8 = nullptr;
+    if (vips_cast(im, &u8, VIPS_FORMAT_UCHAR, nullptr) != 0) return VipsFailure(path);
+    im = chain.Keep(u8);
+  }
+  if (im->Bands != 3) return Status::Corruption(path + ": cannot convert to RGB");
+
+  out->height = static_cast<uint32_t>(im->Ysize);
+  out->width = static_cast<uint32_t>(im->Xsize);
+  out->channels = 3;
+  size_t bytes = 0;
+  void* pixels = vips_image_write_to_memory(im, &bytes);
+  if (!pixels) return VipsFailure(path);
+  out->pixels = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(pixels), g_free);
+  if (bytes != out->bytes()) return Status::Corruption(path + ": unexpected pixel buffer size");
+  return Status::Ok();
+}
+
+}  // namespace joaderfs

@@ -1,0 +1,51 @@
+// A fixed pool of decode threads fed from one FIFO queue. Tasks are
+// type-erased so the cache decides what a load means (decode, disk read).
+//
+// Thread-safe. Threads start with Start(), so that a daemon can build the
+// pool before it forks; tasks submitted earlier wait. The destructor drops
+// the tasks not yet started and waits for the running ones.
+
+#ifndef JOADERFS_LOADER_LOADER_POOL_H_
+#define JOADERFS_LOADER_LOADER_POOL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace joaderfs {
+
+class LoaderPool {
+ public:
+  explicit LoaderPool(unsigned threads) : threads_(threads) {}
+  ~LoaderPool();
+  LoaderPool(const LoaderPool&) = delete;
+  LoaderPool& operator=(const LoaderPool&) = delete;
+
+  void Start();
+  void Submit(std::function<void()> task);
+
+  unsigned threads() const { return threads_; }
+  size_t queue_depth() const;
+  // Seconds the threads spent running tasks, summed over threads.
+  double busy_seconds() const { return busy_ns_.load() / 1e9; }
+
+ private:
+  void Work();
+
+  const unsigned threads_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                    // GUARDED_BY(mu_)
+  std::atomic<uint64_t> busy_ns_{0};
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_LOADER_LOADER_POOL_H_

@@ -1,0 +1,213 @@
+// Locality of dependent sampling (property P3 of DESIGN.md 3.1): how often
+// jobs pick the same id in a round, against the paper's optimum.
+
+#include "sampling/dependent_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sampling/planner_testing.h"
+
+namespace joaderfs {
+namespace {
+
+// Plays `subsets` for `epochs` epochs that all jobs start together, every
+// job with ids left taking part in every round, and compares, over the rounds
+// in which all jobs took part, the rate of rounds where all picked the same
+// id with the optimum's mean per-round probability
+// |R_1 ∩ ... ∩ R_n| / max |R_i| computed from the sets before each round
+// (for nested sets it equals |R_1| / |R_n|). Returns {observed, predicted}.
+std::pair<double, double> AllSameRate(std::span<const Roaring> subsets,
+                                      uint32_t epochs, uint64_t seed) {
+  DependentPlanner planner(seed);
+  std::vector<JobHandle> all;
+  for (size_t j = 0; j < subsets.size(); ++j) {
+    all.push_back(static_cast<JobHandle>(j));
+    planner.AddJob(all.back(), subsets[j]);
+  }
+  double predicted = 0;
+  uint64_t observed = 0;
+  uint64_t rounds = 0;
+  std::vector<Pick> picks;
+  for (uint32_t epoch = 0; epoch < epochs; ++epoch) {
+    std::vector<Roaring> remaining(subsets.begin(), subsets.end());
+    for (;;) {
+      Roaring common = remaining[0];
+      uint64_t largest = 0;
+      for (const Roaring& r : remaining) {
+        common &= r;
+        largest = std::max(largest, r.cardinality());
+      }
+      picks.clear();
+      planner.Round(all, &picks);
+      if (picks.empty()) break;
+      if (picks.size() == all.size()) {
+        ++rounds;
+        predicted += static_cast<double>(common.cardinality()) /
+                     static_cast<double>(largest);
+        observed += std::all_of(picks.begin(), picks.end(), [&](const Pick& p) {
+          return p.id == picks[0].id;
+        });
+      }
+      for (const Pick& p : picks) remaining[p.job].remove(p.id);
+    }
+    for (JobHandle j : all) planner.StartEpoch(j);
+  }
+  return {static_cast<double>(observed) / static_cast<double>(rounds),
+          predicted / static_cast<double>(rounds)};
+}
+
+// 10 epochs of 10000 ids: the rate over ~1e5 rounds has a standard error
+// below 0.002, so 0.02 is a ten-sigma tolerance for the exact optimum.
+constexpr double kTolerance = 0.02;
+constexpr uint32_t kEpochs = 10;
+
+TEST(DependentPlannerLocality, TwoNestedJobsReachTheOptimum) {
+  const Roaring subsets[] = {IdRange(0, 9999), IdRange(0, 4999)};
+  const auto [observed, predicted] = AllSameRate(subsets, kEpochs, 1);
+  EXPECT_NEAR(observed, predicted, kTolerance);
+  EXPECT_GT(observed, 0.3);  // the independent planner: ~0.0002
+}
+
+TEST(DependentPlannerLocality, TwoPartiallyOverlappingJobsReachTheOptimum) {
+  for (SampleId shift : {2500u, 5000u, 7500u}) {
+    SCOPED_TRACE(shift);
+    const Roaring subsets[] = {IdRange(0, 9999), IdRange(shift, shift + 9999)};
+    const auto [observed, predicted] = AllSameRate(subsets, kEpochs, 2);
+    EXPECT_NEAR(observed, predicted, kTolerance);
+  }
+}
+
+TEST(DependentPlannerLocality, TwoRandomOverlappingJobsReachTheOptimum) {
+  const Roaring subsets[] = {IdSample(0, 13332, 10000, 1),
+                             IdSample(0, 13332, 8000, 2)};
+  const auto [observed, predicted] = AllSameRate(subsets, kEpochs, 3);
+  EXPECT_NEAR(observed, predicted, kTolerance);
+}
+
+TEST(DependentPlannerLocality, FourNestedJobsAllShareWithOptimalProbability) {
+  const Roaring subsets[] = {IdRange(0, 9999), IdRange(0, 7499),
+                             IdRange(0, 4999), IdRange(0, 2499)};
+  const auto [observed, predicted] = AllSameRate(subsets, kEpochs, 4);
+  EXPECT_NEAR(observed, predicted, kTolerance);
+}
+
+TEST(DependentPlannerLocality, FirstRoundMatchesTheFormulaExactly) {
+  // Fresh planners, first round only: P(same) = |I| / max(|D1|, |D2|).
+  // 40000 trials: standard error <= 0.0025.
+  struct Case {
+    Roaring a, b;
+    double expected;
+  };
+  const Case cases[] = {
+      {IdRange(0, 99), IdRange(50, 149), 0.5},
+      {IdRange(0, 99), IdRange(0, 39), 0.4},
+      {IdRange(0, 39), IdRange(10, 109), 0.3},
+  };
+  for (const Case& c : cases) {
+    int same = 0;
+    constexpr int kTrials = 40000;
+    for (int t = 0; t < kTrials; ++t) {
+      DependentPlanner planner(t);
+      planner.AddJob(0, c.a);
+      planner.AddJob(1, c.b);
+      std::vector<Pick> picks;
+      const JobHandle both[] = {0, 1};
+      planner.Round(both, &picks);
+      same += picks[0].id == picks[1].id;
+    }
+    EXPECT_NEAR(static_cast<double>(same) / kTrials, c.expected, 0.01);
+  }
+}
+
+TEST(DependentPlannerLocality, IdenticalSubsetsAlwaysPickTheSameId) {
+  DependentPlanner planner(6);
+  const Roaring subset = IdSample(0, 4999, 3000, 8);
+  for (JobHandle j = 0; j < 5; ++j) planner.AddJob(j, subset);
+  const JobHandle all[] = {0, 1, 2, 3, 4};
+  std::vector<Pick> picks;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int r = 0; r < 3000; ++r) {
+      picks.clear();
+      planner.Round(all, &picks);
+      ASSERT_EQ(picks.size(), 5u);
+      for (const Pick& p : picks) ASSERT_EQ(p.id, picks[0].id);
+    }
+    for (JobHandle j : all) planner.StartEpoch(j);
+  }
+  const PlannerStats stats = planner.Stats();
+  EXPECT_EQ(stats.shared_picks, stats.picks);
+  EXPECT_EQ(planner.SharedPicks(3), 9000u);
+}
+
+TEST(DependentPlannerLocality, IdenticalJobsStaySyncedBesideOthers) {
+  // Two identical jobs share every round even when a smaller overlapping job
+  // comes first in the order and becomes a parent.
+  DependentPlanner planner(7);
+  planner.AddJob(0, IdRange(0, 999));
+  planner.AddJob(1, IdRange(0, 999));
+  planner.AddJob(2, IdRange(500, 1099));
+  const JobHandle all[] = {0, 1, 2};
+  std::vector<Pick> picks;
+  for (int r = 0; r < 600; ++r) {
+    picks.clear();
+    planner.Round(all, &picks);
+    ASSERT_EQ(picks[0].id, picks[1].id);
+  }
+}
+
+TEST(DependentPlannerLocality, DisjointGroupsShareWithinEachGroup) {
+  // {0,1} share [0,1000), {2,3} share [5000,6000): each job must choose the
+  // overlapping one as its parent, not its neighbour in size.
+  DependentPlanner planner(8);
+  planner.AddJob(0, IdRange(0, 999));
+  planner.AddJob(2, IdRange(5000, 5999));
+  planner.AddJob(1, IdRange(0, 999));
+  planner.AddJob(3, IdRange(5000, 5999));
+  const JobHandle all[] = {0, 1, 2, 3};
+  std::vector<Pick> picks;
+  for (int r = 0; r < 1000; ++r) {
+    picks.clear();
+    planner.Round(all, &picks);
+    ASSERT_EQ(picks[0].id, picks[1].id);
+    ASSERT_EQ(picks[2].id, picks[3].id);
+  }
+}
+
+TEST(DependentPlanner, SharedPicksAddUp) {
+  DependentPlanner planner(10);
+  const SpeedJob jobs[] = {{IdSample(0, 1332, 1000, 1), 1, 1},
+                           {IdSample(0, 1332, 1000, 2), 2, 2},
+                           {IdSample(0, 1332, 1000, 3), 3, 3}};
+  uint64_t shared_in_rounds = 0;
+  RunAtSpeeds(
+      planner, jobs, [](size_t, uint32_t, SampleId) {},
+      [&](const std::vector<Pick>& picks) {
+        for (const Pick& p : picks) {
+          shared_in_rounds +=
+              std::count_if(picks.begin(), picks.end(), [&](const Pick& q) {
+                return q.id == p.id;
+              }) > 1;
+        }
+      });
+  EXPECT_EQ(planner.Stats().shared_picks, shared_in_rounds);
+  EXPECT_EQ(planner.Stats().picks, 6000u);
+  EXPECT_GT(shared_in_rounds, 0u);
+}
+
+TEST(DependentPlanner, MemoryStaysWithinThreeTimesTheSubsets) {
+  DependentPlanner planner(12);
+  size_t subsets = 0;
+  for (JobHandle j = 0; j < 8; ++j) {
+    const Roaring subset = IdSample(0, 1333332, 1000000, j);
+    subsets += ApproximateRoaringBytes(subset);
+    planner.AddJob(j, subset);
+  }
+  EXPECT_LE(planner.MemoryBytes(), 3 * subsets);
+}
+
+}  // namespace
+}  // namespace joaderfs

@@ -1,0 +1,91 @@
+// The planner decides which sample id each job of a group receives next.
+//
+// A group is every job with the same output size (they can share decoded
+// samples). Jobs are identified by small dense handles that the caller
+// chooses (JobHandle); ids are catalog sample ids.
+//
+// The caller drives planning in rounds: it passes the jobs whose planned
+// queue runs short, and every participant with ids left in its epoch gets
+// exactly one more id. Jobs not in the round lose nothing (partial sampling).
+//
+// Guarantees every implementation keeps:
+//   - within one epoch a job receives each id of its subset exactly once and
+//     nothing else, whatever other jobs join, leave or do meanwhile;
+//   - each job's order, looked at alone, is a uniformly random permutation;
+//   - the same seed and the same sequence of calls give the same picks.
+//
+// Thread-safety: none; the owner serialises all calls.
+
+#ifndef JOADERFS_SAMPLING_PLANNER_H_
+#define JOADERFS_SAMPLING_PLANNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <roaring/roaring.hh>
+
+namespace joaderfs {
+
+using JobHandle = uint32_t;
+using SampleId = uint32_t;
+
+struct Pick {
+  JobHandle job;
+  SampleId id;
+};
+
+struct PlannerStats {
+  uint64_t rounds = 0;        // calls of Round() that picked at least one id
+  uint64_t picks = 0;         // ids handed to jobs
+  uint64_t shared_picks = 0;  // picks whose id went to more than one job in the same round
+};
+
+class Planner {
+ public:
+  virtual ~Planner() = default;
+
+  // Adds a job needing every id of `subset` in its epoch 0.
+  // REQUIRES: `job` is not present; `subset` is not empty.
+  virtual void AddJob(JobHandle job, const Roaring& subset) = 0;
+
+  // Removes a job and whatever it still needed. REQUIRES: `job` is present.
+  virtual void RemoveJob(JobHandle job) = 0;
+
+  // Starts the job's next epoch: every id of its subset is needed again.
+  // REQUIRES: Remaining(job) == 0.
+  virtual void StartEpoch(JobHandle job) = 0;
+
+  // One planning round over `participants` (distinct, present). Appends one
+  // Pick for every participant with ids left in its current epoch; a
+  // participant whose epoch is exhausted gets none.
+  virtual void Round(std::span<const JobHandle> participants,
+                     std::vector<Pick>* out) = 0;
+
+  // Ids the job still has to receive in its current epoch.
+  virtual uint64_t Remaining(JobHandle job) const = 0;
+
+  // Number of present jobs that still need `id` in their current epoch (the
+  // RefCnt of the JOADER paper).
+  virtual uint32_t RefCount(SampleId id) const = 0;
+
+  // Picks this job received that went to another job in the same round too.
+  virtual uint64_t SharedPicks(JobHandle job) const = 0;
+
+  virtual PlannerStats Stats() const = 0;
+};
+
+// Every job draws its own uniform shuffle, independently of the others: the
+// independent sampling algorithm (ISA) of the JOADER paper. The baseline.
+std::unique_ptr<Planner> NewIndependentPlanner(uint64_t seed);
+
+// Dependent sampling (DSA) over arbitrary overlaps: the same guarantees, and
+// in every round the participants pick the same id as often as their uniform
+// orders allow (see dependent_planner.h).
+std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_SAMPLING_PLANNER_H_

@@ -1,0 +1,46 @@
+// Helpers shared by the planner tests: building subsets and driving jobs at
+// fixed speeds through many epochs. Test support only.
+
+#ifndef JOADERFS_SAMPLING_PLANNER_TESTING_H_
+#define JOADERFS_SAMPLING_PLANNER_TESTING_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include <roaring/roaring.hh>
+
+#include "sampling/planner.h"
+
+namespace joaderfs {
+
+// Ids first..last inclusive.
+Roaring IdRange(SampleId first, SampleId last);
+
+// `count` ids drawn without replacement from first..last by `seed`.
+Roaring IdSample(SampleId first, SampleId last, uint64_t count, uint64_t seed);
+
+struct SpeedJob {
+  Roaring subset;
+  int speed = 1;        // rounds per tick
+  uint32_t epochs = 1;  // epochs before the job leaves
+};
+
+// Called for every job round: the job's index in the jobs span, its epoch
+// and the id it received.
+using PickObserver = std::function<void(size_t job, uint32_t epoch, SampleId)>;
+
+// Adds `jobs` (handles 0..n-1) to `planner` and plays ticks: in each tick
+// round r (1-based) takes every job with speed >= r. A job starts its next
+// epoch as soon as its epoch ends, and leaves after its `epochs`. Returns
+// when every job has left. `after_round`, if set, sees the picks of each
+// round after `on_pick` has seen them one by one.
+void RunAtSpeeds(Planner& planner, std::span<const SpeedJob> jobs,
+                 const PickObserver& on_pick,
+                 const std::function<void(const std::vector<Pick>&)>&
+                     after_round = nullptr);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_SAMPLING_PLANNER_TESTING_H_

@@ -1,0 +1,253 @@
+"""The client against a real daemon: mount a small ImageFolder and read it.
+
+The daemon is ``$JOADERFS_BIN`` (default: build/joaderfs of this checkout),
+run with ``-f`` in a subprocess; the mount is always undone in cleanup.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+import joaderfs
+
+try:
+    import torch
+    from torch.utils.data import DataLoader
+except ImportError:  # the torch test is skipped, the rest still runs
+    torch = None
+
+REPO = Path(__file__).resolve().parents[2]
+JOADERFS_BIN = Path(os.environ.get("JOADERFS_BIN",
+                                   REPO / "build" / "joaderfs"))
+CLASSES = ("b-dogs", "a-cats", "c-eels")  # made unsorted; labels are sorted
+PER_CLASS = 50
+SIZE = 64
+TEST_DEADLINE_S = 120
+
+
+def colour_of(sample_key: int) -> tuple[int, int, int]:
+    """A solid colour per image, to check each payload belongs to its id."""
+    return (sample_key * 37 % 256, sample_key * 91 % 256,
+            (sample_key * 53 + 100) % 256)
+
+
+def make_image_folder(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Writes CLASSES x PER_CLASS JPEGs of varied sizes; returns relpath ->
+    colour."""
+    rng = np.random.default_rng(3)
+    colours = {}
+    key = 0
+    for name in CLASSES:
+        (root / name).mkdir()
+        for i in range(PER_CLASS):
+            width, height = (int(v) for v in rng.integers(48, 200, 2))
+            relpath = f"{name}/img_{i:03d}.jpg"
+            colours[relpath] = colour_of(key)
+            Image.new("RGB", (width, height), colours[relpath]).save(
+                root / relpath, quality=95)
+            key += 1
+    return colours
+
+
+def unmount(mountpoint: Path) -> None:
+    if subprocess.run(["fusermount3", "-u", "-q", str(mountpoint)]).returncode:
+        # Busy or the daemon died: detach lazily so nothing is left behind.
+        if str(mountpoint) in Path("/proc/self/mounts").read_text():
+            subprocess.run(["fusermount3", "-u", "-z", "-q", str(mountpoint)])
+
+
+def stop(process: subprocess.Popen, log: Path) -> None:
+    try:
+        process.wait(timeout=10)  # unmounting ends a -f daemon
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.returncode != 0:
+        print(f"\njoaderfs exited with {process.returncode}; its log:\n"
+              f"{log.read_text(errors='replace')[-10000:]}", file=sys.stderr)
+
+
+def _deadline_passed(signum, frame):
+    # A blocked read() of next is interrupted and the test fails instead of
+    # hanging; cleanup then unmounts.
+    raise TimeoutError(f"test took more than {TEST_DEADLINE_S} s")
+
+
+@unittest.skipUnless(JOADERFS_BIN.is_file(),
+                     f"no daemon binary at {JOADERFS_BIN}")
+class MountTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        folder = tempfile.mkdtemp(prefix="joaderfs-client-test-")
+        cls.addClassCleanup(shutil.rmtree, folder, ignore_errors=True)
+        cls.source = Path(folder) / "images"
+        cls.source.mkdir()
+        cls.mount = Path(folder) / "mnt"
+        cls.mount.mkdir()
+        cls.colours = make_image_folder(cls.source)
+        cls.log = Path(folder) / "daemon.log"
+        with open(cls.log, "wb") as log:
+            process = subprocess.Popen(
+                [str(JOADERFS_BIN), "-f", "-o",
+                 f"cache_dir=none,ram_cache=256M,size={SIZE}",
+                 str(cls.source), str(cls.mount)],
+                stdout=log, stderr=subprocess.STDOUT)
+        cls.addClassCleanup(stop, process, cls.log)
+        cls.addClassCleanup(unmount, cls.mount)
+        cls.wait_for_mount(process)
+        cls.manifest = joaderfs.read_manifest(cls.mount)
+        cls.labels = {e.id: e.label for e in cls.manifest}
+
+    @classmethod
+    def wait_for_mount(cls, process: subprocess.Popen) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"joaderfs exited with "
+                                   f"{process.returncode}:\n"
+                                   f"{cls.log.read_text()}")
+            try:
+                joaderfs.read_stats(cls.mount)
+                return
+            except (OSError, ValueError):
+                time.sleep(0.1)
+        raise RuntimeError(f"/stats not readable after 30 s:\n"
+                           f"{cls.log.read_text()}")
+
+    def setUp(self) -> None:
+        signal.signal(signal.SIGALRM, _deadline_passed)
+        signal.alarm(TEST_DEADLINE_S)
+        self.addCleanup(signal.alarm, 0)
+
+    def make_job(self, job_id: str, spec=None) -> Path:
+        return joaderfs.make_job(self.mount, job_id, spec)
+
+    def check_epoch(self, ids: list[int], labels: list[int],
+                    expected: set[int] | None = None) -> None:
+        """Each sample exactly once, with the manifest's label."""
+        expected = set(self.labels) if expected is None else expected
+        self.assertEqual(len(ids), len(expected), "samples in the epoch")
+        self.assertEqual(set(ids), expected)
+        self.assertEqual(labels, [self.labels[i] for i in ids])
+
+    def check_pixels(self, image: np.ndarray, sample_id: int) -> None:
+        """The payload is this sample's image: its colour, resized."""
+        self.assertEqual(image.shape, (SIZE, SIZE, 3))
+        relpath = self.manifest[sample_id].relpath
+        mean = image.reshape(-1, 3).mean(axis=0)
+        np.testing.assert_allclose(mean, self.colours[relpath], atol=6,
+                                   err_msg=f"sample {sample_id} ({relpath})")
+
+    def test_dataset_files(self) -> None:
+        info = joaderfs.dataset_info(self.mount)
+        self.assertEqual(info["samples"], len(CLASSES) * PER_CLASS)
+        self.assertEqual(info["classes"], len(CLASSES))
+        self.assertEqual(info["size"], SIZE)
+        relpaths = sorted(self.colours)
+        class_names = sorted(CLASSES)
+        self.assertEqual(
+            self.manifest,
+            [joaderfs.ManifestEntry(i, class_names.index(p.split("/")[0]), p)
+             for i, p in enumerate(relpaths)])
+        self.assertIn("next", (self.mount / "README").read_text())
+
+    def test_reader_epochs(self) -> None:
+        reader = joaderfs.JobReader(self.make_job("plain"))
+        for epoch in range(2):
+            records = list(reader.records())
+            self.check_epoch([r.id for r in records],
+                             [r.label for r in records])
+            self.assertEqual({r.epoch for r in records}, {epoch})
+            for record in records:
+                self.check_pixels(record.image, record.id)
+
+    def test_two_readers_share_an_epoch(self) -> None:
+        reader = joaderfs.JobReader(self.make_job("two-readers"))
+        streams = [reader.records(), reader.records()]  # both open now
+        results: list[list[joaderfs.Record]] = [[], []]
+        threads = [threading.Thread(target=lambda i=i: results[i].extend(
+            streams[i])) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        records = results[0] + results[1]
+        self.check_epoch([r.id for r in records], [r.label for r in records])
+
+    def test_batches(self) -> None:
+        job = self.make_job("batches")
+        batches = list(joaderfs.iter_batches(job, 32))
+        self.assertEqual([len(b.ids) for b in batches], [32] * 4 + [22])
+        self.assertEqual(batches[0].images.shape, (32, SIZE, SIZE, 3))
+        self.check_epoch(np.concatenate([b.ids for b in batches]).tolist(),
+                         np.concatenate([b.labels for b in batches]).tolist())
+        self.check_pixels(batches[0].images[5], int(batches[0].ids[5]))
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_torch_dataloader_two_workers(self) -> None:
+        job = self.make_job("torch")
+        loader = DataLoader(joaderfs.JobDataset(job), batch_size=32,
+                            num_workers=2, timeout=60)
+        for epoch in range(2):
+            ids, labels = [], []
+            for images, batch_labels, batch_ids in loader:
+                self.assertEqual(images.dtype, torch.uint8)
+                self.assertEqual(tuple(images.shape[1:]), (3, SIZE, SIZE))
+                self.check_pixels(images[0].permute(1, 2, 0).numpy(),
+                                  int(batch_ids[0]))
+                ids += batch_ids.tolist()
+                labels += batch_labels.tolist()
+            with self.subTest(epoch=epoch):
+                self.check_epoch(ids, labels)
+
+    def test_subset_spec(self) -> None:
+        job = self.make_job("subset", {"subset": "classes:1-1"})
+        records = list(joaderfs.JobReader(job).records())
+        self.check_epoch([r.id for r in records], [r.label for r in records],
+                         {i for i, label in self.labels.items() if label == 1})
+
+    def test_bad_spec_is_rejected(self) -> None:
+        with self.assertRaisesRegex(ValueError, "rejected the spec"):
+            self.make_job("bad-spec", {"subset": "everything"})
+
+    def test_stats_and_status(self) -> None:
+        job = self.make_job("stats")
+        delivered = sum(1 for _ in joaderfs.JobReader(job))
+        self.assertEqual(delivered, len(self.labels))
+        status = joaderfs.job_status(self.mount, "stats")
+        for key in ("epoch", "delivered", "remaining", "subset_size",
+                    "readers"):
+            self.assertIn(key, status)
+        self.assertEqual(status["subset_size"], len(self.labels))
+        self.assertEqual(status["readers"], 0)
+        stats = joaderfs.read_stats(self.mount)
+        for key in ("decoded", "delivered", "ram_hits", "disk_hits",
+                    "ram_bytes", "ram_budget", "disk_bytes", "skipped"):
+            self.assertIsInstance(stats[key], int, key)
+        self.assertEqual(stats["ram_budget"], 256 << 20)
+        self.assertGreaterEqual(stats["delivered"], len(self.labels))
+        self.assertEqual(stats["skipped"], 0)
+        self.assertIn("stats", stats["jobs"])
+        joaderfs.remove_job(self.mount, "stats")
+        self.assertNotIn("stats", joaderfs.read_stats(self.mount)["jobs"])
+
+
+if __name__ == "__main__":
+    unittest.main()

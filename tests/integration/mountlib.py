@@ -1,0 +1,538 @@
+"""Shared helpers for the joaderfs mount-level integration tests.
+
+Everything here is written from the contract (DESIGN.md section 2), not from
+the daemon's sources: datasets are made with PIL, records are parsed by hand,
+the expected pixels come from an independent PIL decode.
+
+The daemon binary is $JOADERFS_BIN (CTest sets it), else build/joaderfs.
+"""
+
+import errno
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ.get(
+    "JOADERFS_BIN", os.path.join(HERE, "..", "..", "build", "joaderfs"))
+FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
+
+# Every mount of the suite uses these unless a test says otherwise.
+BASE_OPTIONS = {"cache_dir": "none", "ram_cache": "64M", "size": "64",
+                "seed": "1"}
+
+HEADER = struct.Struct("<4sIQqIIIIIIQQ")
+assert HEADER.size == 64
+MAGIC = b"JSF1"
+
+MOUNT_TIMEOUT = 30.0   # seconds to wait for a mount to appear
+EPOCH_TIMEOUT = 90.0   # seconds for one epoch of a small dataset
+
+
+def require_binary():
+    if not os.access(BIN, os.X_OK):
+        raise unittest.SkipTest(
+            "joaderfs binary not found at %s (set JOADERFS_BIN or build it)"
+            % BIN)
+
+
+# ---------------------------------------------------------------- datasets
+
+def _image(rng, w, h, gray=False):
+    """Gradient + shapes + mild noise: structure that survives resizing."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    c0 = rng.uniform(0, 255, 3)
+    cx = rng.uniform(-120, 120, 3)
+    cy = rng.uniform(-120, 120, 3)
+    img = c0 + cx * (xx / w)[..., None] + cy * (yy / h)[..., None]
+    pil = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(pil)
+    for _ in range(3):
+        x0, y0 = rng.integers(0, w - 8), rng.integers(0, h - 8)
+        x1 = x0 + rng.integers(8, max(9, w // 2))
+        y1 = y0 + rng.integers(8, max(9, h // 2))
+        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+        if rng.random() < 0.5:
+            draw.rectangle([x0, y0, x1, y1], fill=colour)
+        else:
+            draw.ellipse([x0, y0, x1, y1], fill=colour)
+    arr = np.asarray(pil).astype(np.float32)
+    arr += rng.normal(0, 6.0, arr.shape)
+    pil = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+    return pil.convert("L") if gray else pil
+
+
+SIZES = [(80, 60), (300, 200), (120, 200), (160, 120), (200, 200),
+         (96, 150), (250, 90), (64, 64), (180, 240), (140, 100)]
+
+
+def make_imagefolder(root, layout, seed=0, gray=()):
+    """Writes SOURCE/<class>/<file> JPEGs; layout: {class: [file names]}.
+
+    gray: relpaths to save as single-channel (grayscale) JPEGs.
+    """
+    rng = np.random.default_rng(seed)
+    k = 0
+    for cls, names in layout.items():
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for name in names:
+            w, h = SIZES[k % len(SIZES)]
+            k += 1
+            rel = cls + "/" + name
+            _image(rng, w, h, gray=rel in gray).save(
+                os.path.join(root, cls, name), "JPEG", quality=90)
+    return root
+
+
+# Class names chosen so that comparing whole relpath strings ('bee-x/..' <
+# 'bee/..' because '-' < '/') and comparing path components ('bee' <
+# 'bee-x') disagree; file names mix upper and lower case and numbers.
+DEFAULT_LAYOUT = {
+    "ant": ["a0.jpg", "a1.jpg", "a10.jpg", "a2.jpg", "B3.jpg", "b4.jpg"],
+    "bee": ["img_9.jpg", "img_10.jpg", "Zed.jpg", "alpha.jpg", "x.jpg"],
+    "bee-x": ["p.jpg", "q.jpg", "r.jpg", "s.jpg", "t.jpg", "u.jpg",
+              "v.jpg"],
+    "cat": ["c1.jpg", "c2.jpg", "c3.jpg", "c4.jpg", "c5.jpg", "c6.jpg"],
+}
+
+
+def imagefolder_order(root):
+    """[(relpath, label)] in torchvision ImageFolder order.
+
+    Classes are the sub-folders sorted by name (labels 0..C-1); samples are
+    sorted by relative path compared component by component (class, then
+    file name), which is what ImageFolder's nested sorted() walk yields.
+    """
+    classes = sorted(d for d in os.listdir(root)
+                     if os.path.isdir(os.path.join(root, d)))
+    out = []
+    for label, cls in enumerate(classes):
+        for name in sorted(os.listdir(os.path.join(root, cls))):
+            out.append((cls + "/" + name, label))
+    assert [r for r, _ in out] == sorted(
+        (r for r, _ in out), key=lambda r: r.split("/"))
+    return out
+
+
+def reference_pixels(path, size):
+    """Independent decode: torchvision Resize(size) + CenterCrop(size).
+
+    Resize: the shorter side becomes `size`, the longer one
+    int(size * long / short), PIL bilinear (antialiased when shrinking).
+    CenterCrop: top-left at round((H - size) / 2), round((W - size) / 2).
+    size 0 means the decoded image as it is.
+    """
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        if size:
+            w, h = im.size
+            short, long = (w, h) if w <= h else (h, w)
+            new_short, new_long = size, int(size * long / short)
+            nw, nh = (new_short, new_long) if w <= h else (new_long, new_short)
+            if (nw, nh) != (w, h):
+                im = im.resize((nw, nh), Image.BILINEAR)
+            top = int(round((nh - size) / 2.0))
+            left = int(round((nw - size) / 2.0))
+            im = im.crop((left, top, left + size, top + size))
+        return np.asarray(im, dtype=np.uint8)
+
+
+# ----------------------------------------------------------------- records
+
+class Record:
+    __slots__ = ("magic", "header_size", "id", "label", "epoch", "flags",
+                 "height", "width", "channels", "dtype", "payload_bytes",
+                 "reserved", "payload", "padding")
+
+    def __init__(self, fields, payload, padding):
+        (self.magic, self.header_size, self.id, self.label, self.epoch,
+         self.flags, self.height, self.width, self.channels, self.dtype,
+         self.payload_bytes, self.reserved) = fields
+        self.payload = payload
+        self.padding = padding
+
+    def pixels(self):
+        return np.frombuffer(self.payload, np.uint8).reshape(
+            self.height, self.width, self.channels)
+
+    def __repr__(self):
+        return ("Record(id=%d label=%d epoch=%d %dx%dx%d dtype=%d bytes=%d)"
+                % (self.id, self.label, self.epoch, self.height, self.width,
+                   self.channels, self.dtype, self.payload_bytes))
+
+
+class StreamError(AssertionError):
+    pass
+
+
+def parse_records(data):
+    """Splits a reader's whole byte stream into Records; strict framing."""
+    out = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        if n - pos < 64:
+            raise StreamError("stream ends inside a header at byte %d "
+                              "(%d bytes left)" % (pos, n - pos))
+        fields = HEADER.unpack_from(data, pos)
+        if fields[0] != MAGIC:
+            raise StreamError("bad magic %r at byte %d" % (fields[0], pos))
+        if fields[1] != 64:
+            raise StreamError("header size %d at byte %d" % (fields[1], pos))
+        payload_bytes = fields[10]
+        if payload_bytes > 1 << 30:
+            raise StreamError("absurd payload size %d" % payload_bytes)
+        padded = (payload_bytes + 63) // 64 * 64
+        end = pos + 64 + padded
+        if end > n:
+            raise StreamError("stream ends inside a record at byte %d "
+                              "(record needs %d bytes, %d left)"
+                              % (pos, 64 + padded, n - pos))
+        payload = data[pos + 64:pos + 64 + payload_bytes]
+        padding = data[pos + 64 + payload_bytes:end]
+        out.append(Record(fields, payload, padding))
+        pos = end
+    return out
+
+
+def record_size(payload_bytes):
+    return 64 + (payload_bytes + 63) // 64 * 64
+
+
+def read_exact(fd, nbytes, timeout=EPOCH_TIMEOUT):
+    """Reads exactly nbytes (or up to EOF) from a stream fd in a thread."""
+    box = {}
+
+    def run():
+        buf = bytearray()
+        try:
+            while len(buf) < nbytes:
+                chunk = os.read(fd, nbytes - len(buf))
+                if not chunk:
+                    break
+                buf += chunk
+        except OSError as e:
+            box["error"] = e
+        box["data"] = bytes(buf)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise AssertionError("read of %d bytes still blocked after %.0fs"
+                             % (nbytes, timeout))
+    if "error" in box:
+        raise box["error"]
+    return box["data"]
+
+
+class _Reader(threading.Thread):
+    def __init__(self, fd, chunk):
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.chunk = chunk
+        self.data = bytearray()
+        self.error = None
+
+    def run(self):
+        try:
+            while True:
+                chunk = os.read(self.fd, self.chunk)
+                if not chunk:
+                    return
+                self.data += chunk
+        except OSError as e:
+            self.error = e
+
+
+def read_epoch(next_path, readers=1, timeout=EPOCH_TIMEOUT, chunk=1 << 20):
+    """Opens `readers` fds on next (all before any read), reads each to EOF
+    in its own thread, closes them; returns one record list per reader."""
+    fds = [os.open(next_path, os.O_RDONLY) for _ in range(readers)]
+    threads = [_Reader(fd, chunk) for fd in fds]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [i for i, t in enumerate(threads) if t.is_alive()]
+        if stuck:
+            raise AssertionError(
+                "readers %s of %s did not reach EOF within %.0fs (records so "
+                "far: %s)" % (stuck, next_path, timeout,
+                              [len(t.data) for t in threads]))
+        for t in threads:
+            if t.error is not None:
+                raise AssertionError("reader of %s failed: %r"
+                                     % (next_path, t.error))
+        return [parse_records(bytes(t.data)) for t in threads]
+    finally:
+        for i, fd in enumerate(fds):
+            if not threads[i].is_alive():
+                os.close(fd)
+            # A stuck reader keeps its fd; the unmount in the cleanup aborts
+            # the connection, which ends the read.
+
+
+# -------------------------------------------------------------- the mount
+
+def format_options(opts):
+    return ",".join(k if v is None else "%s=%s" % (k, v)
+                    for k, v in opts.items())
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            if line.split()[4] == path:
+                return True
+    return False
+
+
+class Mount:
+    """One joaderfs instance run with -f in a subprocess."""
+
+    def __init__(self, source, workdir, options=None, extra_args=()):
+        self.source = source
+        self.workdir = workdir
+        self.mnt = os.path.join(workdir, "mnt")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.log_path = os.path.join(workdir, "joaderfs.log")
+        self.stderr_path = os.path.join(workdir, "stderr.txt")
+        opts = dict(BASE_OPTIONS)
+        opts.update({"log": self.log_path, "log_level": "debug"})
+        if options:
+            opts.update(options)
+        self.options = {k: v for k, v in opts.items() if v is not False}
+        self.argv = [BIN, "-f", "-o", format_options(self.options)] + list(
+            extra_args) + [source, self.mnt]
+        self.proc = None
+        self.returncode = None
+        self.saved_log = ""
+
+    # -- life cycle
+
+    def start(self):
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=self._stderr,
+                                     stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    "joaderfs exited with status %d before mounting\n%s"
+                    % (self.proc.returncode, self.diagnostics()))
+            if is_mounted(self.mnt) and os.path.exists(self.path("stats")):
+                return self
+            time.sleep(0.05)
+        raise AssertionError("no mount after %.0fs\n%s"
+                             % (MOUNT_TIMEOUT, self.diagnostics()))
+
+    def unmount(self, lazy_fallback=True):
+        """fusermount3 -u (lazy if busy), then wait for / kill the daemon."""
+        if self.proc is None:
+            return None
+        if is_mounted(self.mnt):
+            r = subprocess.run([FUSERMOUNT, "-u", self.mnt],
+                               capture_output=True)
+            if r.returncode != 0 and lazy_fallback and is_mounted(self.mnt):
+                subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt],
+                               capture_output=True)
+        self.wait_exit(10.0)
+        return self.returncode
+
+    def wait_exit(self, timeout):
+        if self.proc is None:
+            return self.returncode
+        try:
+            self.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.returncode = self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.returncode = self.proc.wait()
+        self._finish()
+        return self.returncode
+
+    def _finish(self):
+        if is_mounted(self.mnt):
+            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt],
+                           capture_output=True)
+        if not self._stderr.closed:
+            self._stderr.close()
+        self.saved_log = self.diagnostics()
+
+    def cleanup(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.unmount()
+        elif self.proc is not None:
+            self.returncode = self.proc.returncode
+            self._finish()
+
+    def diagnostics(self, tail=200):
+        parts = ["argv: %s" % " ".join(self.argv)]
+        for title, path in (("stderr", self.stderr_path),
+                            ("log", self.log_path)):
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().decode("utf-8", "replace").splitlines()
+            except OSError as e:
+                lines = ["(%s)" % e]
+            if len(lines) > tail:
+                lines = ["... %d lines before ..." % (len(lines) - tail)] + \
+                    lines[-tail:]
+            parts.append("---- %s (%s) ----\n%s"
+                         % (title, path, "\n".join(lines)))
+        return "\n".join(parts)
+
+    # -- the tree
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def read_text(self, *parts):
+        with open(self.path(*parts), "rb") as f:
+            return f.read().decode("utf-8")
+
+    def read_json(self, *parts):
+        text = self.read_text(*parts)
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise AssertionError("%s is not JSON (%s): %r"
+                                 % ("/".join(parts), e, text[:500]))
+
+    def stats(self):
+        return self.read_json("stats")
+
+    def info(self):
+        return self.read_json("dataset", "info")
+
+    def manifest(self):
+        rows = []
+        for line in self.read_text("dataset", "manifest").splitlines():
+            if not line:
+                continue
+            i, label, rel = line.split("\t")
+            rows.append((int(i), int(label), rel))
+        return rows
+
+    def mkjob(self, job, spec=None, ids=None):
+        os.mkdir(self.path("jobs", job))
+        if spec is not None:
+            self.write_spec(job, spec)
+        if ids is not None:
+            self.write_file(job, "ids", ids)
+        return self.path("jobs", job, "next")
+
+    def write_file(self, job, name, text):
+        """One open(O_WRONLY|O_TRUNC) + one write(), like `echo ... > f`."""
+        data = text.encode() if isinstance(text, str) else text
+        fd = os.open(self.path("jobs", job, name), os.O_WRONLY | os.O_TRUNC)
+        try:
+            n = os.write(fd, data)
+            if n != len(data):
+                raise AssertionError("short write %d of %d" % (n, len(data)))
+        finally:
+            os.close(fd)
+
+    def write_spec(self, job, text):
+        self.write_file(job, "spec", text)
+
+    def read_spec(self, job):
+        return parse_spec(self.read_text("jobs", job, "spec"))
+
+    def status(self, job):
+        return self.read_json("jobs", job, "status")
+
+
+def parse_spec(text):
+    out = {}
+    for tok in text.split():
+        k, _, v = tok.partition("=")
+        out[k] = v
+    return out
+
+
+# ------------------------------------------------------------ test base
+
+class JoaderTestCase(unittest.TestCase):
+    """Mounts through self.mount(); every mount is unmounted afterwards and
+    its stderr and log are printed when the test fails or errors."""
+
+    def run(self, result=None):
+        self._mounts = []
+        if result is None:
+            return super().run(result)
+        before = len(result.failures) + len(result.errors)
+        out = super().run(result)
+        if len(result.failures) + len(result.errors) > before:
+            for m in self._mounts:
+                sys.stderr.write("\n==== joaderfs diagnostics for %s ====\n%s\n"
+                                 % (self.id(), m.saved_log or m.diagnostics()))
+        return out
+
+    def tempdir(self):
+        d = tempfile.mkdtemp(prefix="joaderfs-it-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def mount(self, source, options=None, extra_args=(), start=True):
+        m = Mount(source, self.tempdir(), options, extra_args)
+        self._mounts.append(m)
+        self.addCleanup(m.cleanup)
+        return m.start() if start else m
+
+    def assertErrno(self, err, fn, *args, **kwargs):
+        with self.assertRaises(OSError) as cm:
+            fn(*args, **kwargs)
+        self.assertEqual(cm.exception.errno, err,
+                         "expected %s, got %s (%s)"
+                         % (errno.errorcode[err],
+                            errno.errorcode.get(cm.exception.errno),
+                            cm.exception))
+        return cm.exception
+
+
+class DatasetMixin:
+    """setUpClass makes one ImageFolder dataset for the whole class."""
+
+    LAYOUT = DEFAULT_LAYOUT
+    GRAY = ()
+
+    @classmethod
+    def setUpClass(cls):
+        require_binary()
+        cls._data_dir = tempfile.mkdtemp(prefix="joaderfs-data-")
+        cls.source = make_imagefolder(os.path.join(cls._data_dir, "src"),
+                                      cls.LAYOUT, gray=cls.GRAY)
+        cls.order = imagefolder_order(cls.source)
+        cls.N = len(cls.order)
+        cls.C = len(cls.LAYOUT)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls._data_dir, True)
+
+    def labels(self):
+        return [label for _, label in self.order]
+
+
+def ids_of(records_per_reader):
+    return [r.id for rs in records_per_reader for r in rs]

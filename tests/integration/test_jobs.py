@@ -1,0 +1,273 @@
+"""Jobs: /jobs mkdir/rmdir rules, spec and ids, subsets, status, /stats,
+/README (DESIGN.md 2.2, 2.3, 2.5)."""
+
+import errno
+import json
+import os
+import subprocess
+import unittest
+
+import mountlib
+from mountlib import DatasetMixin, JoaderTestCase, read_epoch, ids_of
+
+
+class JobsTest(DatasetMixin, JoaderTestCase):
+
+    def subset_ids(self, m, job, readers=1):
+        """Reads one epoch of a job and returns its ids, checking each is
+        delivered once and status.subset_size agrees."""
+        st = m.status(job)
+        ids = ids_of(read_epoch(m.path("jobs", job, "next"), readers))
+        self.assertEqual(len(ids), len(set(ids)), "an id was given twice")
+        self.assertEqual(st["subset_size"], len(ids),
+                         "status.subset_size before the epoch: %s" % st)
+        return sorted(ids)
+
+    def ids_with_labels(self, labels):
+        return [i for i, (_, label) in enumerate(self.order) if label in labels]
+
+    # ---------------------------------------------------------- subsets
+
+    def test_subset_forms(self):
+        m = self.mount(self.source, {"size": "16"})
+        cases = [
+            ("default", None, list(range(self.N))),
+            ("all", "subset=all", list(range(self.N))),
+            ("cls12", "subset=classes:1-2", self.ids_with_labels({1, 2})),
+            ("cls03", "subset=classes:0-0,3-3", self.ids_with_labels({0, 3})),
+            ("cls_one", "subset=classes:2-2", self.ids_with_labels({2})),
+            ("range", "subset=range:5-12", list(range(5, 13))),
+            ("range1", "subset=range:0-0", [0]),
+            ("rangeN", "subset=range:%d-%d" % (self.N - 3, self.N - 1),
+             list(range(self.N - 3, self.N))),
+        ]
+        for job, spec, expected in cases:
+            with self.subTest(spec=spec):
+                m.mkjob(job, spec=spec)
+                self.assertEqual(self.subset_ids(m, job, readers=2), expected)
+
+    def test_subset_random(self):
+        m = self.mount(self.source, {"size": "16"})
+        m.mkjob("r03", spec="subset=random:0.3:11")
+        s03 = self.subset_ids(m, "r03")
+        self.assertEqual(len(s03), round(0.3 * self.N))
+        m.mkjob("r075", spec="subset=random:0.75:11")
+        self.assertEqual(len(self.subset_ids(m, "r075")), round(0.75 * self.N))
+
+        m.mkjob("a", spec="subset=random:0.5:11")
+        m.mkjob("b", spec="subset=random:0.5:11")
+        m.mkjob("c", spec="subset=random:0.5:12")
+        sa, sb, sc = (self.subset_ids(m, j, readers=2) for j in "abc")
+        self.assertEqual(len(sa), round(0.5 * self.N))
+        self.assertEqual(sa, sb, "same seed must select the same ids")
+        self.assertEqual(len(sc), len(sa))
+        self.assertNotEqual(sa, sc, "different seeds selected the same ids")
+        self.assertTrue(set(sa) & set(sc), "different seeds: no overlap")
+        # the subset survives the epoch: epoch 1 has the same ids
+        self.assertEqual(self.subset_ids(m, "a"), sa)
+        # ... and does not depend on the mount's seed
+        m.unmount()
+        m2 = self.mount(self.source, {"size": "16", "seed": "99"})
+        m2.mkjob("a2", spec="subset=random:0.5:11")
+        self.assertEqual(self.subset_ids(m2, "a2"), sa)
+
+    def test_ids_file(self):
+        m = self.mount(self.source, {"size": "16"})
+        m.mkjob("byid", ids="3\n5\n7\n%d\n" % (self.N - 1))
+        self.assertEqual(m.status("byid")["subset_size"], 4)
+        self.assertEqual(self.subset_ids(m, "byid"), [3, 5, 7, self.N - 1])
+
+        picks = [0, 6, 13, self.N - 1]
+        m.mkjob("bypath", ids="".join(self.order[i][0] + "\n" for i in picks))
+        self.assertEqual(m.status("bypath")["subset_size"], len(picks))
+        self.assertEqual(self.subset_ids(m, "bypath", readers=2), picks)
+
+    # ------------------------------------------------------------- spec
+
+    def test_spec_bad_writes_fail_einval(self):
+        m = self.mount(self.source)
+        m.mkjob("s", spec="size=32 window=1")
+        good = m.read_spec("s")
+        bad = [
+            "nosuchkey=1",
+            "subset=all nosuchkey=1",
+            "size=32 window=1 bogus=3",
+            "size=abc",
+            "size=-5",
+            "size=12x",
+            "epochs=abc",
+            "epochs=-1",
+            "window=0",
+            "window=abc",
+            "subset=bogus",
+            "subset=range:5-2",
+            "subset=range:0-%d" % self.N,          # id N does not exist
+            "subset=range:1",
+            "subset=range:a-b",
+            "subset=classes:2-1",
+            "subset=classes:0-%d" % self.C,         # class C does not exist
+            "subset=classes:0-1,3-9",
+            "subset=classes:",
+            "subset=random:1.5:3",
+            "subset=random:abc:3",
+            "subset=random:0.5",
+            "garbage",
+            "size",
+            "=5",
+            "\xff\xfe\x00garbage",
+        ]
+        for text in bad:
+            with self.subTest(spec=text):
+                data = text.encode("latin-1")
+                self.assertErrno(errno.EINVAL, m.write_spec, "s", data)
+                self.assertEqual(m.read_spec("s"), good,
+                                 "a failed write changed the spec")
+
+    def test_spec_good_write_replaces(self):
+        m = self.mount(self.source)
+        os.mkdir(m.path("jobs", "s"))
+        fresh = m.read_spec("s")
+        self.assertIn(fresh.get("subset", "all"), ("all",), fresh)
+
+        m.write_spec("s", "size=32 window=1")
+        spec = m.read_spec("s")
+        self.assertEqual((spec.get("size"), spec.get("window")), ("32", "1"),
+                         spec)
+
+        m.write_spec("s", "epochs=2\n")
+        spec = m.read_spec("s")
+        self.assertEqual(spec.get("epochs"), "2", spec)
+        self.assertIn(spec.get("size", "64"), ("64",),
+                      "the second write must replace the whole spec: %s" % spec)
+        self.assertIn(spec.get("window", "64"), ("64",), spec)
+
+        # newline-separated pairs, and the spec takes effect
+        m.write_spec("s", "subset=range:0-9\nsize=48\n")
+        spec = m.read_spec("s")
+        self.assertEqual((spec.get("subset"), spec.get("size")),
+                         ("range:0-9", "48"), spec)
+        self.assertNotIn(spec.get("epochs"), ("2",), spec)
+        recs = read_epoch(m.path("jobs", "s", "next"))[0]
+        self.assertEqual(sorted(r.id for r in recs), list(range(10)))
+        self.assertTrue(all((r.height, r.width) == (48, 48) for r in recs))
+
+    def test_spec_with_shell_echo(self):
+        m = self.mount(self.source)
+        os.mkdir(m.path("jobs", "sh"))
+        r = subprocess.run(["/bin/sh", "-c", 'echo "subset=classes:0-0" > "$1"',
+                            "sh", m.path("jobs", "sh", "spec")],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(m.read_spec("sh").get("subset"), "classes:0-0")
+        self.assertEqual(m.status("sh")["subset_size"],
+                         len(self.ids_with_labels({0})))
+
+    def test_spec_busy_after_first_read(self):
+        m = self.mount(self.source)
+        path = m.mkjob("b", spec="window=1")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            # opening alone does not freeze the spec: only a read does
+            m.write_spec("b", "size=32")
+            data = mountlib.read_exact(fd, 64)
+            self.assertEqual(data[:4], b"JSF1")
+            self.assertErrno(errno.EBUSY, m.write_spec, "b", "size=48")
+        finally:
+            os.close(fd)
+        self.assertErrno(errno.EBUSY, m.write_spec, "b", "size=48")
+        self.assertEqual(m.read_spec("b").get("size"), "32")
+
+    # ----------------------------------------------------------- mkdir
+
+    def test_job_id_rules(self):
+        m = self.mount(self.source)
+        good = ["x" * 64, "A.b_c-9", "-", "_", "0", ".hidden", "a..b"]
+        for name in good:
+            with self.subTest(good=name):
+                os.mkdir(m.path("jobs", name))
+                self.assertIn(name, os.listdir(m.path("jobs")))
+                self.assertEqual(m.status(name)["epoch"], 0)
+        bad = ["x" * 65, "a b", "bad!", "a:b", "semi;colon", "tab\tx", "\u00fc",
+               "a*", "q?", "new\nline", "x" * 200]
+        for name in bad:
+            with self.subTest(bad=name):
+                self.assertErrno(errno.EINVAL, os.mkdir, m.path("jobs", name))
+                self.assertNotIn(name, os.listdir(m.path("jobs")))
+        self.assertErrno(errno.EEXIST, os.mkdir, m.path("jobs", "A.b_c-9"))
+        self.assertEqual(sorted(os.listdir(m.path("jobs"))), sorted(good))
+        self.assertEqual(sorted(m.stats()["jobs"]), sorted(good))
+
+    def test_rmdir_ends_job(self):
+        m = self.mount(self.source)
+        path = m.mkjob("gone", spec="window=1")
+        m.mkjob("stays")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = mountlib.read_exact(fd, mountlib.record_size(64 * 64 * 3))
+            self.assertEqual(len(mountlib.parse_records(data)), 1)
+            os.rmdir(m.path("jobs", "gone"))
+            self.assertNotIn("gone", os.listdir(m.path("jobs")))
+            self.assertNotIn("gone", m.stats()["jobs"])
+            self.assertIn("stays", m.stats()["jobs"])
+            self.assertFalse(os.path.exists(m.path("jobs", "gone")))
+            self.assertErrno(errno.ENODEV, mountlib.read_exact, fd, 1 << 20,
+                             timeout=15)
+        finally:
+            os.close(fd)
+        self.assertErrno(errno.ENOENT, os.rmdir, m.path("jobs", "gone"))
+        # the name can be used again, for a fresh job
+        os.mkdir(m.path("jobs", "gone"))
+        st = m.status("gone")
+        self.assertEqual((st["epoch"], st["delivered"], st["remaining"]),
+                         (0, 0, self.N), st)
+        self.assertIn(m.read_spec("gone").get("window", "64"), ("64",))
+
+    def test_rmdir_idle_job(self):
+        m = self.mount(self.source)
+        read_epoch(m.mkjob("done"), 1)
+        os.rmdir(m.path("jobs", "done"))
+        self.assertEqual(os.listdir(m.path("jobs")), [])
+        self.assertEqual(m.stats()["jobs"], {})
+
+    # ---------------------------------------------------- README, stats
+
+    def test_readme(self):
+        m = self.mount(self.source)
+        text = m.read_text("README")
+        self.assertGreater(len(text.strip()), 100)
+        self.assertNotIn("\0", text)
+        for word in ("mkdir", "jobs", "next", "spec"):
+            self.assertIn(word, text)
+
+    def test_stats(self):
+        m = self.mount(self.source)
+        stats = m.stats()
+        for key in ("decoded", "delivered", "ram_hits", "disk_hits",
+                    "ram_bytes", "ram_budget", "disk_bytes", "skipped"):
+            self.assertIn(key, stats)
+            self.assertIsInstance(stats[key], int, key)
+            self.assertGreaterEqual(stats[key], 0, key)
+        self.assertEqual(stats["jobs"], {})
+        self.assertIn(stats["ram_budget"], (64 << 20, 64 * 10 ** 6))
+        self.assertEqual((stats["delivered"], stats["skipped"]), (0, 0))
+
+        ids_one = ids_of(read_epoch(m.mkjob("one", spec="subset=range:0-9"), 2))
+        m.mkjob("two", spec="subset=range:5-14")
+        ids_two = ids_of(read_epoch(m.path("jobs", "two", "next"), 1))
+        stats = m.stats()
+        self.assertGreaterEqual(stats["decoded"], len(set(ids_one + ids_two)))
+        self.assertEqual(stats["delivered"], 20)
+        self.assertLessEqual(stats["ram_bytes"], stats["ram_budget"])
+        self.assertEqual((stats["disk_hits"], stats["disk_bytes"]), (0, 0),
+                         "cache_dir=none: no disk tier")
+        self.assertEqual(sorted(stats["jobs"]), ["one", "two"])
+        for job, st in stats["jobs"].items():
+            self.assertEqual(st, {**st, "subset_size": 10, "readers": 0,
+                                  "delivered": 10, "remaining": 0}, job)
+            own = m.status(job)
+            self.assertEqual({k: st[k] for k in own}, own, job)
+        json.dumps(stats)
+
+
+if __name__ == "__main__":
+    unittest.main()
