@@ -22,7 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "sampling/planner.h"
 
@@ -114,7 +114,7 @@ class CountBoundedCache {
  private:
   size_t capacity_;
   std::unique_ptr<EvictionPolicy> policy_;
-  std::unordered_map<SampleId, bool> cached_;
+  std::unordered_set<SampleId> cached_;
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
 };

@@ -1,14 +1,27 @@
-// The RAM cache of decoded samples, keyed by (output size, sample id).
+// The RAM tier of decoded samples, keyed by (output size, sample id), in
+// front of the disk tier and the decoder.
 //
-// Get() is single-flight: however many callers ask for a sample while it is
-// being decoded, it is decoded once and every caller is called back with the
-// same immutable sample. Ready samples are kept within a byte budget; when
-// it is exceeded the least recently used ones are dropped (callers that
-// still hold a SamplePtr keep theirs alive). A sample that fails to decode
-// is remembered as bad and never tried again.
+// Acquire() is single-flight: however many jobs ask for a sample while it
+// is being loaded, it is loaded once (from the disk tier, else decoded) and
+// every caller gets the same immutable sample. Each Acquire() pins the entry
+// until the matching Release(): the job manager acquires a sample when it
+// plans it for a job and releases it once delivered, so a planned sample is
+// never evicted before every job that planned it has it.
 //
-// Thread-safe. Callbacks run without the cache's lock held: at once on the
+// Unpinned entries are kept within the byte budget by the RefCnt policy of
+// the JOADER paper: the entry the fewest jobs still need this epoch (the
+// NeedCounts callback, answered by the planners) goes first; among equal
+// counts, the least recently used. Victims are chosen by comparing a few
+// random unpinned entries, which keeps eviction O(1) however large the cache.
+// Every decoded sample is also queued for the disk tier (write-through), since
+// every job wants every sample again next epoch and after a restart.
+//
+// A sample that fails to decode is remembered as bad and never tried again.
+//
+// Thread-safe. Callbacks run without the cache's lock: at once on the
 // caller's thread when the sample is ready, else on a loader thread.
+// NeedCounts is called with the cache's lock held, so whoever answers it must
+// never call into the cache while holding its own lock.
 
 #ifndef JOADERFS_CACHE_SAMPLE_CACHE_H_
 #define JOADERFS_CACHE_SAMPLE_CACHE_H_
@@ -16,14 +29,15 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <mutex>
-#include <string>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "cache/disk_cache.h"
 #include "catalog/catalog.h"
+#include "common/random.h"
 #include "loader/decoded_sample.h"
 #include "loader/loader_pool.h"
 
@@ -36,27 +50,45 @@ struct SampleKey {
 };
 
 struct CacheStats {
-  uint64_t hits = 0;       // Get() found the sample ready or being decoded
-  uint64_t misses = 0;     // Get() started a decode
-  uint64_t decoded = 0;    // decodes that succeeded
-  uint64_t failed = 0;     // distinct samples that could not be decoded
+  uint64_t hits = 0;        // Acquire() found the sample ready or loading
+  uint64_t misses = 0;      // Acquire() started a load
+  uint64_t decoded = 0;     // successful decodes
+  uint64_t failed = 0;      // distinct samples that could not be decoded
   uint64_t evictions = 0;
-  uint64_t bytes = 0;      // pixels held by the cache
+  uint64_t bytes = 0;       // pixels of ready entries
+  uint64_t pinned_bytes = 0;
   uint64_t budget = 0;
   uint64_t entries = 0;
+  uint64_t loading = 0;     // entries being loaded
 };
 
 class SampleCache {
  public:
   // `sample` is null when the image could not be decoded.
   using Callback = std::function<void(const SamplePtr& sample)>;
+  // Fills counts[i] with how many jobs still need (size, ids[i]) this epoch.
+  using NeedCounts =
+      std::function<void(uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts)>;
 
-  SampleCache(const Catalog* catalog, LoaderPool* pool, uint64_t budget_bytes);
+  // `disk` may be null (cache_dir=none).
+  SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, uint64_t budget_bytes);
 
-  // Calls `done` exactly once with the sample for `key`.
-  void Get(SampleKey key, Callback done);
+  void SetNeedCounts(NeedCounts need_counts);
+
+  // Pins the entry for `key` and calls `done` exactly once with its sample.
+  void Acquire(SampleKey key, Callback done);
+  // Unpins one Acquire() of `key`.
+  void Release(SampleKey key);
+
+  // Bytes that pinned samples hold or will hold once loaded: the job
+  // manager plans less ahead when this reaches the budget. Lock-free, so it
+  // may be called under any lock.
+  uint64_t CommittedBytes() const { return committed_.load(std::memory_order_relaxed); }
+  uint64_t budget() const { return budget_; }
 
   CacheStats Stats() const;
+  // The disk tier behind this cache, or null.
+  const DiskCache* disk() const { return disk_; }
 
  private:
   struct KeyHash {
@@ -65,22 +97,35 @@ class SampleCache {
     }
   };
   struct Entry {
-    SamplePtr sample;                  // null while loading
-    std::vector<Callback> waiters;     // while loading
-    std::list<SampleKey>::iterator lru;  // valid once ready
+    SamplePtr sample;               // null while loading
+    std::vector<Callback> waiters;  // while loading
+    uint32_t pins = 0;
+    uint64_t last_use = 0;
+    size_t slot = SIZE_MAX;         // position in evictable_ when ready and unpinned
   };
 
   void Load(SampleKey key);
+  // REQUIRES for these: mu_ held.
+  void AddEvictable(const SampleKey& key, Entry& e);
+  void RemoveEvictable(Entry& e);
   void EvictLocked();
+  void UpdateCommitted();
 
   const Catalog* catalog_;
   LoaderPool* pool_;
+  DiskCache* disk_;
+  const uint64_t budget_;
+  std::atomic<uint64_t> committed_{0};
 
   mutable std::mutex mu_;
   std::unordered_map<SampleKey, Entry, KeyHash> entries_;  // GUARDED_BY(mu_)
-  std::list<SampleKey> lru_;                               // GUARDED_BY(mu_), oldest first
-  std::unordered_set<SampleKey, KeyHash> bad_;             // GUARDED_BY(mu_)
-  CacheStats stats_;                                       // GUARDED_BY(mu_)
+  std::vector<SampleKey> evictable_;                      // GUARDED_BY(mu_)
+  std::unordered_set<SampleKey, KeyHash> bad_;            // GUARDED_BY(mu_)
+  NeedCounts need_counts_;                                // GUARDED_BY(mu_)
+  uint64_t clock_ = 0;                                    // GUARDED_BY(mu_)
+  uint64_t average_bytes_ = 0;                            // GUARDED_BY(mu_), of loaded samples
+  Rng rng_{0x7265666e74ULL};                              // GUARDED_BY(mu_)
+  CacheStats stats_;                                      // GUARDED_BY(mu_)
 };
 
 }  // namespace joaderfs

@@ -123,10 +123,10 @@ Status Catalog::ReadManifest() {
 }
 
 void Catalog::Index() {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  h = Fnv1a(h, source_.data(), source_.size());
+  constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+  uint64_t h = Fnv1a(kFnvBasis, source_.data(), source_.size());
   for (SampleId id = 0; id < entries_.size(); ++id) {
-    const Entry& e = entries_[id];
+    Entry& e = entries_[id];
     by_relpath_.emplace(e.relpath, id);
     struct stat st {};
     const std::string p = root_ + "/" + e.relpath;
@@ -135,8 +135,9 @@ void Catalog::Index() {
                               static_cast<uint64_t>(st.st_mtim.tv_sec),
                               static_cast<uint64_t>(st.st_mtim.tv_nsec),
                               static_cast<uint64_t>(st.st_ino)};
-    h = Fnv1a(h, e.relpath.data(), e.relpath.size() + 1);
-    h = Fnv1a(h, parts, sizeof parts);
+    e.fingerprint = Fnv1a(Fnv1a(kFnvBasis, e.relpath.data(), e.relpath.size() + 1), parts,
+                          sizeof parts);
+    h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
   }
   identity_ = h;
 }

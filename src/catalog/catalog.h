@@ -46,14 +46,19 @@ class Catalog {
   Roaring IdsWithLabels(int64_t first, int64_t last) const;
   std::optional<SampleId> FindRelpath(std::string_view relpath) const;
 
-  // A digest of every path, size and modification time: it changes when any
-  // file is added, removed, resized or modified.
+  // A digest of the sample's relative path, label, file size, modification
+  // time and inode: it changes when that file is replaced or modified.
+  uint64_t fingerprint(SampleId id) const { return entries_[id].fingerprint; }
+
+  // A digest of every sample's fingerprint: it changes when any file is
+  // added, removed, resized or modified.
   uint64_t identity() const { return identity_; }
 
  private:
   struct Entry {
     std::string relpath;
     int64_t label;
+    uint64_t fingerprint = 0;
   };
 
   Catalog() = default;

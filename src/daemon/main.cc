@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cache/disk_cache.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
 #include "daemon/options.h"
@@ -95,14 +96,33 @@ int Run(int argc, char** argv) {
   s = Catalog::Open(o.source, &catalog);
   if (!s.ok()) return Fail(s.message());
 
-  LoaderPool pool(o.threads);
-  SampleCache cache(catalog.get(), &pool, o.ram_cache);
+  std::unique_ptr<DiskCache> disk;
+  if (!o.cache_dir.empty()) {
+    s = DiskCache::Open(o.cache_dir, catalog.get(), o.disk_cache, &disk);
+    if (!s.ok()) return Fail(s.message());
+  }
+  // Decode threads call into the cache tiers: the pool is stopped first at
+  // shutdown (see below), so it is declared last among them.
+  auto pool = std::make_unique<LoaderPool>(o.threads);
+  SampleCache cache(catalog.get(), pool.get(), disk.get(), o.ram_cache);
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.lookahead = o.lookahead;
+  jo.min_lookahead = 4 * o.threads;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
   jo.seed = o.seed;
-  JobManager jobs(catalog.get(), &cache, &pool, jo);
+  jo.dependent_sampling = o.dependent_sampling;
+  JobManager jobs(catalog.get(), &cache, pool.get(), jo);
+  auto need_counts = [&jobs](uint32_t size, std::span<const SampleId> ids,
+                             std::span<uint32_t> counts) { jobs.NeedCounts(size, ids, counts); };
+  cache.SetNeedCounts(need_counts);
+  if (disk) {
+    disk->SetNeedCount([&jobs](uint32_t size, SampleId id) {
+      uint32_t count = 0;
+      jobs.NeedCounts(size, std::span(&id, 1), std::span(&count, 1));
+      return count;
+    });
+  }
   Filesystem filesystem(catalog.get(), &jobs, o.size);
 
   // libfuse prints its own one-line reason (an unknown option, a busy
@@ -130,7 +150,7 @@ int Run(int argc, char** argv) {
                catalog->source(), catalog->size(), catalog->num_classes(), o.size,
                o.ram_cache >> 20, o.threads, o.seed);
 
-  pool.Start();
+  pool->Start();
   int ret;
   {
     IdleReaper reaper(&jobs);
@@ -143,6 +163,11 @@ int Run(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  pool.reset();  // no decode may outlive the tiers it writes to
+  if (disk) {
+    disk->Flush();
+    disk->SetNeedCount(nullptr);  // the jobs go before the disk tier
+  }
   spdlog::shutdown();
   return ret == 0 ? 0 : 1;
 }

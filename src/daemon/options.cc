@@ -16,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 enum Key {
-  kRamCache, kCacheDir, kDiskCache, kThreads, kSize, kSeed, kLookahead, kIdleTimeout,
+  kRamCache, kCacheDir, kDiskCache, kThreads, kSize, kSeed, kLookahead, kIdleTimeout, kSampler,
   kLog, kLogLevel, kForeground, kDebug, kHelp, kVersion,
 };
 
@@ -29,6 +29,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("seed=%s", kSeed),
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
+    FUSE_OPT_KEY("sampler=%s", kSampler),
     FUSE_OPT_KEY("log=%s", kLog),
     FUSE_OPT_KEY("log_level=%s", kLogLevel),
     FUSE_OPT_KEY("-f", kForeground),
@@ -98,6 +99,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kIdleTimeout:
       if (!number) return bad("seconds");
       o.job_idle_timeout = *number;
+      break;
+    case kSampler:
+      if (value != "dsa" && value != "isa") return bad("dsa or isa");
+      o.dependent_sampling = value == "dsa";
       break;
     case kLog:
       if (value.empty()) return bad("a file or syslog");
@@ -206,6 +211,7 @@ options:
     -o seed=N                sampler seed (default random)
     -o lookahead=N           samples each job's plan runs ahead (default 256)
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
+    -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
     -o log=FILE|syslog       log sink (default stderr with -f, else syslog)
     -o log_level=LEVEL       trace, debug, info, warn, error (default info)
     -o allow_other           let other users read the mount (FUSE option)

@@ -25,6 +25,7 @@ struct DaemonOptions {
   uint64_t seed = 0;
   uint32_t lookahead = 256;
   uint64_t job_idle_timeout = 600;
+  bool dependent_sampling = true;  // sampler=dsa (default) or isa
   std::string log;  // a file, "syslog", or empty for the default
   std::string log_level = "info";
   bool foreground = false;

@@ -192,6 +192,7 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
     job->group->planner->RemoveJob(job->handle);
     job->group->jobs.erase(job);
   }
+  ReleaseSlots(job, &actions);
   for (Reader* r : job->readers) {
     r->job = nullptr;
     if (r->waiting) {
@@ -341,6 +342,8 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
     if (!job->running) StartEpoch(job, &actions);
     if (job->released) {
       job->released = false;
+      spdlog::info("job {} is read again: fetching its {} planned samples", job->name,
+                   job->slots.size());
       for (uint64_t p = job->window_start; p < job->window_start + job->slots.size(); ++p) {
         if (job->slots[p - job->window_start].state == SlotState::kPlanned) {
           RequestSlot(job, p, &actions);
@@ -439,7 +442,9 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
     auto& group = groups_[job->spec.size];
     if (!group) {
       group = std::make_unique<Group>();
-      group->planner = NewIndependentPlanner(MixSeed(options_.seed, job->spec.size));
+      const uint64_t seed = MixSeed(options_.seed, job->spec.size);
+      group->planner = options_.dependent_sampling ? NewDependentPlanner(seed)
+                                                   : NewIndependentPlanner(seed);
     }
     job->group = group.get();
     job->handle = group->next_handle++;
@@ -463,24 +468,32 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
 // lookahead takes part: jobs reading at the same pace thus plan in the same
 // rounds (which is what lets dependent sampling share picks), while a slow
 // job with a full queue stays out (partial sampling) and holds nobody back.
+//
+// Planned samples are pinned in the RAM cache until delivered, so when the
+// pinned bytes reach the cache's budget jobs plan only a minimum ahead
+// (enough to keep the decode threads busy) instead of thrashing the cache.
 void JobManager::Plan(Group* group, Actions* actions) {
   auto outstanding = [](const Job* j) { return j->planned - j->done; };
+  auto wants = [&](const Job* j, uint64_t limit) {
+    return j->running && !j->released && j->planned < j->subset.cardinality() &&
+           outstanding(j) < limit;
+  };
   bool low = false;
   for (const Job* j : group->jobs) {
-    if (j->running && j->planned < j->subset.cardinality() &&
-        outstanding(j) <= EffectiveLookahead(j) / 2) {
-      low = true;
-    }
+    if (wants(j, EffectiveLookahead(j) / 2 + 1)) low = true;
   }
   if (!low) return;
   std::vector<JobHandle> participants;
   std::unordered_map<JobHandle, Job*> by_handle;
   std::vector<Pick> picks;
   for (;;) {
+    const bool over_budget = cache_->CommittedBytes() >= cache_->budget();
     participants.clear();
     for (Job* j : group->jobs) {
-      if (j->running && j->planned < j->subset.cardinality() &&
-          outstanding(j) < EffectiveLookahead(j)) {
+      const uint64_t limit =
+          over_budget ? std::min<uint64_t>(options_.min_lookahead, EffectiveLookahead(j))
+                      : EffectiveLookahead(j);
+      if (wants(j, limit)) {
         participants.push_back(j->handle);
         by_handle[j->handle] = j;
       }
@@ -497,16 +510,36 @@ void JobManager::Plan(Group* group, Actions* actions) {
   }
 }
 
+// Pins the slot's sample in the cache (loading it if needed) until the slot
+// is done or released.
 void JobManager::RequestSlot(Job* job, uint64_t position, Actions* actions) {
   Slot& slot = job->slots[position - job->window_start];
   if (job->released) return;  // requested again when a reader comes back
   slot.state = SlotState::kRequested;
   const SampleKey key{job->spec.size, slot.id};
   actions->Add([this, key, serial = job->serial, epoch = job->epoch, position] {
-    cache_->Get(key, [this, serial, epoch, position](const SamplePtr& sample) {
+    cache_->Acquire(key, [this, serial, epoch, position](const SamplePtr& sample) {
       OnLoaded(serial, epoch, position, sample);
     });
   });
+}
+
+// Unpins every slot of the job that holds a pin; they return to kPlanned.
+void JobManager::ReleaseSlots(Job* job, Actions* actions) {
+  std::vector<SampleKey> keys;
+  for (Slot& slot : job->slots) {
+    if (slot.state == SlotState::kRequested || slot.state == SlotState::kReady) {
+      keys.push_back({job->spec.size, slot.id});
+      slot.state = SlotState::kPlanned;
+      slot.sample.reset();
+    }
+  }
+  job->ready.clear();
+  if (!keys.empty()) {
+    actions->Add([this, keys = std::move(keys)] {
+      for (const SampleKey& key : keys) cache_->Release(key);
+    });
+  }
 }
 
 void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
@@ -522,8 +555,6 @@ void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
   if (!sample) {
     ++job->skipped;
     MarkDone(job, position, &actions);
-  } else if (job->released) {
-    slot.state = SlotState::kPlanned;  // give the sample back; fetch it again on return
   } else {
     slot.state = SlotState::kReady;
     slot.sample = sample;
@@ -537,10 +568,11 @@ void JobManager::MarkDone(Job* job, uint64_t position, Actions* actions) {
   Slot& slot = job->slots[position - job->window_start];
   slot.state = SlotState::kDone;
   slot.sample.reset();
+  actions->Add([this, key = SampleKey{job->spec.size, slot.id}] { cache_->Release(key); });
   ++job->done;
   ++job->done_in_window;
   if (job->done == job->subset.cardinality()) {
-    EndEpoch(job, actions);
+    EndEpoch(job);
     return;
   }
   if (job->done_in_window == job->window_end() - job->window_start) AdvanceWindow(job);
@@ -558,7 +590,7 @@ void JobManager::AdvanceWindow(Job* job) {
   }
 }
 
-void JobManager::EndEpoch(Job* job, Actions* actions) {
+void JobManager::EndEpoch(Job* job) {
   spdlog::info("job {} ends epoch {}: {} delivered, {} skipped", job->name, job->epoch,
                job->delivered, job->skipped);
   job->running = false;
@@ -570,6 +602,7 @@ void JobManager::EndEpoch(Job* job, Actions* actions) {
 }
 
 void JobManager::ReleaseIdleJobs() {
+  Actions actions;
   std::lock_guard lock(mu_);
   const auto now = std::chrono::steady_clock::now();
   for (auto& [name, job] : jobs_) {
@@ -577,18 +610,19 @@ void JobManager::ReleaseIdleJobs() {
         now - job->idle_since < options_.idle_timeout) {
       continue;
     }
+    ReleaseSlots(job.get(), &actions);
     job->released = true;
-    job->ready.clear();
-    uint64_t released = 0;
-    for (Slot& slot : job->slots) {
-      if (slot.state == SlotState::kReady) {
-        slot.sample.reset();
-        slot.state = SlotState::kPlanned;
-        ++released;
-      }
-    }
-    spdlog::info("job {} idle for {}s: released {} planned samples", name,
-                 options_.idle_timeout.count(), released);
+    spdlog::info("job {} has had no reader for {}s: released its {} planned samples", name,
+                 options_.idle_timeout.count(), job->slots.size());
+  }
+}
+
+void JobManager::NeedCounts(uint32_t size, std::span<const SampleId> ids,
+                            std::span<uint32_t> counts) const {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(size);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    counts[i] = it == groups_.end() ? 0 : it->second->planner->RefCount(ids[i]);
   }
 }
 
@@ -605,6 +639,7 @@ Status JobManager::JobStatusJson(const std::string& name, std::string* json) con
       .Field("delivered_total", job->delivered_total)
       .Field("size", job->spec.size)
       .Field("window", job->spec.window)
+      .Field("shared_picks", job->group ? job->group->planner->SharedPicks(job->handle) : 0)
       .Field("owner", job->uid);
   w.EndObject();
   *json = w.Finish();
@@ -613,6 +648,7 @@ Status JobManager::JobStatusJson(const std::string& name, std::string* json) con
 
 std::string JobManager::StatsJson() const {
   const CacheStats cache = cache_->Stats();
+  const DiskCacheStats disk = cache_->disk() ? cache_->disk()->Stats() : DiskCacheStats{};
   JsonWriter w;
   std::lock_guard lock(mu_);
   w.BeginObject();
@@ -620,12 +656,20 @@ std::string JobManager::StatsJson() const {
       .Field("delivered", delivered_)
       .Field("ram_hits", cache.hits)
       .Field("ram_misses", cache.misses)
-      .Field("disk_hits", uint64_t{0})
+      .Field("disk_hits", disk.hits)
+      .Field("disk_misses", disk.misses)
       .Field("ram_bytes", cache.bytes)
+      .Field("ram_pinned_bytes", cache.pinned_bytes)
       .Field("ram_budget", cache.budget)
       .Field("ram_entries", cache.entries)
       .Field("ram_evictions", cache.evictions)
-      .Field("disk_bytes", uint64_t{0})
+      .Field("disk_bytes", disk.bytes)
+      .Field("disk_budget", disk.budget)
+      .Field("disk_entries", disk.entries)
+      .Field("disk_evictions", disk.evictions)
+      .Field("disk_writes", disk.writes)
+      .Field("disk_write_drops", disk.write_drops)
+      .Field("disk_corrupt", disk.corrupt)
       .Field("skipped", cache.failed)
       .Field("decode_threads", pool_->threads())
       .Field("decode_queue", static_cast<uint64_t>(pool_->queue_depth()))

@@ -11,7 +11,8 @@
 // these calls and Status codes to errno.
 //
 // Thread-safe. Read() never blocks: it replies at once, or later from the
-// thread that makes data ready. Replies run without the manager's lock.
+// thread that makes data ready. Replies and cache calls run without the
+// manager's lock (the cache calls back into NeedCounts under its own).
 
 #ifndef JOADERFS_JOBS_JOB_MANAGER_H_
 #define JOADERFS_JOBS_JOB_MANAGER_H_
@@ -41,6 +42,10 @@ namespace joaderfs {
 struct JobManagerOptions {
   uint32_t default_size = 224;
   uint32_t lookahead = 256;
+  // What a job may always plan ahead, even when planned samples fill the
+  // RAM budget: enough to keep the decode threads busy.
+  uint32_t min_lookahead = 8;
+  bool dependent_sampling = true;  // false: independent shuffles (baseline)
   std::chrono::seconds idle_timeout{600};
   uint64_t seed = 0;
 };
@@ -89,6 +94,10 @@ class JobManager {
   // the idle timeout. Called periodically.
   void ReleaseIdleJobs();
 
+  // How many jobs still need each of `ids` at output size `size` in their
+  // current epoch: the cache tiers' eviction priority. Never calls the cache.
+  void NeedCounts(uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) const;
+
  private:
   struct Job;
   struct Reader;
@@ -100,12 +109,13 @@ class JobManager {
   void StartEpoch(Job* job, Actions* actions);
   void Plan(Group* group, Actions* actions);
   void RequestSlot(Job* job, uint64_t position, Actions* actions);
+  void ReleaseSlots(Job* job, Actions* actions);
   void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
   void MarkDone(Job* job, uint64_t position, Actions* actions);
   void AdvanceWindow(Job* job);
   void ServeWaiters(Job* job, Actions* actions);
   bool TryServe(Reader* reader, Actions* actions);
-  void EndEpoch(Job* job, Actions* actions);
+  void EndEpoch(Job* job);
   bool ReaderAtEof(const Reader* reader) const;
   uint64_t EffectiveLookahead(const Job* job) const;
 

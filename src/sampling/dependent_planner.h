@@ -43,7 +43,8 @@
 // probability |R_1| / |R_n|, again the optimum. With arbitrary overlaps each
 // participant matches its best-overlapping predecessor optimally.
 //
-// Cost. A root draw is one roaring select; a child keeps its parent's id
+// Cost. A root draw is one roaring select (or a few contains() tests while
+// the set is dense in its span: rejection, exact too); a child keeps its parent's id
 // after one contains() test, or draws from R_i \ R_p by rejection from R_i
 // (the residual is entered with probability |R_i \ R_p|/|R_i| and then needs
 // |R_i|/|R_i \ R_p| tries on average: one try per round in expectation; after
@@ -91,8 +92,11 @@ class DependentPlanner final : public Planner {
   struct Job {
     JobHandle handle = 0;
     bool present = false;
-    Roaring subset;
-    Roaring remaining;
+    Roaring subset;  // run-optimised
+    bool subset_has_runs = false;
+    SampleId first = 0;  // the subset's smallest and largest ids
+    SampleId last = 0;
+    Roaring remaining;  // never holds run containers
     uint64_t remaining_count = 0;
     uint64_t shared_picks = 0;
   };
@@ -100,6 +104,9 @@ class DependentPlanner final : public Planner {
   // A child's residual draw tries this many rejections from R_i before
   // computing R_i \ R_p exactly.
   static constexpr int kMaxRejections = 64;
+  // Uniform draws sample the subset's span by rejection while the remaining
+  // set fills at least 1/kDenseSpan of it, else use roaring select.
+  static constexpr uint64_t kDenseSpan = 4;
 
   uint32_t SlotOf(JobHandle job) const;
   uint64_t& Overlap(uint32_t a, uint32_t b) {

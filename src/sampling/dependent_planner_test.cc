@@ -198,6 +198,25 @@ TEST(DependentPlanner, SharedPicksAddUp) {
   EXPECT_GT(shared_in_rounds, 0u);
 }
 
+TEST(DependentPlanner, RunContainersAcrossChunkEnds) {
+  // Ranges become run containers; a short run ending a 64Ki chunk crashed
+  // CRoaring 0.2.66's remove_run_compression.
+  DependentPlanner planner(11);
+  const Roaring subset = IdRange(65021, 70000);
+  planner.AddJob(0, subset);
+  const JobHandle job[] = {0};
+  std::vector<Pick> picks;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    picks.clear();
+    while (planner.Remaining(0) > 0) planner.Round(job, &picks);
+    Roaring got;
+    for (const Pick& p : picks) got.add(p.id);
+    EXPECT_EQ(got, subset);
+    EXPECT_EQ(picks.size(), subset.cardinality());
+    planner.StartEpoch(0);
+  }
+}
+
 TEST(DependentPlanner, MemoryStaysWithinThreeTimesTheSubsets) {
   DependentPlanner planner(12);
   size_t subsets = 0;

@@ -2,32 +2,7 @@
 
 #include <algorithm>
 
-#include "common/random.h"
-
 namespace joaderfs {
-
-Roaring IdRange(SampleId first, SampleId last) {
-  Roaring ids;
-  ids.addRange(first, static_cast<uint64_t>(last) + 1);
-  return ids;
-}
-
-Roaring IdSample(SampleId first, SampleId last, uint64_t count,
-                 uint64_t seed) {
-  // Floyd's algorithm: one draw per chosen id.
-  Rng rng(seed);
-  const uint64_t n = static_cast<uint64_t>(last) - first + 1;
-  Roaring ids;
-  for (uint64_t j = n - count; j < n; ++j) {
-    const SampleId candidate = first + static_cast<SampleId>(rng.Below(j + 1));
-    if (ids.contains(candidate)) {
-      ids.add(first + static_cast<SampleId>(j));
-    } else {
-      ids.add(candidate);
-    }
-  }
-  return ids;
-}
 
 void RunAtSpeeds(
     Planner& planner, std::span<const SpeedJob> jobs,

@@ -1,5 +1,5 @@
-// Helpers shared by the planner tests: building subsets and driving jobs at
-// fixed speeds through many epochs. Test support only.
+// Driving jobs at fixed speeds through many epochs, for the planner tests.
+// Test support only.
 
 #ifndef JOADERFS_SAMPLING_PLANNER_TESTING_H_
 #define JOADERFS_SAMPLING_PLANNER_TESTING_H_
@@ -11,15 +11,10 @@
 
 #include <roaring/roaring.hh>
 
+#include "sampling/id_sets.h"
 #include "sampling/planner.h"
 
 namespace joaderfs {
-
-// Ids first..last inclusive.
-Roaring IdRange(SampleId first, SampleId last);
-
-// `count` ids drawn without replacement from first..last by `seed`.
-Roaring IdSample(SampleId first, SampleId last, uint64_t count, uint64_t seed);
 
 struct SpeedJob {
   Roaring subset;

@@ -102,7 +102,6 @@ class JobsTest(DatasetMixin, JoaderTestCase):
             "subset=bogus",
             "subset=range:5-2",
             "subset=range:0-%d" % self.N,          # id N does not exist
-            "subset=range:1",
             "subset=range:a-b",
             "subset=classes:2-1",
             "subset=classes:0-%d" % self.C,         # class C does not exist
@@ -118,6 +117,7 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         ]
         for text in bad:
             with self.subTest(spec=text):
+                m.write_spec("s", "size=32 window=1")
                 data = text.encode("latin-1")
                 self.assertErrno(errno.EINVAL, m.write_spec, "s", data)
                 self.assertEqual(m.read_spec("s"), good,
@@ -265,7 +265,9 @@ class JobsTest(DatasetMixin, JoaderTestCase):
             self.assertEqual(st, {**st, "subset_size": 10, "readers": 0,
                                   "delivered": 10, "remaining": 0}, job)
             own = m.status(job)
-            self.assertEqual({k: st[k] for k in own}, own, job)
+            keys = ("epoch", "delivered", "remaining", "subset_size", "readers")
+            self.assertEqual({k: st[k] for k in keys},
+                             {k: own[k] for k in keys}, job)
         json.dumps(stats)
 
 

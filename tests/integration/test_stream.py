@@ -149,10 +149,10 @@ class StreamTest(DatasetMixin, JoaderTestCase):
 
     def test_job_size_spec(self):
         m = self.mount(self.source)
-        recs = read_epoch(m.mkjob("small", spec="size=32"), 1)[0]
-        self.check_records(recs, 32)
+        recs = read_epoch(m.mkjob("small", spec="size=100"), 1)[0]
+        self.check_records(recs, 100)
         self.assertEqual(sorted(r.id for r in recs), list(range(self.N)))
-        self.report_mads("job size=32", self.pixel_mads(recs, 32))
+        self.report_mads("job size=100", self.pixel_mads(recs, 100))
 
     def test_second_epoch(self):
         m = self.mount(self.source)

@@ -1,0 +1,182 @@
+// Planner benchmarks against the targets of issue 3 (paper figures in
+// brackets):
+//   - inserting a job: 128 datasets of 1-2 million ids each, inserted one
+//     after the other into one planner; time per insert, target <= 0.05 s
+//     [JOADER: 0.57 s];
+//   - planning: 8 jobs over 1 million ids each, a whole epoch; target >= 1
+//     million ids planned per second on one core;
+//   - memory: planner state over the jobs' own roaring bitmaps, target <= 3x
+//     (counters "mem_ratio" at the end of the inserts, and "peak_mem_ratio"
+//     over the epoch, when picks have punched holes into every set).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "common/random.h"
+#include "sampling/dependent_planner.h"
+#include "sampling/id_sets.h"
+
+namespace joaderfs {
+namespace {
+
+constexpr int kDatasets = 128;
+constexpr SampleId kUniverse = 2000000;
+
+// Random subsets (the daemon's random:F specs): each id of 0..2M-1 kept with
+// probability F, F uniform in [0.5, 1], so 1-2 million ids each.
+const std::vector<Roaring>& RandomDatasets() {
+  static const std::vector<Roaring> datasets = [] {
+    std::vector<Roaring> out;
+    Rng rng(42);
+    std::vector<SampleId> ids;
+    for (int d = 0; d < kDatasets; ++d) {
+      const double fraction = 0.5 + 0.5 * rng.Unit();
+      ids.clear();
+      for (SampleId id = 0; id < kUniverse; ++id) {
+        if (rng.Unit() < fraction) ids.push_back(id);
+      }
+      out.emplace_back(ids.size(), ids.data());
+    }
+    return out;
+  }();
+  return datasets;
+}
+
+// Contiguous subsets (classes:A-B specs): 1-2 million ids at random offsets.
+const std::vector<Roaring>& RangeDatasets() {
+  static const std::vector<Roaring> datasets = [] {
+    std::vector<Roaring> out;
+    Rng rng(43);
+    for (int d = 0; d < kDatasets; ++d) {
+      const SampleId size = static_cast<SampleId>(1000000 + rng.Below(1000001));
+      const SampleId first = static_cast<SampleId>(rng.Below(kUniverse));
+      out.push_back(IdRange(first, first + size - 1));
+    }
+    return out;
+  }();
+  return datasets;
+}
+
+size_t SubsetBytes(const std::vector<Roaring>& subsets, size_t n) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) bytes += ApproximateRoaringBytes(subsets[i]);
+  return bytes;
+}
+
+void InsertJobs(benchmark::State& state, const std::vector<Roaring>& sets) {
+  double ratio = 0;
+  for (auto _ : state) {
+    DependentPlanner planner(1);
+    const auto begin = std::chrono::steady_clock::now();
+    for (int d = 0; d < kDatasets; ++d) planner.AddJob(d, sets[d]);
+    const std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - begin;
+    state.SetIterationTime(elapsed.count() / kDatasets);
+    ratio = static_cast<double>(planner.MemoryBytes()) /
+            static_cast<double>(SubsetBytes(sets, kDatasets));
+  }
+  state.counters["mem_ratio"] = ratio;
+}
+
+void BM_InsertJobRandomSubsets(benchmark::State& state) {
+  InsertJobs(state, RandomDatasets());
+}
+BENCHMARK(BM_InsertJobRandomSubsets)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+void BM_InsertJobRangeSubsets(benchmark::State& state) {
+  InsertJobs(state, RangeDatasets());
+}
+BENCHMARK(BM_InsertJobRangeSubsets)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+enum Overlap { kIdentical = 0, kRandom = 1, kNested = 2 };
+
+// 8 jobs of 1 million ids: the same ids, independent random samples of
+// 1 million out of 1.33 million, or nested prefixes of 1M, 7/8 M, ... 1/8 M.
+std::vector<Roaring> EightJobs(Overlap overlap) {
+  std::vector<Roaring> jobs;
+  for (uint64_t j = 0; j < 8; ++j) {
+    switch (overlap) {
+      case kIdentical:
+        jobs.push_back(IdRange(0, 999999));
+        break;
+      case kRandom:
+        jobs.push_back(IdSample(0, 1333332, 1000000, j + 1));
+        break;
+      case kNested:
+        jobs.push_back(IdRange(0, static_cast<SampleId>(1000000 / 8 * (8 - j)) - 1));
+        break;
+    }
+  }
+  return jobs;
+}
+
+// One epoch of every job; argument 1 (speeds) makes job j take part in
+// j + 1 rounds out of 8, so rounds are partial.
+void BM_PlanEpoch(benchmark::State& state) {
+  const auto overlap = static_cast<Overlap>(state.range(0));
+  const bool speeds = state.range(1) != 0;
+  const std::vector<Roaring> subsets = EightJobs(overlap);
+  const double subset_bytes =
+      static_cast<double>(SubsetBytes(subsets, subsets.size()));
+  uint64_t picks = 0;
+  uint64_t shared = 0;
+  double peak_ratio = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    DependentPlanner planner(7);
+    for (JobHandle j = 0; j < 8; ++j) planner.AddJob(j, subsets[j]);
+    std::vector<JobHandle> participants;
+    std::vector<Pick> out;
+    out.reserve(8);
+    state.ResumeTiming();
+    for (uint64_t round = 0;; ++round) {
+      participants.clear();
+      for (JobHandle j = 0; j < 8; ++j) {
+        if (planner.Remaining(j) == 0) continue;
+        if (!speeds || round % 8 <= j) participants.push_back(j);
+      }
+      if (participants.empty()) break;
+      out.clear();
+      planner.Round(participants, &out);
+      if (round % (1 << 18) == 0) {
+        state.PauseTiming();
+        peak_ratio = std::max(
+            peak_ratio,
+            static_cast<double>(planner.MemoryBytes()) / subset_bytes);
+        state.ResumeTiming();
+      }
+    }
+    picks = planner.Stats().picks;
+    shared = planner.Stats().shared_picks;
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(picks) *
+                          static_cast<int64_t>(state.iterations()));
+  state.counters["ids_per_s"] = benchmark::Counter(
+      static_cast<double>(picks), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["shared_fraction"] =
+      static_cast<double>(shared) / static_cast<double>(picks);
+  state.counters["peak_mem_ratio"] = peak_ratio;
+}
+BENCHMARK(BM_PlanEpoch)
+    ->ArgNames({"overlap", "speeds"})
+    ->Args({kIdentical, 0})
+    ->Args({kRandom, 0})
+    ->Args({kNested, 0})
+    ->Args({kRandom, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+}  // namespace
+}  // namespace joaderfs
+
+BENCHMARK_MAIN();

@@ -1,0 +1,349 @@
+#include "catalog/catalog.h"
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace joaderfs {
+namespace {
+namespace fs = std::filesystem;
+
+// A fresh directory, removed with everything in it at the end of the scope.
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "catalog_test.XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `content` to `path`, making its folders.
+void WriteFile(const std::string& path, const std::string& content = "") {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+std::vector<std::string> Relpaths(const Catalog& c) {
+  std::vector<std::string> out;
+  for (SampleId id = 0; id < c.size(); ++id) out.push_back(c.relpath(id));
+  return out;
+}
+
+std::vector<int64_t> Labels(const Catalog& c) {
+  std::vector<int64_t> out;
+  for (SampleId id = 0; id < c.size(); ++id) out.push_back(c.label(id));
+  return out;
+}
+
+std::vector<uint32_t> Ids(const Roaring& r) {
+  std::vector<uint32_t> out;
+  for (uint32_t v : r) out.push_back(v);
+  return out;
+}
+
+std::unique_ptr<Catalog> OpenOk(const std::string& source) {
+  std::unique_ptr<Catalog> c;
+  const Status s = Catalog::Open(source, &c);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return c;
+}
+
+// SOURCE/<class>/... with classes "a", "a-b", "b" and "c" (no image), plus
+// files the catalog must ignore.
+void MakeImageFolder(const TempDir& d) {
+  WriteFile(d / "b/z.jpg");
+  WriteFile(d / "b/a.PNG");
+  WriteFile(d / "a-b/c.jpg");
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "a/sub/y.jpeg");
+  WriteFile(d / "a/sub/deeper/k.webp");
+  WriteFile(d / "a/sub-2/w.bmp");
+  // Ignored: hidden files and folders, other extensions, files at the root.
+  WriteFile(d / "a/.hidden.jpg");
+  WriteFile(d / "a/.thumbs/t.jpg");
+  WriteFile(d / "a/notes.txt");
+  WriteFile(d / "a/README");
+  WriteFile(d / "a/jpg");
+  WriteFile(d / "b/archive.jpg.gz");
+  WriteFile(d / "root.jpg");
+  WriteFile(d / "c/empty.txt");
+}
+
+TEST(CatalogTest, ImageFolderOrderAndLabels) {
+  TempDir d;
+  MakeImageFolder(d);
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  // Classes sorted by name: a=0, a-b=1, b=2, c=3 (no image, still a class).
+  // All of "a" (nested folders too, component by component: "sub" before
+  // "sub-2" before "x.jpg") come before "a-b".
+  const std::vector<std::string> expected = {
+      "a/sub/deeper/k.webp", "a/sub/y.jpeg", "a/sub-2/w.bmp", "a/x.jpg",
+      "a-b/c.jpg",           "b/a.PNG",      "b/z.jpg"};
+  EXPECT_EQ(Relpaths(*c), expected);
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 0, 0, 0, 1, 2, 2}));
+  EXPECT_EQ(c->size(), 7u);
+  EXPECT_EQ(c->num_classes(), 4u);
+  for (SampleId id = 0; id < c->size(); ++id) {
+    EXPECT_EQ(c->path(id), d.path() + "/" + c->relpath(id));
+    EXPECT_TRUE(fs::is_regular_file(c->path(id))) << c->path(id);
+  }
+}
+
+TEST(CatalogTest, ImageFolderSourceIsAbsoluteWithoutTrailingSlash) {
+  TempDir d;
+  MakeImageFolder(d);
+  auto c = OpenOk(d.path() + "/");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->source(), d.path());
+  EXPECT_EQ(c->path(0), d.path() + "/a/sub/deeper/k.webp");
+}
+
+TEST(CatalogTest, ClassesSortedByNameNotByDiscovery) {
+  TempDir d;
+  // Created in reverse order; labels must follow the names.
+  for (const char* cls : {"zebra", "monkey", "Apple", "ant"}) {
+    WriteFile(d / (std::string(cls) + "/img.jpg"));
+  }
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"Apple/img.jpg", "ant/img.jpg",
+                                                    "monkey/img.jpg", "zebra/img.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+TEST(CatalogTest, EmptyClassBetweenOthersShiftsLabels) {
+  TempDir d;
+  WriteFile(d / "a/1.jpg");
+  fs::create_directories(d / "b");
+  WriteFile(d / "c/1.jpg");
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->num_classes(), 3u);
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 2}));
+  EXPECT_TRUE(c->IdsWithLabels(1, 1).isEmpty());
+}
+
+TEST(CatalogTest, IdsWithLabels) {
+  TempDir d;
+  MakeImageFolder(d);
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Ids(c->IdsWithLabels(0, 0)), (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(Ids(c->IdsWithLabels(1, 2)), (std::vector<uint32_t>{4, 5, 6}));
+  EXPECT_EQ(Ids(c->IdsWithLabels(0, 3)), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(c->IdsWithLabels(3, 3).isEmpty());
+  EXPECT_TRUE(c->IdsWithLabels(2, 1).isEmpty());
+  EXPECT_TRUE(c->IdsWithLabels(7, 9).isEmpty());
+}
+
+TEST(CatalogTest, FindRelpath) {
+  TempDir d;
+  MakeImageFolder(d);
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  for (SampleId id = 0; id < c->size(); ++id) {
+    EXPECT_EQ(c->FindRelpath(c->relpath(id)), id) << c->relpath(id);
+  }
+  EXPECT_EQ(c->FindRelpath("a/notes.txt"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a/.hidden.jpg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("x.jpg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a/x"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath(""), std::nullopt);
+}
+
+TEST(CatalogTest, MissingSourceIsNotFound) {
+  TempDir d;
+  std::unique_ptr<Catalog> c;
+  const Status s = Catalog::Open(d / "does-not-exist", &c);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.message();
+  EXPECT_FALSE(c);
+}
+
+TEST(CatalogTest, EmptyFolderIsInvalid) {
+  TempDir d;
+  std::unique_ptr<Catalog> c;
+  EXPECT_EQ(Catalog::Open(d.path(), &c).code(), Status::Code::kInvalidArgument);
+  EXPECT_FALSE(c);
+}
+
+TEST(CatalogTest, FolderWithoutImagesIsInvalid) {
+  TempDir d;
+  WriteFile(d / "a/notes.txt");
+  WriteFile(d / "b/.hidden.jpg");
+  fs::create_directories(d / "c");
+  WriteFile(d / "top.jpg");
+  std::unique_ptr<Catalog> c;
+  EXPECT_EQ(Catalog::Open(d.path(), &c).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(CatalogTest, ManifestIdsInFileOrder) {
+  TempDir d;
+  WriteFile(d / "list/train.tsv",
+            "img/one.jpg\t3\n"
+            "\n"
+            "img/two.jpg\t0\r\n"
+            "\r\n"
+            "other dir/three.png\t1\n"
+            "../up.jpg\t0");  // no final newline
+  auto c = OpenOk(d / "list/train.tsv");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"img/one.jpg", "img/two.jpg", "other dir/three.png",
+                                      "../up.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{3, 0, 1, 0}));
+  EXPECT_EQ(c->num_classes(), 4u);
+  // Paths are relative to the manifest's folder.
+  EXPECT_EQ(fs::path(c->path(0)).lexically_normal(), fs::path(d / "list/img/one.jpg"));
+  EXPECT_EQ(fs::path(c->path(3)).lexically_normal(), fs::path(d / "up.jpg"));
+  EXPECT_EQ(c->FindRelpath("img/two.jpg"), 1u);
+  EXPECT_EQ(c->FindRelpath("other dir/three.png"), 2u);
+  EXPECT_EQ(Ids(c->IdsWithLabels(0, 0)), (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(Ids(c->IdsWithLabels(2, 3)), (std::vector<uint32_t>{0}));
+}
+
+TEST(CatalogTest, ManifestNeedNotListExistingFilesInOrder) {
+  TempDir d;
+  WriteFile(d / "m.tsv", "z.jpg\t0\na.jpg\t0\nm.jpg\t1\n");
+  auto c = OpenOk(d / "m.tsv");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"z.jpg", "a.jpg", "m.jpg"}));
+  EXPECT_EQ(c->path(1), d.path() + "/a.jpg");
+}
+
+TEST(CatalogTest, MalformedManifestLineIsInvalid) {
+  const char* const kBad[] = {
+      "a.jpg 1\n",             // space instead of a tab
+      "a.jpg\n",               // no label
+      "a.jpg\t\n",             // empty label
+      "a.jpg\tcat\n",          // not a number
+      "a.jpg\t-1\n",           // negative
+      "a.jpg\t1.5\n",          // not an integer
+      "\t1\n",                 // no path
+      "a.jpg\t1\nb.jpg\t\n",   // second line bad
+      "a.jpg\t1\n   \n",       // a line of spaces is not blank
+  };
+  for (const char* text : kBad) {
+    TempDir d;
+    WriteFile(d / "m.tsv", text);
+    std::unique_ptr<Catalog> c;
+    const Status s = Catalog::Open(d / "m.tsv", &c);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << "manifest: " << text;
+    EXPECT_FALSE(c);
+  }
+}
+
+TEST(CatalogTest, EmptyManifestIsInvalid) {
+  for (const char* text : {"", "\n\n", "\r\n"}) {
+    TempDir d;
+    WriteFile(d / "m.tsv", text);
+    std::unique_ptr<Catalog> c;
+    EXPECT_EQ(Catalog::Open(d / "m.tsv", &c).code(), Status::Code::kInvalidArgument)
+        << "manifest: '" << text << "'";
+  }
+}
+
+uint64_t IdentityOf(const std::string& source) {
+  auto c = OpenOk(source);
+  return c ? c->identity() : 0;
+}
+
+TEST(CatalogTest, IdentityStableWhenNothingChanges) {
+  TempDir d;
+  MakeImageFolder(d);
+  const uint64_t first = IdentityOf(d.path());
+  EXPECT_EQ(IdentityOf(d.path()), first);
+  EXPECT_EQ(IdentityOf(d.path() + "/"), first);
+}
+
+TEST(CatalogTest, IdentityChangesWhenAFileIsModified) {
+  TempDir d;
+  MakeImageFolder(d);
+  const uint64_t before = IdentityOf(d.path());
+  WriteFile(d / "a/x.jpg", "more bytes");
+  EXPECT_NE(IdentityOf(d.path()), before);
+}
+
+TEST(CatalogTest, IdentityChangesWhenOnlyTheModificationTimeChanges) {
+  TempDir d;
+  MakeImageFolder(d);
+  WriteFile(d / "b/z.jpg", "abcd");
+  const uint64_t before = IdentityOf(d.path());
+  // Same size, other content: rewritten with a later time.
+  WriteFile(d / "b/z.jpg", "wxyz");
+  fs::last_write_time(d / "b/z.jpg",
+                      fs::last_write_time(d / "b/z.jpg") + std::chrono::seconds(5));
+  EXPECT_NE(IdentityOf(d.path()), before);
+}
+
+TEST(CatalogTest, IdentityChangesWhenAFileIsAdded) {
+  TempDir d;
+  MakeImageFolder(d);
+  const uint64_t before = IdentityOf(d.path());
+  WriteFile(d / "c/new.jpg");
+  EXPECT_NE(IdentityOf(d.path()), before);
+}
+
+TEST(CatalogTest, IdentityChangesWhenAFileIsRemoved) {
+  TempDir d;
+  MakeImageFolder(d);
+  const uint64_t before = IdentityOf(d.path());
+  fs::remove(d / "a/sub/y.jpeg");
+  EXPECT_NE(IdentityOf(d.path()), before);
+}
+
+TEST(CatalogTest, IdentityChangesWhenAFileIsRenamed) {
+  TempDir d;
+  MakeImageFolder(d);
+  const uint64_t before = IdentityOf(d.path());
+  fs::rename(d / "a/x.jpg", d / "a/x2.jpg");
+  EXPECT_NE(IdentityOf(d.path()), before);
+}
+
+TEST(CatalogTest, ManifestIdentityFollowsLabelsAndFiles) {
+  TempDir d;
+  WriteFile(d / "img/a.jpg", "a");
+  WriteFile(d / "img/b.jpg", "b");
+  WriteFile(d / "m.tsv", "img/a.jpg\t0\nimg/b.jpg\t1\n");
+  const uint64_t before = IdentityOf(d / "m.tsv");
+  EXPECT_EQ(IdentityOf(d / "m.tsv"), before);
+
+  WriteFile(d / "m.tsv", "img/a.jpg\t0\nimg/b.jpg\t2\n");  // a label changed
+  const uint64_t relabelled = IdentityOf(d / "m.tsv");
+  EXPECT_NE(relabelled, before);
+
+  WriteFile(d / "img/b.jpg", "bigger");  // a listed file changed
+  EXPECT_NE(IdentityOf(d / "m.tsv"), relabelled);
+}
+
+TEST(CatalogTest, DifferentSourcesWithTheSameFilesDiffer) {
+  TempDir d1, d2;
+  WriteFile(d1 / "a/x.jpg");
+  WriteFile(d2 / "a/x.jpg");
+  EXPECT_NE(IdentityOf(d1.path()), IdentityOf(d2.path()));
+}
+
+}  // namespace
+}  // namespace joaderfs
