@@ -131,7 +131,7 @@ SampleId DependentPlanner::DrawUniform(const Job& job) {
   // is exact and needs under kDenseSpan contains() tests on average.
   const uint64_t span = static_cast<uint64_t>(job.last) - job.first + 1;
   if (job.remaining_count * kDenseSpan >= span) {
-    for (int attempt = 0; attempt < 4 * kDenseSpan; ++attempt) {
+    for (uint64_t attempt = 0; attempt < 4 * kDenseSpan; ++attempt) {
       const SampleId id = job.first + static_cast<SampleId>(rng_.Below(span));
       if (job.remaining.contains(id)) return id;
     }

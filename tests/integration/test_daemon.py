@@ -163,8 +163,10 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
                     text = f.read()[-20000:]
             except OSError as e:
                 text = str(e)
+            with open(fstab) as f:
+                line = f.read()
             return "mount status %d\nstdout: %s\nstderr: %s\nfstab: %s\nlog:\n%s" \
-                % (r.returncode, r.stdout, r.stderr, open(fstab).read(), text)
+                % (r.returncode, r.stdout, r.stderr, line, text)
         return r, mnt, diag
 
     def check_fstab_mount(self, r, mnt, diag):
@@ -320,69 +322,65 @@ class BadSamplesTest(JoaderTestCase):
 class InterruptTest(JoaderTestCase):
     """read() blocked on a sample that is not ready honours a signal.
 
-    The slow sample is a FIFO named .jpg: the loader blocks reading it until
-    the test writes to it."""
+    The slow sample lives on a second (inner) joaderfs mount whose daemon the
+    test stops with SIGSTOP: the outer daemon's loader blocks reading it, so
+    the outer job's reader blocks in read() until the test sends SIGCONT."""
 
     def test_blocked_read_is_interruptible(self):
         mountlib.require_binary()
-        src = mountlib.make_imagefolder(os.path.join(self.tempdir(), "src"),
-                                        {"a": ["1.jpg", "2.jpg"], "b": ["3.jpg"]})
-        fifo = os.path.join(src, "b", "slow.jpg")
-        os.mkfifo(fifo)
-        # Hold the FIFO open for writing: the daemon's open() returns, its
-        # read() blocks until we write or close.
-        wfd = os.open(fifo, os.O_RDWR)
-        state = {"wfd": wfd}
+        d = self.tempdir()
+        images = mountlib.make_imagefolder(os.path.join(d, "imgs"),
+                                           {"a": ["1.jpg", "2.jpg"]})
+        inner = self.mount(images)
+        # The outer SOURCE: a manifest beside a link to the inner mount.
+        outer_dir = os.path.join(d, "outer")
+        os.mkdir(outer_dir)
+        os.symlink(images, os.path.join(outer_dir, "imgs"))
+        os.symlink(inner.mnt, os.path.join(outer_dir, "inner"))
+        manifest = os.path.join(outer_dir, "train.tsv")
+        with open(manifest, "w") as f:
+            f.write("imgs/a/1.jpg\t0\ninner/README\t1\n")
+        outer = self.mount(manifest, {"threads": "2"})
 
-        def release():
-            if state["wfd"] is not None:
-                try:
-                    os.write(state["wfd"], b"not a jpeg")
-                finally:
-                    os.close(state["wfd"])
-                    state["wfd"] = None
+        stopped = {"on": False}
 
-        m = self.mount(src, {"threads": "2"}, start=False)
-        self.addCleanup(release)   # runs before the unmount (LIFO)
-        try:
-            m.start()
-        except AssertionError:
-            release()
-            raise
-        manifest = m.manifest()
-        rels = [rel for _, _, rel in manifest]
-        if "b/slow.jpg" not in rels:
-            self.skipTest("the catalog leaves out non-regular files, so a "
-                          "FIFO cannot make a slow sample")
-        slow_id = rels.index("b/slow.jpg")
-        path = m.mkjob("slow", spec="window=1", ids="%d\n" % slow_id)
+        def resume():
+            if stopped["on"]:
+                os.kill(inner.proc.pid, signal.SIGCONT)
+                stopped["on"] = False
+        self.addCleanup(resume)   # runs before both unmounts (LIFO)
+
+        os.kill(inner.proc.pid, signal.SIGSTOP)
+        stopped["on"] = True
+        path = outer.mkjob("slow", spec="window=1", ids="inner/README\n")
         child = subprocess.Popen(
             [sys.executable, "-c",
              "import os, sys\n"
              "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
              "print('open', flush=True)\n"
-             "os.read(fd, 1 << 20)\n"
-             "print('read returned', flush=True)\n", path],
+             "data = os.read(fd, 1 << 20)\n"
+             "print('read returned %d bytes' % len(data), flush=True)\n",
+             path],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: child.poll() is None and child.kill())
         self.assertEqual(child.stdout.readline().strip(), "open")
         time.sleep(1.0)
         self.assertIsNone(child.poll(), "read() returned although the only "
-                          "sample is not ready: %s" % child.stdout.read())
+                          "sample cannot be ready: %s" % child.stdout.read())
         child.send_signal(signal.SIGINT)
         try:
             child.wait(10)
         except subprocess.TimeoutExpired:
             self.fail("a reader blocked in read() ignored SIGINT for 10s")
-        err = child.stderr.read()
-        self.assertIn("KeyboardInterrupt", err)
-        # Releasing the FIFO makes the sample fail to decode: it is skipped
-        # and the daemon still works.
-        release()
-        ok = wait_until(lambda: m.stats()["skipped"] >= 1, 15)
-        self.assertTrue(ok, "the bad FIFO sample was not counted as skipped")
-        self.assertEqual(ids_of(read_epoch(m.mkjob("after", ids="0\n"), 1)),
-                         [0])
+        self.assertIn("KeyboardInterrupt", child.stderr.read())
+
+        # Resumed, the sample (a text file) fails to decode: it is skipped
+        # and the outer daemon goes on working.
+        resume()
+        self.assertTrue(wait_until(lambda: outer.stats()["skipped"] >= 1, 15),
+                        "the README sample was not counted as skipped")
+        self.assertEqual(
+            ids_of(read_epoch(outer.mkjob("after", ids="0\n"), 1)), [0])
 
 
 if __name__ == "__main__":

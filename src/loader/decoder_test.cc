@@ -1,0 +1,412 @@
+#include "loader/decoder.h"
+
+#include <stdlib.h>
+#include <vips/vips.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace joaderfs {
+namespace {
+namespace fs = std::filesystem;
+
+class DecoderEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(InitDecoder("decoder_test", &error)) << error;
+  }
+};
+::testing::Environment* const kDecoderEnvironment =
+    ::testing::AddGlobalTestEnvironment(new DecoderEnvironment);
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "decoder_test.XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+using Rgb = std::array<uint8_t, 3>;
+using PixelFn = std::function<uint8_t(int x, int y, int band)>;
+
+// Writes a `width` x `height` image of `bands` uchar bands (1 grey, 2 grey +
+// alpha, 3 RGB, 4 RGBA) with libvips; the format and its options come from
+// the name, e.g. "a.jpg[Q=100]".
+void WriteImage(const std::string& name, int width, int height, int bands, const PixelFn& f) {
+  std::vector<uint8_t> buf(static_cast<size_t>(width) * height * bands);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int b = 0; b < bands; ++b) buf[(static_cast<size_t>(y) * width + x) * bands + b] = f(x, y, b);
+    }
+  }
+  VipsImage* im = vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, bands,
+                                                  VIPS_FORMAT_UCHAR);
+  ASSERT_NE(im, nullptr) << vips_error_buffer();
+  const int rc = vips_image_write_to_file(im, name.c_str(), nullptr);
+  g_object_unref(im);
+  ASSERT_EQ(rc, 0) << name << ": " << vips_error_buffer();
+}
+
+void WriteConstant(const std::string& name, int width, int height, Rgb c) {
+  WriteImage(name, width, height, 3, [c](int, int, int b) { return c[b]; });
+}
+
+// Deterministic noise, so JPEGs have real entropy-coded data.
+void WriteNoise(const std::string& name, int width, int height, uint32_t seed = 1) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> values(static_cast<size_t>(width) * height * 3);
+  for (auto& v : values) v = static_cast<uint8_t>(rng());
+  WriteImage(name, width, height, 3, [&](int x, int y, int b) {
+    return values[(static_cast<size_t>(y) * width + x) * 3 + b];
+  });
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+Rgb PixelAt(const DecodedSample& s, uint32_t x, uint32_t y) {
+  const uint8_t* p = s.pixels.get() + (static_cast<size_t>(y) * s.width + x) * s.channels;
+  return {p[0], p[1], p[2]};
+}
+
+// Every pixel of `s` is within `tolerance` of `c`.
+::testing::AssertionResult AllPixelsNear(const DecodedSample& s, Rgb c, int tolerance) {
+  for (uint32_t y = 0; y < s.height; ++y) {
+    for (uint32_t x = 0; x < s.width; ++x) {
+      const Rgb p = PixelAt(s, x, y);
+      for (int b = 0; b < 3; ++b) {
+        if (std::abs(int{p[b]} - int{c[b]}) > tolerance) {
+          return ::testing::AssertionFailure()
+                 << "pixel (" << x << "," << y << ") = (" << int{p[0]} << "," << int{p[1]} << ","
+                 << int{p[2]} << "), expected (" << int{c[0]} << "," << int{c[1]} << ","
+                 << int{c[2]} << ") +-" << tolerance;
+        }
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult Near(Rgb p, Rgb c, int tolerance) {
+  for (int b = 0; b < 3; ++b) {
+    if (std::abs(int{p[b]} - int{c[b]}) > tolerance) {
+      return ::testing::AssertionFailure()
+             << "(" << int{p[0]} << "," << int{p[1]} << "," << int{p[2]} << ") vs (" << int{c[0]}
+             << "," << int{c[1]} << "," << int{c[2]} << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+DecodedSample DecodeOk(const std::string& path, uint32_t size) {
+  DecodedSample s;
+  const Status st = DecodeImage(path, size, &s);
+  EXPECT_TRUE(st.ok()) << path << " size " << size << ": " << st.message();
+  return s;
+}
+
+TEST(DecoderTest, OutputIsSizeBySizeRgb) {
+  TempDir d;
+  struct Dims {
+    int width, height;
+  };
+  const Dims dims[] = {{640, 480}, {480, 640}, {97, 131}, {300, 300}, {1000, 333},
+                       {225, 449}, {449, 225}, {64, 48},  {3, 2},     {1, 1}};
+  for (const Dims& dim : dims) {
+    for (const char* ext : {".jpg", ".png"}) {
+      const std::string path =
+          d / (std::to_string(dim.width) + "x" + std::to_string(dim.height) + ext);
+      WriteNoise(path, dim.width, dim.height);
+      for (uint32_t size : {224u, 32u, 1u}) {
+        const DecodedSample s = DecodeOk(path, size);
+        EXPECT_EQ(s.width, size) << path << " size " << size;
+        EXPECT_EQ(s.height, size) << path << " size " << size;
+        EXPECT_EQ(s.channels, 3u) << path;
+        EXPECT_EQ(s.bytes(), uint64_t{size} * size * 3) << path;
+        EXPECT_NE(s.pixels, nullptr) << path;
+      }
+    }
+  }
+}
+
+TEST(DecoderTest, SizeZeroKeepsOriginalDimensions) {
+  TempDir d;
+  for (const char* ext : {".jpg", ".png"}) {
+    const std::string path = d / (std::string("img") + ext);
+    WriteNoise(path, 97, 131);
+    const DecodedSample s = DecodeOk(path, 0);
+    EXPECT_EQ(s.width, 97u) << ext;
+    EXPECT_EQ(s.height, 131u) << ext;
+    EXPECT_EQ(s.channels, 3u) << ext;
+    EXPECT_EQ(s.bytes(), 97u * 131u * 3u) << ext;
+  }
+}
+
+TEST(DecoderTest, LosslessPixelsAreExactAtOriginalSize) {
+  TempDir d;
+  const std::string path = d / "pattern.png";
+  auto f = [](int x, int y, int b) { return static_cast<uint8_t>(x * 7 + y * 13 + b * 50); };
+  WriteImage(path, 23, 17, 3, f);
+  const DecodedSample s = DecodeOk(path, 0);
+  ASSERT_EQ(s.width, 23u);
+  ASSERT_EQ(s.height, 17u);
+  // HWC, row-major, RGB.
+  for (int y = 0; y < 17; ++y) {
+    for (int x = 0; x < 23; ++x) {
+      for (int b = 0; b < 3; ++b) {
+        ASSERT_EQ(s.pixels.get()[(y * 23 + x) * 3 + b], f(x, y, b))
+            << "x=" << x << " y=" << y << " band=" << b;
+      }
+    }
+  }
+}
+
+TEST(DecoderTest, ConstantColourSurvivesDecodeAndResize) {
+  TempDir d;
+  const Rgb colour = {200, 30, 60};
+  const std::string jpg = d / "c.jpg";
+  WriteConstant(jpg + "[Q=100]", 64, 48, colour);
+  const std::string png = d / "c.png";
+  WriteConstant(png, 64, 48, colour);
+  const std::string big = d / "big.jpg";
+  WriteConstant(big + "[Q=100]", 1200, 900, colour);  // shrink-on-load path
+  for (const std::string& path : {jpg, png, big}) {
+    for (uint32_t size : {0u, 32u, 100u, 224u}) {
+      const DecodedSample s = DecodeOk(path, size);
+      EXPECT_TRUE(AllPixelsNear(s, colour, 2)) << path << " size " << size;
+    }
+  }
+}
+
+TEST(DecoderTest, ResizeThenCentreCropWide) {
+  // 200 x 100: left half colour A, right half B. Resized to 50 the image is
+  // 100 x 50 and the centre crop keeps columns 25-74: half A, half B.
+  TempDir d;
+  const Rgb a = {200, 30, 60}, b = {20, 180, 240};
+  const std::string path = d / "wide.png";
+  WriteImage(path, 200, 100, 3, [&](int x, int, int band) { return x < 100 ? a[band] : b[band]; });
+  const DecodedSample s = DecodeOk(path, 50);
+  ASSERT_EQ(s.width, 50u);
+  ASSERT_EQ(s.height, 50u);
+  for (uint32_t y : {0u, 25u, 49u}) {
+    EXPECT_TRUE(Near(PixelAt(s, 0, y), a, 2)) << "y=" << y;
+    EXPECT_TRUE(Near(PixelAt(s, 20, y), a, 2)) << "y=" << y;
+    EXPECT_TRUE(Near(PixelAt(s, 29, y), b, 2)) << "y=" << y;
+    EXPECT_TRUE(Near(PixelAt(s, 49, y), b, 2)) << "y=" << y;
+  }
+}
+
+TEST(DecoderTest, ResizeThenCentreCropTall) {
+  // 60 x 180 in thirds A / B / C from the top; resized to 30 it is 30 x 90
+  // and the centre crop keeps rows 30-59: all B.
+  TempDir d;
+  const Rgb a = {250, 0, 0}, b = {0, 250, 0}, c = {0, 0, 250};
+  const std::string path = d / "tall.png";
+  WriteImage(path, 60, 180, 3, [&](int, int y, int band) {
+    return y < 60 ? a[band] : y < 120 ? b[band] : c[band];
+  });
+  const DecodedSample s = DecodeOk(path, 30);
+  ASSERT_EQ(s.width, 30u);
+  ASSERT_EQ(s.height, 30u);
+  EXPECT_TRUE(AllPixelsNear(s, b, 2));
+}
+
+TEST(DecoderTest, ShrinkOnLoadKeepsGeometry) {
+  // A large JPEG takes the shrink-on-load path; the halves must still land
+  // left and right of the centre.
+  TempDir d;
+  const Rgb a = {220, 40, 40}, b = {40, 40, 220};
+  const std::string path = d / "large.jpg";
+  WriteImage(path + "[Q=95]", 1600, 800, 3,
+             [&](int x, int, int band) { return x < 800 ? a[band] : b[band]; });
+  const DecodedSample s = DecodeOk(path, 100);
+  ASSERT_EQ(s.width, 100u);
+  ASSERT_EQ(s.height, 100u);
+  EXPECT_TRUE(Near(PixelAt(s, 10, 50), a, 6));
+  EXPECT_TRUE(Near(PixelAt(s, 40, 50), a, 6));
+  EXPECT_TRUE(Near(PixelAt(s, 60, 50), b, 6));
+  EXPECT_TRUE(Near(PixelAt(s, 90, 50), b, 6));
+}
+
+TEST(DecoderTest, GreyBecomesThreeChannels) {
+  TempDir d;
+  const std::string jpg = d / "grey.jpg";
+  WriteImage(jpg + "[Q=100]", 40, 30, 1, [](int, int, int) { return uint8_t{77}; });
+  const std::string png = d / "grey.png";
+  WriteImage(png, 40, 30, 1, [](int, int, int) { return uint8_t{77}; });
+  for (const std::string& path : {jpg, png}) {
+    for (uint32_t size : {0u, 16u}) {
+      const DecodedSample s = DecodeOk(path, size);
+      EXPECT_EQ(s.channels, 3u) << path;
+      EXPECT_EQ(s.width, size ? size : 40u) << path;
+      EXPECT_EQ(s.height, size ? size : 30u) << path;
+      EXPECT_EQ(s.bytes(), uint64_t{s.width} * s.height * 3) << path;
+      EXPECT_TRUE(AllPixelsNear(s, {77, 77, 77}, 2)) << path << " size " << size;
+    }
+  }
+}
+
+TEST(DecoderTest, GreyWithAlphaBecomesThreeChannels) {
+  TempDir d;
+  const std::string path = d / "ga.png";
+  WriteImage(path, 20, 20, 2, [](int, int, int b) { return b == 0 ? uint8_t{150} : uint8_t{255}; });
+  for (uint32_t size : {0u, 8u}) {
+    const DecodedSample s = DecodeOk(path, size);
+    EXPECT_EQ(s.channels, 3u);
+    EXPECT_EQ(s.bytes(), uint64_t{s.width} * s.height * 3);
+    EXPECT_TRUE(AllPixelsNear(s, {150, 150, 150}, 2)) << "size " << size;
+  }
+}
+
+TEST(DecoderTest, RgbaBecomesThreeChannels) {
+  TempDir d;
+  const Rgb colour = {10, 120, 230};
+  const std::string path = d / "rgba.png";
+  WriteImage(path, 30, 20, 4,
+             [&](int, int, int b) { return b < 3 ? colour[b] : uint8_t{255}; });
+  for (uint32_t size : {0u, 12u}) {
+    const DecodedSample s = DecodeOk(path, size);
+    EXPECT_EQ(s.channels, 3u);
+    EXPECT_EQ(s.width, size ? size : 30u);
+    EXPECT_EQ(s.height, size ? size : 20u);
+    EXPECT_EQ(s.bytes(), uint64_t{s.width} * s.height * 3);
+    EXPECT_TRUE(AllPixelsNear(s, colour, 2)) << "size " << size;
+  }
+}
+
+TEST(DecoderTest, SixteenBitBecomesEightBit) {
+  TempDir d;
+  const std::string path = d / "deep.png";
+  const uint16_t c16[3] = {257 * 200, 257 * 30, 257 * 60};
+  std::vector<uint16_t> buf(16 * 12 * 3);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = c16[i % 3];
+  VipsImage* im = vips_image_new_from_memory_copy(buf.data(), buf.size() * 2, 16, 12, 3,
+                                                  VIPS_FORMAT_USHORT);
+  ASSERT_NE(im, nullptr);
+  ASSERT_EQ(im->Type, VIPS_INTERPRETATION_RGB16);
+  const int rc = vips_image_write_to_file(im, path.c_str(), nullptr);
+  g_object_unref(im);
+  ASSERT_EQ(rc, 0) << vips_error_buffer();
+  const DecodedSample s = DecodeOk(path, 0);
+  EXPECT_EQ(s.width, 16u);
+  EXPECT_EQ(s.height, 12u);
+  EXPECT_EQ(s.channels, 3u);
+  EXPECT_TRUE(AllPixelsNear(s, {200, 30, 60}, 2));
+}
+
+TEST(DecoderTest, TruncatedJpegIsCorruption) {
+  TempDir d;
+  const std::string whole = d / "whole.jpg";
+  WriteNoise(whole, 256, 256);
+  const std::string bytes = ReadBytes(whole);
+  ASSERT_GT(bytes.size(), 10000u);
+  const std::string cut = d / "cut.jpg";
+  WriteBytes(cut, bytes.substr(0, bytes.size() / 2));
+  for (uint32_t size : {0u, 32u, 224u}) {
+    DecodedSample s;
+    const Status st = DecodeImage(cut, size, &s);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << "size " << size << ": " << st.message();
+  }
+  // The whole file is fine.
+  DecodeOk(whole, 32);
+}
+
+TEST(DecoderTest, TruncatedPngIsCorruption) {
+  TempDir d;
+  const std::string whole = d / "whole.png";
+  WriteNoise(whole, 128, 128);
+  const std::string bytes = ReadBytes(whole);
+  const std::string cut = d / "cut.png";
+  WriteBytes(cut, bytes.substr(0, bytes.size() / 2));
+  for (uint32_t size : {0u, 32u}) {
+    DecodedSample s;
+    const Status st = DecodeImage(cut, size, &s);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << "size " << size << ": " << st.message();
+  }
+}
+
+TEST(DecoderTest, NonImageIsCorruption) {
+  TempDir d;
+  const std::string text = d / "notes.jpg";
+  WriteBytes(text, "this is not an image, whatever its name says\n");
+  const std::string empty = d / "empty.png";
+  WriteBytes(empty, "");
+  const std::string header_only = d / "header.jpg";
+  WriteBytes(header_only, std::string("\xff\xd8\xff\xe0", 4));
+  for (const std::string& path : {text, empty, header_only}) {
+    for (uint32_t size : {0u, 224u}) {
+      DecodedSample s;
+      const Status st = DecodeImage(path, size, &s);
+      EXPECT_EQ(st.code(), Status::Code::kCorruption) << path << ": " << st.message();
+      EXPECT_FALSE(st.message().empty());
+    }
+  }
+}
+
+TEST(DecoderTest, MissingFileFails) {
+  TempDir d;
+  DecodedSample s;
+  EXPECT_FALSE(DecodeImage(d / "nope.jpg", 32, &s).ok());
+}
+
+TEST(DecoderTest, DeterministicAndThreadSafe) {
+  TempDir d;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 4; ++i) {
+    paths.push_back(d / ("n" + std::to_string(i) + (i % 2 ? ".png" : ".jpg")));
+    WriteNoise(paths.back(), 300 + 10 * i, 200, static_cast<uint32_t>(i + 1));
+  }
+  std::vector<std::string> expected;
+  for (const auto& p : paths) {
+    const DecodedSample s = DecodeOk(p, 64);
+    expected.emplace_back(reinterpret_cast<const char*>(s.pixels.get()), s.bytes());
+  }
+  std::vector<std::string> got(paths.size() * 4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      DecodedSample s;
+      if (DecodeImage(paths[t % paths.size()], 64, &s).ok()) {
+        got[t].assign(reinterpret_cast<const char*>(s.pixels.get()), s.bytes());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t t = 0; t < got.size(); ++t) {
+    EXPECT_TRUE(got[t] == expected[t % paths.size()]) << "thread " << t;
+  }
+}
+
+}  // namespace
+}  // namespace joaderfs
