@@ -7,7 +7,8 @@
 #
 # Writes OUTDIR/misses.csv (one row per case, sampler, policy and cache size)
 # and PNG plots drawn with gnuplot. The simulator is $SIM if set, else the
-# first joaderfs-sim found in build/ or build-*/ of the repository.
+# first joaderfs-sim found in build/ or build-*/ of the repository. Takes
+# about 20 seconds.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,8 +17,7 @@ seed="${SEED:-1}"
 
 sim="${SIM:-}"
 if [[ -z "$sim" ]]; then
-  for candidate in "$root"/build/tools/sim/joaderfs-sim \
-                   "$root"/build-*/tools/sim/joaderfs-sim; do
+  for candidate in "$root"/build/joaderfs-sim "$root"/build-*/joaderfs-sim; do
     if [[ -x "$candidate" ]]; then sim="$candidate"; break; fi
   done
 fi

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -169,7 +170,10 @@ int Run(int argc, char** argv) {
     disk->SetNeedCount(nullptr);  // the jobs go before the disk tier
   }
   spdlog::shutdown();
-  return ret == 0 ? 0 : 1;
+  // libfuse reports the signal that ended the loop; being asked to stop is
+  // a clean exit.
+  const bool stopped = ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP;
+  return stopped ? 0 : 1;
 }
 
 }  // namespace

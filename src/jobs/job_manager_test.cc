@@ -1,1 +1,1185 @@
-// placeholder
+// JobManager driven without FUSE over a small dataset of real JPEGs: the
+// stream contract of DESIGN.md 2.4, job rules of 2.2/2.3 and the status
+// fields, with the loader pool gated where a test needs reads to wait.
+
+#include "jobs/job_manager.h"
+
+#include <stdlib.h>
+#include <vips/vips.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "jobs/record.h"
+#include "loader/decoder.h"
+
+namespace joaderfs {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class DecoderEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(InitDecoder("job_manager_test", &error)) << error;
+  }
+};
+::testing::Environment* const kDecoderEnvironment =
+    ::testing::AddGlobalTestEnvironment(new DecoderEnvironment);
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "job_manager_test.XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+void WriteNoiseJpeg(const std::string& path, int width, int height, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> buf(static_cast<size_t>(width) * height * 3);
+  for (auto& v : buf) v = static_cast<uint8_t>(rng());
+  VipsImage* im =
+      vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, 3, VIPS_FORMAT_UCHAR);
+  ASSERT_NE(im, nullptr);
+  const int rc = vips_image_write_to_file(im, path.c_str(), nullptr);
+  g_object_unref(im);
+  ASSERT_EQ(rc, 0) << vips_error_buffer();
+}
+
+// Occupies every thread of a pool until released (or destroyed), so that a
+// test decides when decodes may run.
+class PoolGate {
+ public:
+  PoolGate(LoaderPool* pool, unsigned threads) : released_(release_.get_future().share()) {
+    std::vector<std::future<void>> started;
+    for (unsigned i = 0; i < threads; ++i) {
+      auto p = std::make_shared<std::promise<void>>();
+      started.push_back(p->get_future());
+      pool->Submit([p, f = released_] {
+        p->set_value();
+        f.wait();
+      });
+    }
+    for (auto& f : started) {
+      if (f.wait_for(10s) != std::future_status::ready) ADD_FAILURE() << "pool did not start";
+    }
+  }
+  ~PoolGate() { Release(); }
+  void Release() {
+    if (!done_) release_.set_value();
+    done_ = true;
+  }
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released_;
+  bool done_ = false;
+};
+
+// --- A minimal JSON reader for the status documents (objects, numbers,
+// strings, booleans, null), strict enough to catch malformed output.
+struct Json {
+  enum class Kind { kNull, kBool, kNumber, kString, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string string;
+  std::map<std::string, Json> object;
+
+  bool Has(const std::string& key) const { return object.count(key) > 0; }
+  const Json& operator[](const std::string& key) const {
+    static const Json kMissing;
+    auto it = object.find(key);
+    return it == object.end() ? kMissing : it->second;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(std::string_view text) : s_(text) {}
+  bool ParseDocument(Json* out) {
+    if (!Value(out)) return false;
+    Space();
+    return i_ == s_.size();
+  }
+
+ private:
+  void Space() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  bool Literal(std::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+  bool String(std::string* out) {
+    if (i_ >= s_.size() || s_[i_] != '"') return false;
+    ++i_;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      char c = s_[i_++];
+      if (static_cast<unsigned char>(c) < 0x20) return false;
+      if (c == '\\') {
+        if (i_ >= s_.size()) return false;
+        c = s_[i_++];
+        if (c == 'u') {
+          if (i_ + 4 > s_.size()) return false;
+          out->push_back(static_cast<char>(std::stoi(std::string(s_.substr(i_, 4)), nullptr, 16)));
+          i_ += 4;
+          continue;
+        }
+        if (c == 'n') c = '\n';
+        else if (c == 't') c = '\t';
+        else if (c != '"' && c != '\\' && c != '/') return false;
+      }
+      out->push_back(c);
+    }
+    if (i_ >= s_.size()) return false;
+    ++i_;
+    return true;
+  }
+  bool Value(Json* out) {
+    Space();
+    if (i_ >= s_.size()) return false;
+    const char c = s_[i_];
+    if (c == '{') {
+      ++i_;
+      out->kind = Json::Kind::kObject;
+      Space();
+      if (i_ < s_.size() && s_[i_] == '}') {
+        ++i_;
+        return true;
+      }
+      for (;;) {
+        Space();
+        std::string key;
+        if (!String(&key)) return false;
+        Space();
+        if (i_ >= s_.size() || s_[i_++] != ':') return false;
+        if (out->object.count(key)) return false;  // duplicate key
+        if (!Value(&out->object[key])) return false;
+        Space();
+        if (i_ >= s_.size()) return false;
+        if (s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
+        if (s_[i_] == '}') {
+          ++i_;
+          return true;
+        }
+        return false;
+      }
+    }
+    if (c == '"') {
+      out->kind = Json::Kind::kString;
+      return String(&out->string);
+    }
+    if (Literal("true") || Literal("false")) {
+      out->kind = Json::Kind::kBool;
+      out->boolean = s_[i_ - 1 - 3] == 't';  // "true" is four letters long
+      return true;
+    }
+    if (Literal("null")) return true;
+    const size_t start = i_;
+    if (s_[i_] == '-') ++i_;
+    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
+                              s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-')) {
+      ++i_;
+    }
+    if (i_ == start) return false;
+    out->kind = Json::Kind::kNumber;
+    out->number = std::stod(std::string(s_.substr(start, i_ - start)));
+    return true;
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+Json ParseJsonOrFail(const std::string& text) {
+  Json j;
+  EXPECT_TRUE(JsonParser(text).ParseDocument(&j)) << "not JSON: " << text;
+  return j;
+}
+
+// --- Reading the stream.
+
+struct Reply {
+  Status status;
+  std::string bytes;
+};
+
+struct Record {
+  RecordHeader header;
+  std::string payload;
+};
+
+// Splits a reader's bytes into records, checking each is well formed
+// (DESIGN.md 2.4): a v1 header, flags 0, 3 channels of uint8, reserved 0,
+// payload, zero padding to 64.
+std::vector<Record> ParseRecords(const std::string& bytes) {
+  std::vector<Record> out;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    if (bytes.size() - at < kRecordHeaderSize) {
+      ADD_FAILURE() << "stream ends inside a header at " << at;
+      break;
+    }
+    const auto* b = reinterpret_cast<const uint8_t*>(bytes.data() + at);
+    const auto h = DecodeRecordHeader(b);
+    if (!h) {
+      ADD_FAILURE() << "bad record header at " << at;
+      break;
+    }
+    uint64_t reserved;
+    std::memcpy(&reserved, b + 56, 8);
+    EXPECT_EQ(reserved, 0u);
+    EXPECT_EQ(h->flags, 0u);
+    EXPECT_EQ(h->channels, 3u);
+    EXPECT_EQ(h->dtype, kDtypeUint8);
+    if (bytes.size() - at < h->record_bytes()) {
+      ADD_FAILURE() << "stream ends inside record at " << at;
+      break;
+    }
+    Record r{*h, bytes.substr(at + kRecordHeaderSize, h->payload_bytes())};
+    for (size_t p = at + kRecordHeaderSize + h->payload_bytes(); p < at + h->record_bytes(); ++p) {
+      if (bytes[p] != 0) {
+        ADD_FAILURE() << "non-zero padding at " << p;
+        break;
+      }
+    }
+    at += h->record_bytes();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<SampleId> IdsOf(const std::vector<Record>& records) {
+  std::vector<SampleId> ids;
+  for (const Record& r : records) ids.push_back(static_cast<SampleId>(r.header.sample_id));
+  return ids;
+}
+
+std::vector<SampleId> Sorted(std::vector<SampleId> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+std::vector<SampleId> Iota(SampleId first, SampleId last) {
+  std::vector<SampleId> v;
+  for (SampleId i = first; i <= last; ++i) v.push_back(i);
+  return v;
+}
+
+constexpr uint32_t kSize = 16;                                 // the mount's default size
+constexpr uint64_t kRecord = kRecordHeaderSize + kSize * kSize * 3;  // 832, no padding
+constexpr uint32_t kOwner = 1000;
+constexpr size_t kBig = 1 << 20;
+
+// Three classes of eight 24x20 JPEGs: class c<k> holds ids 8k..8k+7.
+class JobManagerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    for (int c = 0; c < 3; ++c) {
+      fs::create_directories(*dir_ / ("c" + std::to_string(c)));
+      for (int i = 0; i < 8; ++i) {
+        WriteNoiseJpeg(*dir_ / ("c" + std::to_string(c) + "/img" + std::to_string(i) + ".jpg"), 24,
+                       20, static_cast<uint32_t>(c * 8 + i + 1));
+      }
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  void SetUp() override { OpenCatalog(dir_->path()); }
+  void TearDown() override { Shutdown(); }
+
+  void OpenCatalog(const std::string& source) {
+    const Status s = Catalog::Open(source, &catalog_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
+  JobManagerOptions Options() const {
+    JobManagerOptions o;
+    o.default_size = kSize;
+    o.lookahead = 256;
+    o.seed = 5;
+    return o;
+  }
+
+  void Build(JobManagerOptions options, unsigned threads = 2, uint64_t budget = 64 << 20) {
+    Shutdown();
+    pool_ = std::make_unique<LoaderPool>(threads);
+    cache_ = std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, budget);
+    jobs_ = std::make_unique<JobManager>(catalog_.get(), cache_.get(), pool_.get(), options);
+    cache_->SetNeedCounts(
+        [this](uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) {
+          jobs_->NeedCounts(size, ids, counts);
+        });
+    pool_->Start();
+  }
+  void Build() { Build(Options()); }
+
+  // Stops the decode threads first (finishing the running tasks, which may
+  // call back into the manager), then the manager and the cache.
+  void Shutdown() {
+    pool_.reset();
+    jobs_.reset();
+    cache_.reset();
+  }
+
+  // Loads `id` into the RAM cache and leaves it there unpinned.
+  void Prewarm(SampleId id) {
+    std::promise<void> done;
+    cache_->Acquire({kSize, id}, [&](const SamplePtr&) { done.set_value(); });
+    ASSERT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+    cache_->Release({kSize, id});
+  }
+
+  uint64_t NextToken() { return next_token_++; }
+
+  std::future<Reply> ReadAsync(JobManager::ReaderId reader, size_t max_bytes, uint64_t token) {
+    auto promise = std::make_shared<std::promise<Reply>>();
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto future = promise->get_future();
+    jobs_->Read(reader, max_bytes, token,
+                [promise, calls, max_bytes](const Status& s, std::span<const iovec> data) {
+                  if (++*calls > 1) {
+                    ADD_FAILURE() << "a read was replied to twice";
+                    return;
+                  }
+                  Reply r{s, {}};
+                  for (const iovec& v : data) {
+                    r.bytes.append(static_cast<const char*>(v.iov_base), v.iov_len);
+                  }
+                  EXPECT_LE(r.bytes.size(), max_bytes);
+                  promise->set_value(std::move(r));
+                });
+    return future;
+  }
+
+  // One read; nullopt when no reply came within `timeout`.
+  std::optional<Reply> ReadSync(JobManager::ReaderId reader, size_t max_bytes,
+                                std::chrono::milliseconds timeout = 10s) {
+    auto f = ReadAsync(reader, max_bytes, NextToken());
+    if (f.wait_for(timeout) != std::future_status::ready) return std::nullopt;
+    return f.get();
+  }
+
+  // Reads until end of stream and returns the bytes. `eof` tells whether the
+  // stream ended well (every reply Ok, then an empty one).
+  std::string ReadToEof(JobManager::ReaderId reader, size_t max_bytes, bool* eof = nullptr,
+                        std::chrono::milliseconds timeout = 10s) {
+    std::string bytes;
+    if (eof) *eof = false;
+    for (int i = 0; i < 100000; ++i) {
+      auto r = ReadSync(reader, max_bytes, timeout);
+      if (!r) {
+        ADD_FAILURE() << "a read got no reply in " << timeout.count() << " ms after "
+                      << bytes.size() << " bytes";
+        return bytes;
+      }
+      if (!r->status.ok()) {
+        ADD_FAILURE() << "read failed: " << r->status.message();
+        return bytes;
+      }
+      if (r->bytes.empty()) {
+        if (eof) *eof = true;
+        return bytes;
+      }
+      bytes += r->bytes;
+    }
+    ADD_FAILURE() << "no end of stream";
+    return bytes;
+  }
+
+  // Reads exactly `n` whole records, one per read.
+  std::vector<Record> ReadRecords(JobManager::ReaderId reader, size_t n) {
+    std::string bytes;
+    for (size_t i = 0; i < n; ++i) {
+      auto r = ReadSync(reader, kRecord);
+      if (!r || !r->status.ok() || r->bytes.size() != kRecord) {
+        ADD_FAILURE() << "record " << i << ": no whole record";
+        break;
+      }
+      bytes += r->bytes;
+    }
+    return ParseRecords(bytes);
+  }
+
+  JobManager::ReaderId Open(const std::string& job) {
+    JobManager::ReaderId reader = 0;
+    const Status s = jobs_->OpenReader(job, &reader);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return reader;
+  }
+
+  void MakeJob(const std::string& name, std::string_view spec = {}) {
+    ASSERT_TRUE(jobs_->CreateJob(name, kOwner).ok());
+    if (!spec.empty()) {
+      const Status s = jobs_->SetSpec(name, kOwner, spec);
+      ASSERT_TRUE(s.ok()) << s.message();
+    }
+  }
+
+  Json JobStatus(const std::string& name) {
+    std::string text;
+    const Status s = jobs_->JobStatusJson(name, &text);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return ParseJsonOrFail(text);
+  }
+
+  // Waits until no decode is queued or running.
+  void WaitForLoads() {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (cache_->Stats().loading > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(cache_->Stats().loading, 0u);
+  }
+
+  static TempDir* dir_;
+  std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<LoaderPool> pool_;
+  std::unique_ptr<SampleCache> cache_;
+  std::unique_ptr<JobManager> jobs_;
+  std::atomic<uint64_t> next_token_{1};
+};
+
+TempDir* JobManagerTest::dir_ = nullptr;
+
+TEST_F(JobManagerTest, CreateJobNameRules) {
+  Build();
+  EXPECT_TRUE(jobs_->CreateJob("resnet18-lr0.1", kOwner).ok());
+  EXPECT_TRUE(jobs_->CreateJob(std::string(64, 'x'), kOwner).ok());
+  EXPECT_TRUE(jobs_->CreateJob("A_b.c-9", 0).ok());
+  for (const std::string& bad : {std::string(), std::string("."), std::string(".."),
+                                 std::string("a/b"), std::string("a b"), std::string(65, 'x'),
+                                 std::string("caf\xc3\xa9"), std::string("x:y")}) {
+    EXPECT_EQ(jobs_->CreateJob(bad, kOwner).code(), Status::Code::kInvalidArgument) << bad;
+  }
+  const Status again = jobs_->CreateJob("resnet18-lr0.1", kOwner);
+  EXPECT_EQ(again.code(), Status::Code::kExists);
+  EXPECT_EQ(jobs_->CreateJob("resnet18-lr0.1", kOwner + 1).code(), Status::Code::kExists);
+  EXPECT_EQ(jobs_->JobNames(),
+            (std::vector<std::string>{"A_b.c-9", "resnet18-lr0.1", std::string(64, 'x')}));
+  uint32_t uid = 0;
+  ASSERT_TRUE(jobs_->JobOwner("resnet18-lr0.1", &uid).ok());
+  EXPECT_EQ(uid, kOwner);
+  EXPECT_EQ(jobs_->JobOwner("nope", &uid).code(), Status::Code::kNotFound);
+}
+
+TEST_F(JobManagerTest, RemoveJobRules) {
+  Build();
+  MakeJob("j");
+  EXPECT_EQ(jobs_->RemoveJob("j", kOwner + 1).code(), Status::Code::kPermission);
+  EXPECT_EQ(jobs_->JobNames(), (std::vector<std::string>{"j"}));
+  EXPECT_TRUE(jobs_->RemoveJob("j", kOwner).ok());
+  EXPECT_TRUE(jobs_->JobNames().empty());
+  EXPECT_EQ(jobs_->RemoveJob("j", kOwner).code(), Status::Code::kNotFound);
+  MakeJob("j");  // the name is free again
+  EXPECT_TRUE(jobs_->RemoveJob("j", 0).ok()) << "root may remove any job";
+  JobManager::ReaderId reader;
+  EXPECT_EQ(jobs_->OpenReader("j", &reader).code(), Status::Code::kNotFound);
+}
+
+TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
+  Build();
+  MakeJob("j");
+  std::string text;
+  ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
+  EXPECT_NE(text.find("subset=all\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("size=16\n"), std::string::npos) << "the mount's size=: " << text;
+  EXPECT_NE(text.find("window=64\n"), std::string::npos) << text;
+
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "subset=classes:1 epochs=2").ok());
+  ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
+  EXPECT_NE(text.find("subset=classes:1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("epochs=2\n"), std::string::npos) << text;
+  // A good write replaces the spec: what it does not name is back to default.
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "window=4").ok());
+  ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
+  EXPECT_NE(text.find("subset=all\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("epochs=2"), std::string::npos) << text;
+  EXPECT_NE(text.find("window=4\n"), std::string::npos) << text;
+  EXPECT_EQ(JobStatus("j")["subset_size"].number, 24);
+}
+
+TEST_F(JobManagerTest, BadSpecIsRejectedAndKeepsTheOldOne) {
+  Build();
+  MakeJob("j", "subset=classes:2 size=8");
+  std::string before;
+  ASSERT_TRUE(jobs_->GetSpec("j", &before).ok());
+  for (const char* bad : {"bogus=1", "size=99999", "", "subset=classes:3", "subset=range:0-24",
+                          "epochs=0", "window=0", "size", "subset=random:2:1"}) {
+    EXPECT_EQ(jobs_->SetSpec("j", kOwner, bad).code(), Status::Code::kInvalidArgument) << bad;
+  }
+  std::string after;
+  ASSERT_TRUE(jobs_->GetSpec("j", &after).ok());
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(JobStatus("j")["subset_size"].number, 8);
+}
+
+TEST_F(JobManagerTest, UnknownJob) {
+  Build();
+  std::string text;
+  EXPECT_EQ(jobs_->GetSpec("x", &text).code(), Status::Code::kNotFound);
+  EXPECT_EQ(jobs_->SetSpec("x", kOwner, "size=8").code(), Status::Code::kNotFound);
+  EXPECT_EQ(jobs_->SetIds("x", kOwner, "1\n").code(), Status::Code::kNotFound);
+  EXPECT_EQ(jobs_->CheckWritable("x", kOwner).code(), Status::Code::kNotFound);
+  EXPECT_EQ(jobs_->JobStatusJson("x", &text).code(), Status::Code::kNotFound);
+  JobManager::ReaderId reader;
+  EXPECT_EQ(jobs_->OpenReader("x", &reader).code(), Status::Code::kNotFound);
+}
+
+TEST_F(JobManagerTest, OnlyTheOwnerOrRootWritesTheSpec) {
+  Build();
+  MakeJob("j");
+  EXPECT_EQ(jobs_->SetSpec("j", kOwner + 1, "size=8").code(), Status::Code::kPermission);
+  EXPECT_EQ(jobs_->SetIds("j", kOwner + 1, "1\n").code(), Status::Code::kPermission);
+  EXPECT_EQ(jobs_->CheckWritable("j", kOwner + 1).code(), Status::Code::kPermission);
+  EXPECT_TRUE(jobs_->CheckWritable("j", kOwner).ok());
+  EXPECT_TRUE(jobs_->CheckWritable("j", 0).ok());
+  EXPECT_TRUE(jobs_->SetSpec("j", 0, "size=8").ok());
+  EXPECT_TRUE(jobs_->SetSpec("j", kOwner, "size=12").ok());
+  std::string text;
+  ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
+  EXPECT_NE(text.find("size=12\n"), std::string::npos) << text;
+  // Other users may still read.
+  EXPECT_TRUE(jobs_->JobStatusJson("j", &text).ok());
+}
+
+TEST_F(JobManagerTest, SpecIsFixedAfterTheFirstRead) {
+  Build();
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  // Opening is not reading.
+  EXPECT_TRUE(jobs_->CheckWritable("j", kOwner).ok());
+  EXPECT_TRUE(jobs_->SetSpec("j", kOwner, "subset=classes:0 window=8").ok());
+  auto r = ReadSync(reader, kBig);
+  ASSERT_TRUE(r && r->status.ok());
+  EXPECT_EQ(jobs_->SetSpec("j", kOwner, "size=8").code(), Status::Code::kBusy);
+  EXPECT_EQ(jobs_->SetSpec("j", 0, "size=8").code(), Status::Code::kBusy);
+  EXPECT_EQ(jobs_->SetIds("j", kOwner, "1\n").code(), Status::Code::kBusy);
+  EXPECT_EQ(jobs_->CheckWritable("j", kOwner).code(), Status::Code::kBusy);
+  std::string text;
+  ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
+  EXPECT_NE(text.find("window=8\n"), std::string::npos) << text;
+}
+
+TEST_F(JobManagerTest, OneReaderGetsEveryIdOnceWithGoodRecords) {
+  Build();
+  MakeJob("j", "subset=classes:1");
+  const auto reader = Open("j");
+  bool eof = false;
+  const std::string bytes = ReadToEof(reader, kBig, &eof);
+  EXPECT_TRUE(eof);
+  EXPECT_EQ(bytes.size(), 8 * kRecord);
+  const auto records = ParseRecords(bytes);
+  EXPECT_EQ(Sorted(IdsOf(records)), Iota(8, 15));
+  for (const Record& r : records) {
+    const auto id = static_cast<SampleId>(r.header.sample_id);
+    EXPECT_EQ(r.header.label, 1);
+    EXPECT_EQ(r.header.label, catalog_->label(id));
+    EXPECT_EQ(r.header.epoch, 0u);
+    EXPECT_EQ(r.header.height, kSize);
+    EXPECT_EQ(r.header.width, kSize);
+    // The payload is the decoded image.
+    DecodedSample direct;
+    ASSERT_TRUE(DecodeImage(catalog_->path(id), kSize, &direct).ok());
+    ASSERT_EQ(r.payload.size(), direct.bytes());
+    EXPECT_EQ(std::memcmp(r.payload.data(), direct.pixels.get(), direct.bytes()), 0)
+        << "payload of " << id;
+  }
+  // Still the end of the stream.
+  auto again = ReadSync(reader, kBig);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->status.ok());
+  EXPECT_TRUE(again->bytes.empty());
+}
+
+TEST_F(JobManagerTest, PaddedRecordsWithTheJobsSize) {
+  Build();
+  MakeJob("j", "subset=range:3-6 size=10");  // 300 payload bytes, padded to 320
+  const auto reader = Open("j");
+  const std::string bytes = ReadToEof(reader, kBig);
+  EXPECT_EQ(bytes.size(), 4 * (64u + 320u));
+  const auto records = ParseRecords(bytes);
+  EXPECT_EQ(Sorted(IdsOf(records)), Iota(3, 6));
+  for (const Record& r : records) {
+    EXPECT_EQ(r.header.height, 10u);
+    EXPECT_EQ(r.header.width, 10u);
+    EXPECT_EQ(r.header.record_bytes(), 384u);
+  }
+}
+
+TEST_F(JobManagerTest, ReadsMayStopInsideARecord) {
+  Build();
+  MakeJob("j", "subset=classes:2");
+  const auto reader = Open("j");
+  for (size_t max : {size_t{100}, size_t{1}}) {
+    // 100 bytes and then 1 byte at a time (epoch 1).
+    std::string bytes;
+    int reads = 0;
+    for (;;) {
+      auto r = ReadSync(reader, max);
+      ASSERT_TRUE(r && r->status.ok());
+      ASSERT_LE(r->bytes.size(), max);
+      if (r->bytes.empty()) break;
+      bytes += r->bytes;
+      ++reads;
+    }
+    EXPECT_GE(reads, static_cast<int>(8 * kRecord / max));
+    const auto records = ParseRecords(bytes);
+    EXPECT_EQ(Sorted(IdsOf(records)), Iota(16, 23)) << "max " << max;
+    if (max == 100) {
+      ASSERT_EQ(JobStatus("j")["epoch"].number, 0);
+      jobs_->CloseReader(reader);
+      const auto next = Open("j");
+      // Continue with the next epoch on a fresh reader, one byte at a time.
+      std::string more;
+      for (;;) {
+        auto r = ReadSync(next, 1);
+        ASSERT_TRUE(r && r->status.ok());
+        ASSERT_LE(r->bytes.size(), 1u);
+        if (r->bytes.empty()) break;
+        more += r->bytes;
+      }
+      const auto records1 = ParseRecords(more);
+      EXPECT_EQ(Sorted(IdsOf(records1)), Iota(16, 23));
+      for (const Record& r : records1) EXPECT_EQ(r.header.epoch, 1u);
+      break;
+    }
+  }
+}
+
+TEST_F(JobManagerTest, SeveralReadersSplitTheEpoch) {
+  Build(Options(), 4);
+  MakeJob("j");
+  constexpr int kReaders = 3;
+  std::vector<JobManager::ReaderId> readers;
+  for (int i = 0; i < kReaders; ++i) readers.push_back(Open("j"));
+  EXPECT_EQ(JobStatus("j")["readers"].number, kReaders);
+  std::vector<std::string> streams(kReaders);
+  std::vector<int> eofs(kReaders, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kReaders; ++i) {
+    threads.emplace_back([&, i] {
+      bool eof = false;
+      streams[i] = ReadToEof(readers[i], 2 * kRecord + 10, &eof);
+      eofs[i] = eof;
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<SampleId> all;
+  for (int i = 0; i < kReaders; ++i) {
+    EXPECT_TRUE(eofs[i]) << "reader " << i;
+    const auto records = ParseRecords(streams[i]);  // each stream is whole records
+    for (const Record& r : records) EXPECT_EQ(r.header.epoch, 0u);
+    const auto ids = IdsOf(records);
+    all.insert(all.end(), ids.begin(), ids.end());
+  }
+  EXPECT_EQ(Sorted(all), Iota(0, 23)) << "every id exactly once over all readers";
+  const Json status = JobStatus("j");
+  EXPECT_EQ(status["delivered"].number, 24);
+  EXPECT_EQ(status["remaining"].number, 0);
+}
+
+TEST_F(JobManagerTest, ClosedReaderLeavesThePositionToTheNext) {
+  Build();
+  MakeJob("j", "subset=classes:0");
+  const auto first = Open("j");
+  const auto head = ReadRecords(first, 3);
+  ASSERT_EQ(head.size(), 3u);
+  jobs_->CloseReader(first);
+  EXPECT_EQ(JobStatus("j")["readers"].number, 0);
+  const auto second = Open("j");
+  const auto tail = ParseRecords(ReadToEof(second, kBig));
+  std::vector<SampleId> all = IdsOf(head);
+  for (SampleId id : IdsOf(tail)) all.push_back(id);
+  EXPECT_EQ(Sorted(all), Iota(0, 7));
+  for (const Record& r : tail) EXPECT_EQ(r.header.epoch, 0u);
+}
+
+TEST_F(JobManagerTest, EofThenANewReaderStartsTheNextEpoch) {
+  Build();
+  MakeJob("j", "subset=classes:1");
+  const auto r0 = Open("j");
+  const auto epoch0 = ParseRecords(ReadToEof(r0, kBig));
+  EXPECT_EQ(Sorted(IdsOf(epoch0)), Iota(8, 15));
+  Json status = JobStatus("j");
+  EXPECT_EQ(status["epoch"].number, 0);
+  EXPECT_EQ(status["delivered"].number, 8);
+  EXPECT_EQ(status["remaining"].number, 0);
+
+  const auto r1 = Open("j");
+  const auto epoch1 = ParseRecords(ReadToEof(r1, kBig));
+  EXPECT_EQ(Sorted(IdsOf(epoch1)), Iota(8, 15));
+  for (const Record& r : epoch1) EXPECT_EQ(r.header.epoch, 1u);
+  // The first reader's stream stays at its end.
+  auto old = ReadSync(r0, kBig);
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(old->status.ok());
+  EXPECT_TRUE(old->bytes.empty());
+
+  const auto r2 = Open("j");
+  const auto epoch2 = ParseRecords(ReadToEof(r2, kBig));
+  EXPECT_EQ(Sorted(IdsOf(epoch2)), Iota(8, 15));
+  for (const Record& r : epoch2) EXPECT_EQ(r.header.epoch, 2u);
+  status = JobStatus("j");
+  EXPECT_EQ(status["epoch"].number, 2);
+  EXPECT_EQ(status["epochs_completed"].number, 3);
+}
+
+TEST_F(JobManagerTest, EpochLimitGivesEofForGood) {
+  Build();
+  MakeJob("j", "subset=range:0-4 epochs=1");
+  const auto r0 = Open("j");
+  EXPECT_EQ(Sorted(IdsOf(ParseRecords(ReadToEof(r0, kBig)))), Iota(0, 4));
+  for (int i = 0; i < 3; ++i) {
+    const auto r = Open("j");
+    auto reply = ReadSync(r, kBig);
+    ASSERT_TRUE(reply);
+    EXPECT_TRUE(reply->status.ok());
+    EXPECT_TRUE(reply->bytes.empty()) << "reader " << i << " after the last epoch";
+    jobs_->CloseReader(r);
+  }
+  EXPECT_EQ(JobStatus("j")["epochs_completed"].number, 1);
+}
+
+TEST_F(JobManagerTest, TwoEpochsThenEof) {
+  Build();
+  MakeJob("j", "subset=range:0-2 epochs=2");
+  EXPECT_EQ(ParseRecords(ReadToEof(Open("j"), kBig)).size(), 3u);
+  const auto second = ParseRecords(ReadToEof(Open("j"), kBig));
+  EXPECT_EQ(Sorted(IdsOf(second)), Iota(0, 2));
+  for (const Record& r : second) EXPECT_EQ(r.header.epoch, 1u);
+  EXPECT_TRUE(ReadToEof(Open("j"), kBig).empty());
+}
+
+TEST_F(JobManagerTest, IdsFileSubset) {
+  Build();
+  MakeJob("j");
+  EXPECT_EQ(jobs_->SetIds("j", kOwner, "").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(jobs_->SetIds("j", kOwner, "3\n99\n").code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(jobs_->SetIds("j", kOwner, "3\nc2/img5.jpg\n\n17\n").ok());
+  EXPECT_EQ(JobStatus("j")["subset_size"].number, 3);
+  const auto records = ParseRecords(ReadToEof(Open("j"), kBig));
+  EXPECT_EQ(Sorted(IdsOf(records)), (std::vector<SampleId>{3, 17, 21}));
+}
+
+TEST_F(JobManagerTest, WindowOneIsStrictPlannedOrderWhateverIsReadyFirst) {
+  // Reference: a cold cache, decodes in order anyway.
+  Build(Options(), 1);
+  MakeJob("j", "window=1");
+  const auto reference = IdsOf(ParseRecords(ReadToEof(Open("j"), kRecord)));
+  ASSERT_EQ(Sorted(reference), Iota(0, 23));
+
+  // Same seed, but every even id is cached already and the decoder is held
+  // back: with window=1 the order must not change.
+  Build(Options(), 1);
+  for (SampleId id = 0; id < 24; id += 2) Prewarm(id);
+  MakeJob("j", "window=1");
+  const auto reader = Open("j");
+  std::string bytes;
+  {
+    PoolGate gate(pool_.get(), 1);
+    auto first = ReadAsync(reader, kRecord, NextToken());
+    if (reference[0] % 2 == 1) {
+      EXPECT_EQ(first.wait_for(50ms), std::future_status::timeout)
+          << "position 0 is not decoded yet; nothing may be delivered";
+    }
+    gate.Release();
+    ASSERT_EQ(first.wait_for(10s), std::future_status::ready);
+    const Reply r = first.get();
+    ASSERT_TRUE(r.status.ok());
+    bytes = r.bytes;
+  }
+  bytes += ReadToEof(reader, kRecord);
+  EXPECT_EQ(IdsOf(ParseRecords(bytes)), reference);
+}
+
+TEST_F(JobManagerTest, WideWindowDeliversInCompletionOrder) {
+  Build(Options(), 1);
+  MakeJob("j", "window=1");
+  const auto reference = IdsOf(ParseRecords(ReadToEof(Open("j"), kRecord)));
+  ASSERT_EQ(Sorted(reference), Iota(0, 23));
+
+  // Even ids are ready at once, odd ones wait for the (held) decoder; with a
+  // window over the whole epoch the ready ones come first, in planned order,
+  // then the rest in the order the single decode thread finishes them.
+  Build(Options(), 1);
+  for (SampleId id = 0; id < 24; id += 2) Prewarm(id);
+  MakeJob("j", "window=24");
+  const auto reader = Open("j");
+  std::vector<SampleId> expected = reference;
+  std::stable_partition(expected.begin(), expected.end(), [](SampleId id) { return id % 2 == 0; });
+  ASSERT_NE(expected, reference);
+
+  std::string bytes;
+  {
+    PoolGate gate(pool_.get(), 1);
+    while (bytes.size() < 12 * kRecord) {
+      auto r = ReadSync(reader, kBig, 10s);
+      ASSERT_TRUE(r) << "cached samples must be delivered while the decoder is busy";
+      ASSERT_TRUE(r->status.ok());
+      bytes += r->bytes;
+    }
+    EXPECT_EQ(bytes.size(), 12 * kRecord);
+    auto blocked = ReadAsync(reader, kBig, NextToken());
+    EXPECT_EQ(blocked.wait_for(50ms), std::future_status::timeout)
+        << "only cached samples can be ready";
+    gate.Release();
+    ASSERT_EQ(blocked.wait_for(10s), std::future_status::ready);
+    const Reply r = blocked.get();
+    ASSERT_TRUE(r.status.ok());
+    bytes += r.bytes;
+  }
+  bytes += ReadToEof(reader, kBig);
+  EXPECT_EQ(IdsOf(ParseRecords(bytes)), expected);
+}
+
+TEST_F(JobManagerTest, SameSeedSameOrder) {
+  Build(Options(), 2);
+  MakeJob("j", "window=1");
+  const auto a = IdsOf(ParseRecords(ReadToEof(Open("j"), kBig)));
+  Build(Options(), 2);
+  MakeJob("j", "window=1");
+  const auto b = IdsOf(ParseRecords(ReadToEof(Open("j"), kBig)));
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(Sorted(a), Iota(0, 23));
+  EXPECT_NE(a, Iota(0, 23)) << "the order should be shuffled";
+}
+
+TEST_F(JobManagerTest, RemoveJobFailsAWaitingRead) {
+  Build(Options(), 1);
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  PoolGate gate(pool_.get(), 1);
+  auto waiting = ReadAsync(reader, kBig, NextToken());
+  EXPECT_EQ(waiting.wait_for(30ms), std::future_status::timeout);
+  ASSERT_TRUE(jobs_->RemoveJob("j", kOwner).ok());
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(waiting.get().status.code(), Status::Code::kGone);
+  auto next = ReadSync(reader, kBig);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status.code(), Status::Code::kGone);
+  jobs_->CloseReader(reader);
+}
+
+TEST_F(JobManagerTest, RemoveJobFailsTheNextRead) {
+  Build();
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  ASSERT_EQ(ReadRecords(reader, 2).size(), 2u);
+  ASSERT_TRUE(jobs_->RemoveJob("j", 0).ok());
+  auto next = ReadSync(reader, kBig);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status.code(), Status::Code::kGone);
+  // A job of the same name made afterwards is another job.
+  MakeJob("j", "subset=classes:0");
+  next = ReadSync(reader, kBig);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status.code(), Status::Code::kGone);
+}
+
+TEST_F(JobManagerTest, RemovedJobReleasesItsSamples) {
+  Build(Options(), 2);
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  ASSERT_EQ(ReadRecords(reader, 1).size(), 1u);
+  ASSERT_TRUE(jobs_->RemoveJob("j", kOwner).ok());
+  WaitForLoads();
+  const CacheStats st = cache_->Stats();
+  EXPECT_EQ(st.pinned_bytes, 0u);
+  EXPECT_EQ(cache_->CommittedBytes(), 0u);
+}
+
+TEST_F(JobManagerTest, FinishedEpochHoldsNoPins) {
+  Build();
+  MakeJob("j", "subset=classes:2");
+  ReadToEof(Open("j"), kBig);
+  WaitForLoads();
+  EXPECT_EQ(cache_->Stats().pinned_bytes, 0u);
+  EXPECT_EQ(cache_->Stats().entries, 8u) << "delivered samples stay cached within the budget";
+}
+
+TEST_F(JobManagerTest, InterruptAWaitingRead) {
+  Build(Options(), 1);
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  std::string bytes;
+  {
+    PoolGate gate(pool_.get(), 1);
+    auto waiting = ReadAsync(reader, kBig, 5);
+    EXPECT_EQ(waiting.wait_for(30ms), std::future_status::timeout);
+    jobs_->Interrupt(reader, 5);
+    ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(waiting.get().status.code(), Status::Code::kInterrupted);
+
+    // An interrupt for another token leaves a waiting read alone.
+    auto other = ReadAsync(reader, kBig, 6);
+    jobs_->Interrupt(reader, 1234);
+    EXPECT_EQ(other.wait_for(30ms), std::future_status::timeout);
+    gate.Release();
+    ASSERT_EQ(other.wait_for(10s), std::future_status::ready);
+    const Reply r = other.get();
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_FALSE(r.bytes.empty());
+    bytes = r.bytes;
+  }
+  // Nothing was lost to the interrupts.
+  bytes += ReadToEof(reader, kBig);
+  EXPECT_EQ(Sorted(IdsOf(ParseRecords(bytes))), Iota(0, 7));
+}
+
+TEST_F(JobManagerTest, InterruptBeforeTheReadArrives) {
+  Build(Options(), 1);
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  std::string bytes;
+  {
+    PoolGate gate(pool_.get(), 1);  // no data can be ready: the reply must be the interrupt
+    jobs_->Interrupt(reader, 41);
+    auto early = ReadAsync(reader, kBig, 41);
+    ASSERT_EQ(early.wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(early.get().status.code(), Status::Code::kInterrupted);
+    // The next read (another token) is not interrupted.
+    auto next = ReadAsync(reader, kBig, 42);
+    EXPECT_EQ(next.wait_for(30ms), std::future_status::timeout);
+    gate.Release();
+    ASSERT_EQ(next.wait_for(10s), std::future_status::ready);
+    const Reply r = next.get();
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    bytes = r.bytes;
+  }
+  bytes += ReadToEof(reader, kBig);
+  EXPECT_EQ(Sorted(IdsOf(ParseRecords(bytes))), Iota(0, 7));
+}
+
+TEST_F(JobManagerTest, ReadWithTokenZeroIsNotInterrupted) {
+  // No Interrupt() was ever called: no read may reply Interrupted.
+  Build();
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  auto r = ReadAsync(reader, kBig, 0);
+  ASSERT_EQ(r.wait_for(10s), std::future_status::ready);
+  const Reply reply = r.get();
+  EXPECT_TRUE(reply.status.ok()) << reply.status.message();
+  EXPECT_FALSE(reply.bytes.empty());
+}
+
+TEST_F(JobManagerTest, CloseReaderEndsItsWaitingRead) {
+  Build(Options(), 1);
+  MakeJob("j", "subset=classes:0");
+  const auto reader = Open("j");
+  PoolGate gate(pool_.get(), 1);
+  auto waiting = ReadAsync(reader, kBig, NextToken());
+  EXPECT_EQ(waiting.wait_for(30ms), std::future_status::timeout);
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready) << "every Read() gets one reply";
+}
+
+TEST_F(JobManagerTest, StatusJsonFields) {
+  Build();
+  MakeJob("j", "subset=classes:1 window=4");
+  Json s = JobStatus("j");
+  ASSERT_EQ(s.kind, Json::Kind::kObject);
+  for (const char* key : {"epoch", "delivered", "remaining", "subset_size", "readers"}) {
+    EXPECT_EQ(s[key].kind, Json::Kind::kNumber) << key;
+  }
+  EXPECT_EQ(s["epoch"].number, 0);
+  EXPECT_EQ(s["delivered"].number, 0);
+  EXPECT_EQ(s["remaining"].number, 8);
+  EXPECT_EQ(s["subset_size"].number, 8);
+  EXPECT_EQ(s["readers"].number, 0);
+
+  const auto reader = Open("j");
+  EXPECT_EQ(JobStatus("j")["readers"].number, 1);
+  ASSERT_EQ(ReadRecords(reader, 3).size(), 3u);
+  s = JobStatus("j");
+  EXPECT_EQ(s["delivered"].number, 3);
+  EXPECT_EQ(s["remaining"].number, 5);
+  EXPECT_EQ(s["epoch"].number, 0);
+
+  ReadToEof(reader, kBig);
+  s = JobStatus("j");
+  EXPECT_EQ(s["delivered"].number, 8);
+  EXPECT_EQ(s["remaining"].number, 0);
+  EXPECT_EQ(s["epoch"].number, 0);
+  jobs_->CloseReader(reader);
+  EXPECT_EQ(JobStatus("j")["readers"].number, 0);
+
+  const auto next = Open("j");
+  ASSERT_EQ(ReadRecords(next, 1).size(), 1u);
+  s = JobStatus("j");
+  EXPECT_EQ(s["epoch"].number, 1);
+  EXPECT_EQ(s["delivered"].number, 1);
+  EXPECT_EQ(s["remaining"].number, 7);
+  EXPECT_EQ(s["subset_size"].number, 8);
+}
+
+TEST_F(JobManagerTest, StatsJsonFields) {
+  Build();
+  MakeJob("a", "subset=classes:0");
+  MakeJob("b", "subset=range:0-3");
+  ReadToEof(Open("a"), kBig);
+  ReadToEof(Open("b"), kBig);
+  const Json s = ParseJsonOrFail(jobs_->StatsJson());
+  for (const char* key : {"decoded", "delivered", "ram_hits", "disk_hits", "ram_bytes",
+                          "ram_budget", "disk_bytes", "skipped"}) {
+    EXPECT_EQ(s[key].kind, Json::Kind::kNumber) << key;
+  }
+  EXPECT_EQ(s["delivered"].number, 12);
+  EXPECT_EQ(s["decoded"].number, 8) << "ids 0-3 are shared by both jobs at the same size";
+  EXPECT_EQ(s["skipped"].number, 0);
+  EXPECT_EQ(s["ram_budget"].number, 64 << 20);
+  EXPECT_EQ(s["ram_bytes"].number, 8 * kSize * kSize * 3);
+  ASSERT_EQ(s["jobs"].kind, Json::Kind::kObject);
+  EXPECT_EQ(s["jobs"].object.size(), 2u);
+  const Json& a = s["jobs"]["a"];
+  EXPECT_EQ(a["epoch"].number, 0);
+  EXPECT_EQ(a["delivered"].number, 8);
+  EXPECT_EQ(a["remaining"].number, 0);
+  EXPECT_EQ(a["subset_size"].number, 8);
+  EXPECT_EQ(a["readers"].number, 1);
+  EXPECT_EQ(s["jobs"]["b"]["subset_size"].number, 4);
+}
+
+TEST_F(JobManagerTest, IdleJobReleasesItsSamplesAndKeepsItsPosition) {
+  JobManagerOptions options = Options();
+  options.idle_timeout = std::chrono::seconds(0);
+  Build(options, 2);
+  MakeJob("j", "subset=classes:2");
+  const auto first = Open("j");
+  const auto head = ReadRecords(first, 3);
+  ASSERT_EQ(head.size(), 3u);
+  jobs_->CloseReader(first);
+  WaitForLoads();
+  jobs_->ReleaseIdleJobs();
+  WaitForLoads();
+  EXPECT_EQ(cache_->Stats().pinned_bytes, 0u) << "an idle job holds no cache references";
+
+  const auto second = Open("j");
+  const auto tail = ParseRecords(ReadToEof(second, kBig));
+  std::vector<SampleId> all = IdsOf(head);
+  for (SampleId id : IdsOf(tail)) all.push_back(id);
+  EXPECT_EQ(Sorted(all), Iota(16, 23));
+  for (const Record& r : tail) EXPECT_EQ(r.header.epoch, 0u);
+}
+
+// A dataset with samples that cannot be decoded: 6 good JPEGs in class "a",
+// two files that are not images in class "b" (ids 6 and 7).
+class JobManagerSkipTest : public JobManagerTest {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 6; ++i) {
+      fs::create_directories(bad_dir_ / "a");
+      WriteNoiseJpeg(bad_dir_ / ("a/" + std::to_string(i) + ".jpg"), 24, 20, 100 + i);
+    }
+    fs::create_directories(bad_dir_ / "b");
+    std::ofstream(bad_dir_ / "b/broken.jpg") << "not a JPEG";
+    std::ofstream(bad_dir_ / "b/empty.png") << "";
+    OpenCatalog(bad_dir_.path());
+    ASSERT_EQ(catalog_->size(), 8u);
+  }
+
+  // Reads `epochs` whole epochs of a job with `window`, the bad samples
+  // having failed (or not) before the first read: each must give ids 0-5 and
+  // end. Returns what went wrong, or nothing.
+  std::string SkipScenario(uint32_t window, bool bad_known_first, int epochs, size_t max_bytes) {
+    Build(Options(), 1);
+    if (bad_known_first) {
+      Prewarm(6);
+      Prewarm(7);
+    }
+    MakeJob("j", "window=" + std::to_string(window));
+    std::string problems;
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+      bool eof = false;
+      const auto ids = Sorted(IdsOf(ParseRecords(ReadToEof(Open("j"), max_bytes, &eof, 3s))));
+      if (!eof || ids != Iota(0, 5)) {
+        problems += "epoch " + std::to_string(epoch) + ": " +
+                    (eof ? "ended" : "never ended (a read got no reply)") + " after ids";
+        for (SampleId id : ids) problems += " " + std::to_string(id);
+        problems += " (expected 0-5 then the end); ";
+        break;
+      }
+      if (JobStatus("j")["skipped"].number != 2) problems += "status: skipped != 2; ";
+    }
+    if (ParseJsonOrFail(jobs_->StatsJson())["skipped"].number != 2) {
+      problems += "stats: skipped != 2; ";
+    }
+    return problems;
+  }
+
+  // Runs SkipScenario in a child process (the test binary started again),
+  // so that a crash or a hang fails this test alone.
+  void CheckSkipping(uint32_t window, bool bad_known_first, int epochs = 1,
+                     size_t max_bytes = kRecord) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+          const std::string problems = SkipScenario(window, bad_known_first, epochs, max_bytes);
+          std::fprintf(stderr, "window=%u: %s\n", window, problems.c_str());
+          std::fflush(stderr);
+          std::_Exit(problems.empty() && !::testing::Test::HasFailure() ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "");
+  }
+
+  TempDir bad_dir_;
+};
+
+TEST_F(JobManagerSkipTest, BadSamplesAreSkipped) { CheckSkipping(64, false); }
+
+TEST_F(JobManagerSkipTest, BadSamplesAreSkippedInAStrictOrder) {
+  // Every bad sample fails before the window reaches its position.
+  CheckSkipping(1, true);
+}
+
+TEST_F(JobManagerSkipTest, BadSamplesAreSkippedInASmallWindow) { CheckSkipping(3, true); }
+
+TEST_F(JobManagerSkipTest, BadSamplesAreSkippedEveryEpoch) {
+  // From the second epoch on every sample, good or bad, is known at once;
+  // large reads take every ready record.
+  CheckSkipping(1, false, 3, kBig);
+}
+
+}  // namespace
+}  // namespace joaderfs

@@ -159,7 +159,9 @@ TEST_F(SpecTest, SubsetRandomSizeIsRoundedFraction) {
     EXPECT_EQ(spec.subset.kind, SubsetSpec::Kind::kRandom) << c.text;
     const Roaring ids = ResolveSubset(spec.subset, *catalog_);
     EXPECT_EQ(ids.cardinality(), c.size) << c.text;
-    if (!ids.isEmpty()) EXPECT_LT(ids.maximum(), 10u) << c.text;
+    if (!ids.isEmpty()) {
+      EXPECT_LT(ids.maximum(), 10u) << c.text;
+    }
   }
 }
 

@@ -228,13 +228,14 @@ TEST(DecoderTest, ResizeThenCentreCropWide) {
 }
 
 TEST(DecoderTest, ResizeThenCentreCropTall) {
-  // 60 x 180 in thirds A / B / C from the top; resized to 30 it is 30 x 90
-  // and the centre crop keeps rows 30-59: all B.
+  // 60 x 180: rows 0-49 colour A, 50-129 B, 130-179 C. Resized to 30 it is
+  // 30 x 90 (B on rows 25-64) and the centre crop keeps rows 30-59: all B,
+  // with 5 rows of margin for the resize filter.
   TempDir d;
   const Rgb a = {250, 0, 0}, b = {0, 250, 0}, c = {0, 0, 250};
   const std::string path = d / "tall.png";
   WriteImage(path, 60, 180, 3, [&](int, int y, int band) {
-    return y < 60 ? a[band] : y < 120 ? b[band] : c[band];
+    return y < 50 ? a[band] : y < 130 ? b[band] : c[band];
   });
   const DecodedSample s = DecodeOk(path, 30);
   ASSERT_EQ(s.width, 30u);
@@ -314,9 +315,11 @@ TEST(DecoderTest, SixteenBitBecomesEightBit) {
   VipsImage* im = vips_image_new_from_memory_copy(buf.data(), buf.size() * 2, 16, 12, 3,
                                                   VIPS_FORMAT_USHORT);
   ASSERT_NE(im, nullptr);
-  ASSERT_EQ(im->Type, VIPS_INTERPRETATION_RGB16);
-  const int rc = vips_image_write_to_file(im, path.c_str(), nullptr);
+  VipsImage* rgb16 = nullptr;
+  ASSERT_EQ(vips_copy(im, &rgb16, "interpretation", VIPS_INTERPRETATION_RGB16, nullptr), 0);
   g_object_unref(im);
+  const int rc = vips_image_write_to_file(rgb16, path.c_str(), nullptr);
+  g_object_unref(rgb16);
   ASSERT_EQ(rc, 0) << vips_error_buffer();
   const DecodedSample s = DecodeOk(path, 0);
   EXPECT_EQ(s.width, 16u);

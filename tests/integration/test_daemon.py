@@ -125,6 +125,25 @@ class StartupErrorTest(DatasetMixin, JoaderTestCase):
                                   "0 sample", "no class"])
 
 
+    def test_empty_manifest(self):
+        manifest = os.path.join(self.tempdir(), "train.tsv")
+        open(manifest, "w").close()
+        for fg in (True, False):
+            with self.subTest(foreground=fg):
+                self.run_bad(manifest, ["cache_dir=none,ram_cache=64M"], fg,
+                             [manifest, "empty", "no sample", "0 sample"])
+
+    def test_unwritable_cache_dir(self):
+        a_file = os.path.join(self.tempdir(), "a-file")
+        open(a_file, "w").close()
+        for cache_dir in ("/proc/joaderfs-cache", a_file):
+            for fg in (True, False):
+                with self.subTest(cache_dir=cache_dir, foreground=fg):
+                    self.run_bad(self.source,
+                                 ["cache_dir=%s,ram_cache=64M" % cache_dir], fg,
+                                 [cache_dir, "cache_dir"])
+
+
 class LifecycleTest(DatasetMixin, JoaderTestCase):
     LAYOUT = {"a": ["1.jpg", "2.jpg", "3.jpg"], "b": ["4.jpg", "5.jpg"],
               "c": ["6.jpg", "7.jpg", "8.jpg"]}
@@ -259,6 +278,30 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(rc, 0, "daemon exit status after SIGTERM")
 
 
+def in_fuse_wait(pid):
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().strip() == "request_wait_answer"
+    except OSError:
+        return False
+
+
+def wchan_hidden(pid):
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().strip() in ("", "0")
+    except OSError:
+        return True
+
+
+def child_state(child):
+    try:
+        with open("/proc/%d/wchan" % child.pid) as f:
+            return "wchan %s, exit %s" % (f.read(), child.poll())
+    except OSError as e:
+        return "%s, exit %s" % (e, child.poll())
+
+
 def fd_open(fd):
     try:
         os.fstat(fd)
@@ -319,68 +362,97 @@ class BadSamplesTest(JoaderTestCase):
         self.assertGreaterEqual(m.stats()["skipped"], 2)
 
 
-class InterruptTest(JoaderTestCase):
-    """read() blocked on a sample that is not ready honours a signal.
+class SlowSampleTest(JoaderTestCase):
+    """Readers blocked in read() on a sample that is not ready.
 
     The slow sample lives on a second (inner) joaderfs mount whose daemon the
     test stops with SIGSTOP: the outer daemon's loader blocks reading it, so
     the outer job's reader blocks in read() until the test sends SIGCONT."""
 
-    def test_blocked_read_is_interruptible(self):
+    def setUp(self):
         mountlib.require_binary()
         d = self.tempdir()
         images = mountlib.make_imagefolder(os.path.join(d, "imgs"),
                                            {"a": ["1.jpg", "2.jpg"]})
-        inner = self.mount(images)
-        # The outer SOURCE: a manifest beside a link to the inner mount.
+        self.inner = self.mount(images)
+        # The outer SOURCE: a manifest beside links to the images and to the
+        # inner mount; id 1 is the inner mount's README (not an image).
         outer_dir = os.path.join(d, "outer")
         os.mkdir(outer_dir)
         os.symlink(images, os.path.join(outer_dir, "imgs"))
-        os.symlink(inner.mnt, os.path.join(outer_dir, "inner"))
+        os.symlink(self.inner.mnt, os.path.join(outer_dir, "inner"))
         manifest = os.path.join(outer_dir, "train.tsv")
         with open(manifest, "w") as f:
             f.write("imgs/a/1.jpg\t0\ninner/README\t1\n")
-        outer = self.mount(manifest, {"threads": "2"})
+        self.outer = self.mount(manifest, {"threads": "2"})
+        self.stopped = False
+        self.addCleanup(self.resume)   # runs before both unmounts (LIFO)
 
-        stopped = {"on": False}
+    def resume(self):
+        if self.stopped:
+            os.kill(self.inner.proc.pid, signal.SIGCONT)
+            self.stopped = False
 
-        def resume():
-            if stopped["on"]:
-                os.kill(inner.proc.pid, signal.SIGCONT)
-                stopped["on"] = False
-        self.addCleanup(resume)   # runs before both unmounts (LIFO)
-
-        os.kill(inner.proc.pid, signal.SIGSTOP)
-        stopped["on"] = True
-        path = outer.mkjob("slow", spec="window=1", ids="inner/README\n")
+    def start_blocked_reader(self, job):
+        """Stops the inner daemon, makes `job` of the slow sample only and
+        starts a child process blocked reading its next."""
+        os.kill(self.inner.proc.pid, signal.SIGSTOP)
+        self.stopped = True
+        path = self.outer.mkjob(job, spec="window=1", ids="inner/README\n")
         child = subprocess.Popen(
             [sys.executable, "-c",
-             "import os, sys\n"
+             "import errno, os, sys\n"
              "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
              "print('open', flush=True)\n"
-             "data = os.read(fd, 1 << 20)\n"
-             "print('read returned %d bytes' % len(data), flush=True)\n",
+             "try:\n"
+             "    data = os.read(fd, 1 << 20)\n"
+             "    print('read returned %d bytes' % len(data), flush=True)\n"
+             "except OSError as e:\n"
+             "    print('read failed ' + errno.errorcode[e.errno], flush=True)\n",
              path],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: child.poll() is None and child.kill())
-        self.assertEqual(child.stdout.readline().strip(), "open")
-        time.sleep(1.0)
+        # The child blocks in read(); wait until the kernel says so.
+        if not wait_until(lambda: in_fuse_wait(child.pid), 10):
+            self.assertTrue(wchan_hidden(child.pid),
+                            "reader not blocked in a FUSE request (%s)"
+                            % child_state(child))
+        time.sleep(0.5)
         self.assertIsNone(child.poll(), "read() returned although the only "
-                          "sample cannot be ready: %s" % child.stdout.read())
+                          "sample cannot be ready")
+        return child
+
+    def check_outer_still_works(self):
+        """Resumed, the slow sample (a text file) fails to decode: it is
+        skipped and the outer daemon goes on working."""
+        self.resume()
+        self.assertTrue(
+            wait_until(lambda: self.outer.stats()["skipped"] >= 1, 15),
+            "the README sample was not counted as skipped")
+        self.assertEqual(
+            ids_of(read_epoch(self.outer.mkjob("after", ids="0\n"), 1)), [0])
+
+    def test_blocked_read_is_interruptible(self):
+        child = self.start_blocked_reader("slow")
         child.send_signal(signal.SIGINT)
         try:
-            child.wait(10)
+            out, err = child.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             self.fail("a reader blocked in read() ignored SIGINT for 10s")
-        self.assertIn("KeyboardInterrupt", child.stderr.read())
+        self.assertIn("KeyboardInterrupt", err, out)
+        self.assertNotIn("read returned", out)
+        self.check_outer_still_works()
 
-        # Resumed, the sample (a text file) fails to decode: it is skipped
-        # and the outer daemon goes on working.
-        resume()
-        self.assertTrue(wait_until(lambda: outer.stats()["skipped"] >= 1, 15),
-                        "the README sample was not counted as skipped")
-        self.assertEqual(
-            ids_of(read_epoch(outer.mkjob("after", ids="0\n"), 1)), [0])
+    def test_rmdir_fails_blocked_read(self):
+        child = self.start_blocked_reader("slow")
+        os.rmdir(self.outer.path("jobs", "slow"))
+        try:
+            out, err = child.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.fail("a reader blocked in read() of a removed job still "
+                      "blocked 10s after rmdir")
+        self.assertEqual(out.splitlines()[-1:], ["read failed ENODEV"], err)
+        self.check_outer_still_works()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ import errno
 import json
 import os
 import subprocess
+import sys
+import time
 import unittest
 
 import mountlib
@@ -228,6 +230,85 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         os.rmdir(m.path("jobs", "done"))
         self.assertEqual(os.listdir(m.path("jobs")), [])
         self.assertEqual(m.stats()["jobs"], {})
+
+    def test_idle_job_keeps_spec_and_position(self):
+        m = self.mount(self.source, {"job_idle_timeout": "1"})
+        path = m.mkjob("idle", spec="window=1 size=32")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            head = mountlib.parse_records(mountlib.read_exact(
+                fd, 4 * mountlib.record_size(32 * 32 * 3)))
+        finally:
+            os.close(fd)
+        before = m.status("idle")
+        time.sleep(2.5)   # > job_idle_timeout: references released
+        after = m.status("idle")
+        keys = ("epoch", "delivered", "remaining", "subset_size", "readers")
+        self.assertEqual({k: after[k] for k in keys},
+                         {k: before[k] for k in keys})
+        self.assertEqual(m.read_spec("idle").get("size"), "32")
+        rest = read_epoch(path, 1)[0]
+        ids = [r.id for r in head + rest]
+        self.assertEqual(len(rest), before["remaining"])
+        self.assertEqual(len(ids), len(set(ids)), "an id was given twice")
+        self.assertTrue(all((r.height, r.width, r.epoch) == (32, 32, 0)
+                            for r in rest))
+        self.assertEqual(m.status("idle")["remaining"], 0)
+
+    def test_other_users(self):
+        """A job belongs to its maker: others may read its files but not
+        write its spec or remove it; they can make and run their own."""
+        m = self.mount(self.source, {"allow_other": None})
+        d = os.path.dirname(m.mnt)
+        os.chmod(d, 0o755)
+        m.mkjob("roots", spec="size=32")
+        script = r"""
+import errno, json, os, sys
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+mnt = sys.argv[1]
+out = {}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+def write(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+j = os.path.join(mnt, "jobs")
+attempt("read_status", lambda: open(os.path.join(j, "roots", "status")).read())
+attempt("read_spec", lambda: open(os.path.join(j, "roots", "spec")).read())
+attempt("write_spec", lambda: write(os.path.join(j, "roots", "spec"), "size=48"))
+attempt("write_ids", lambda: write(os.path.join(j, "roots", "ids"), "1\n"))
+attempt("rmdir", lambda: os.rmdir(os.path.join(j, "roots")))
+attempt("mkdir_own", lambda: os.mkdir(os.path.join(j, "nobodys")))
+attempt("write_own_spec",
+        lambda: write(os.path.join(j, "nobodys", "spec"), "subset=range:0-3"))
+attempt("read_own", lambda: len(open(os.path.join(j, "nobodys", "next"),
+                                     "rb").read()))
+print(json.dumps(out))
+"""
+        r = subprocess.run([sys.executable, "-c", script, m.mnt],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["read_status"], "ok", out)
+        self.assertEqual(out["read_spec"], "ok", out)
+        self.assertIn(out["write_spec"], ("EACCES", "EPERM"), out)
+        self.assertIn(out["write_ids"], ("EACCES", "EPERM"), out)
+        self.assertIn(out["rmdir"], ("EACCES", "EPERM"), out)
+        self.assertEqual(out["mkdir_own"], "ok", out)
+        self.assertEqual(out["write_own_spec"], "ok", out)
+        self.assertEqual(out["read_own"], "ok", out)
+        self.assertEqual(m.read_spec("roots").get("size"), "32")
+        self.assertIn("roots", os.listdir(m.path("jobs")))
+        self.assertEqual(m.status("nobodys")["subset_size"], 4)
+        # root may still remove another user's job
+        os.rmdir(m.path("jobs", "nobodys"))
 
     # ---------------------------------------------------- README, stats
 

@@ -251,6 +251,101 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         self.assertEqual((st["delivered"], st["remaining"]), (self.N, 0), st)
 
 
+    def test_reader_joins_mid_epoch(self):
+        """A reader opened while the epoch runs shares it (no new epoch)."""
+        m = self.mount(self.source)
+        path = m.mkjob("join", spec="window=1")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            head = mountlib.parse_records(mountlib.read_exact(
+                fd, 5 * mountlib.record_size(64 * 64 * 3)))
+            self.assertEqual(len(head), 5)
+            late = read_epoch(path, 1)[0]   # opens, reads to EOF, closes
+            rest = mountlib.parse_records(mountlib.read_exact(fd, 1 << 24))
+        finally:
+            os.close(fd)
+        recs = head + late + rest
+        self.check_records(recs, 64, epoch=0)
+        self.assertEqual(sorted(r.id for r in recs), list(range(self.N)))
+
+    def test_jobs_arrive_and_leave(self):
+        """(P1) each job gets each id of its subset once per epoch while
+        other jobs of other sizes and subsets come, read and go."""
+        m = self.mount(self.source)
+        a = m.mkjob("a", spec="window=1")
+        fd = os.open(a, os.O_RDONLY)
+        try:
+            first = mountlib.parse_records(mountlib.read_exact(
+                fd, 4 * mountlib.record_size(64 * 64 * 3)))
+            m.mkjob("b", spec="subset=classes:1-2")
+            m.mkjob("c", spec="size=32 subset=range:3-17")
+            m.mkjob("gone", spec="subset=random:0.5:3")
+            g = os.open(m.path("jobs", "gone", "next"), os.O_RDONLY)
+            mountlib.read_exact(g, 2 * mountlib.record_size(64 * 64 * 3))
+            results = {}
+
+            def run(job, readers):
+                try:
+                    results[job] = read_epoch(m.path("jobs", job, "next"),
+                                              readers)
+                except BaseException as e:
+                    results[job] = e
+
+            threads = [threading.Thread(target=run, args=job_readers)
+                       for job_readers in (("b", 3), ("c", 2))]
+            for t in threads:
+                t.start()
+            os.close(g)
+            os.rmdir(m.path("jobs", "gone"))
+            rest = mountlib.parse_records(mountlib.read_exact(fd, 1 << 24))
+            for t in threads:
+                t.join()
+        finally:
+            os.close(fd)
+        for job in ("b", "c"):
+            if isinstance(results[job], BaseException):
+                raise results[job]
+        recs_a = first + rest
+        self.check_records(recs_a, 64)
+        self.assertEqual(sorted(r.id for r in recs_a), list(range(self.N)))
+        recs_b = [r for rs in results["b"] for r in rs]
+        self.check_records(recs_b, 64)
+        self.assertEqual(sorted(r.id for r in recs_b),
+                         [i for i, (_, l) in enumerate(self.order)
+                          if l in (1, 2)])
+        recs_c = [r for rs in results["c"] for r in rs]
+        self.check_records(recs_c, 32)
+        self.assertEqual(sorted(r.id for r in recs_c), list(range(3, 18)))
+        self.assertEqual(sorted(m.stats()["jobs"]), ["a", "b", "c"])
+
+    def test_small_ram_cache(self):
+        """A RAM budget far below one epoch of originals still completes
+        two concurrent jobs (eviction must not stall delivery)."""
+        m = self.mount(self.source, {"size": "0", "ram_cache": "256K"})
+        a, b = m.mkjob("a"), m.mkjob("b", spec="subset=range:0-15")
+        results = {}
+
+        def run(name, path, readers):
+            try:
+                results[name] = read_epoch(path, readers, timeout=60)
+            except BaseException as e:
+                results[name] = e
+
+        threads = [threading.Thread(target=run, args=("a", a, 2)),
+                   threading.Thread(target=run, args=("b", b, 1))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for name in "ab":
+            if isinstance(results[name], BaseException):
+                raise results[name]
+        self.assertEqual(sorted(ids_of(results["a"])), list(range(self.N)))
+        self.assertEqual(sorted(ids_of(results["b"])), list(range(16)))
+        stats = m.stats()
+        self.assertLessEqual(stats["ram_bytes"], stats["ram_budget"])
+
+
 class GrayscaleTest(DatasetMixin, JoaderTestCase):
     LAYOUT = {"a": ["g.jpg", "rgb1.jpg"], "b": ["g2.jpg", "rgb2.jpg"]}
     GRAY = ("a/g.jpg", "b/g2.jpg")

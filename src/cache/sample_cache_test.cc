@@ -1,0 +1,510 @@
+#include "cache/sample_cache.h"
+
+#include <stdlib.h>
+#include <vips/vips.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "loader/decoder.h"
+
+namespace joaderfs {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class DecoderEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(InitDecoder("sample_cache_test", &error)) << error;
+  }
+};
+::testing::Environment* const kDecoderEnvironment =
+    ::testing::AddGlobalTestEnvironment(new DecoderEnvironment);
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "sample_cache_test.XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+void WriteNoisePng(const std::string& path, int width, int height, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> buf(static_cast<size_t>(width) * height * 3);
+  for (auto& v : buf) v = static_cast<uint8_t>(rng());
+  VipsImage* im =
+      vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, 3, VIPS_FORMAT_UCHAR);
+  ASSERT_NE(im, nullptr);
+  const int rc = vips_image_write_to_file(im, path.c_str(), nullptr);
+  g_object_unref(im);
+  ASSERT_EQ(rc, 0) << vips_error_buffer();
+}
+
+// Occupies every thread of a pool until released (or destroyed), so that
+// the tests decide when decodes may run.
+class PoolGate {
+ public:
+  PoolGate(LoaderPool* pool, unsigned threads) : released_(release_.get_future().share()) {
+    std::vector<std::future<void>> started;
+    for (unsigned i = 0; i < threads; ++i) {
+      auto p = std::make_shared<std::promise<void>>();
+      started.push_back(p->get_future());
+      pool->Submit([p, f = released_] {
+        p->set_value();
+        f.wait();
+      });
+    }
+    for (auto& f : started) {
+      if (f.wait_for(10s) != std::future_status::ready) ADD_FAILURE() << "pool did not start";
+    }
+  }
+  ~PoolGate() { Release(); }
+  void Release() {
+    if (!done_) release_.set_value();
+    done_ = true;
+  }
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released_;
+  bool done_ = false;
+};
+
+// Samples 0-3 are good 40x30 PNGs (class "a"), sample 4 is not an image.
+constexpr uint32_t kSize = 32;
+constexpr uint64_t kBytes = kSize * kSize * 3;
+constexpr SampleId kBad = 4;
+
+class SampleCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_ / "a");
+    fs::create_directories(dir_ / "b");
+    for (int i = 0; i < 4; ++i) {
+      WriteNoisePng(dir_ / ("a/" + std::to_string(i) + ".png"), 40, 30, i + 1);
+    }
+    std::ofstream(dir_ / "b/bad.jpg") << "not a jpeg at all";
+    const Status s = Catalog::Open(dir_.path(), &catalog_);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(catalog_->size(), 5u);
+    ASSERT_EQ(catalog_->relpath(kBad), "b/bad.jpg");
+  }
+
+  // Acquire() that waits for its callback.
+  static SamplePtr AcquireSync(SampleCache* cache, SampleKey key) {
+    auto p = std::make_shared<std::promise<SamplePtr>>();
+    auto f = p->get_future();
+    cache->Acquire(key, [p](const SamplePtr& s) { p->set_value(s); });
+    if (f.wait_for(10s) != std::future_status::ready) {
+      ADD_FAILURE() << "no callback for sample " << key.id;
+      return nullptr;
+    }
+    return f.get();
+  }
+
+  // Acquires and releases at once: a sample nobody pins any more.
+  static SamplePtr Touch(SampleCache* cache, SampleKey key) {
+    SamplePtr s = AcquireSync(cache, key);
+    cache->Release(key);
+    return s;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Catalog> catalog_;
+};
+
+TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
+  LoaderPool pool(2);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  EXPECT_EQ(cache.budget(), uint64_t{1} << 20);
+  EXPECT_EQ(cache.disk(), nullptr);
+  const SamplePtr first = AcquireSync(&cache, {kSize, 0});
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->width, kSize);
+  EXPECT_EQ(first->height, kSize);
+  EXPECT_EQ(first->channels, 3u);
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.hits, 0u);
+  EXPECT_EQ(st.decoded, 1u);
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_EQ(st.bytes, kBytes);
+  EXPECT_EQ(st.pinned_bytes, kBytes);
+  EXPECT_EQ(st.loading, 0u);
+  EXPECT_EQ(st.budget, uint64_t{1} << 20);
+
+  // A ready sample is handed over at once, on the caller's thread.
+  SamplePtr again;
+  std::thread::id where;
+  cache.Acquire({kSize, 0}, [&](const SamplePtr& s) {
+    again = s;
+    where = std::this_thread::get_id();
+  });
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(where, std::this_thread::get_id());
+  st = cache.Stats();
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_EQ(st.decoded, 1u);
+
+  // Released by both holders it stays cached (within budget).
+  cache.Release({kSize, 0});
+  cache.Release({kSize, 0});
+  st = cache.Stats();
+  EXPECT_EQ(st.pinned_bytes, 0u);
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_EQ(st.bytes, kBytes);
+  EXPECT_EQ(Touch(&cache, {kSize, 0}), first);
+  EXPECT_EQ(cache.Stats().decoded, 1u);
+}
+
+TEST_F(SampleCacheTest, MatchesDecodeImage) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  const SamplePtr s = AcquireSync(&cache, {kSize, 2});
+  ASSERT_NE(s, nullptr);
+  DecodedSample direct;
+  ASSERT_TRUE(DecodeImage(catalog_->path(2), kSize, &direct).ok());
+  ASSERT_EQ(s->bytes(), direct.bytes());
+  EXPECT_EQ(std::memcmp(s->pixels.get(), direct.pixels.get(), direct.bytes()), 0);
+}
+
+TEST_F(SampleCacheTest, SingleFlight) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  PoolGate gate(&pool, 1);  // the decode cannot finish before every Acquire is in
+
+  constexpr int kCallers = 16;
+  std::mutex mu;
+  std::vector<SamplePtr> got;
+  std::atomic<int> calls{0};
+  std::promise<void> all_called;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&] {
+      cache.Acquire({kSize, 1}, [&](const SamplePtr& s) {
+        {
+          std::lock_guard lock(mu);
+          got.push_back(s);
+        }
+        if (++calls == kCallers) all_called.set_value();
+      });
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(calls.load(), 0);
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.hits, uint64_t{kCallers - 1});
+  EXPECT_EQ(st.decoded, 0u);
+  EXPECT_EQ(st.loading, 1u);
+  EXPECT_EQ(pool.queue_depth(), 1u) << "one decode queued for all callers";
+
+  gate.Release();
+  ASSERT_EQ(all_called.get_future().wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(got.size(), size_t{kCallers});
+  ASSERT_NE(got[0], nullptr);
+  for (const SamplePtr& s : got) EXPECT_EQ(s, got[0]);
+  st = cache.Stats();
+  EXPECT_EQ(st.decoded, 1u);
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.loading, 0u);
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_EQ(st.bytes, kBytes);
+  EXPECT_EQ(st.pinned_bytes, kBytes);
+}
+
+TEST_F(SampleCacheTest, KeysDifferBySize) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  const SamplePtr small = Touch(&cache, {16, 0});
+  const SamplePtr large = Touch(&cache, {kSize, 0});
+  const SamplePtr original = Touch(&cache, {0, 0});
+  ASSERT_TRUE(small && large && original);
+  EXPECT_EQ(small->width, 16u);
+  EXPECT_EQ(large->width, kSize);
+  EXPECT_EQ(original->width, 40u);
+  EXPECT_EQ(original->height, 30u);
+  const CacheStats st = cache.Stats();
+  EXPECT_EQ(st.misses, 3u);
+  EXPECT_EQ(st.decoded, 3u);
+  EXPECT_EQ(st.entries, 3u);
+  EXPECT_EQ(st.bytes, 16u * 16 * 3 + kBytes + 40u * 30 * 3);
+}
+
+TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes);  // room for one
+  const SamplePtr a = AcquireSync(&cache, {kSize, 0});
+  const SamplePtr b = AcquireSync(&cache, {kSize, 1});
+  const SamplePtr c = AcquireSync(&cache, {kSize, 2});
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.evictions, 0u);
+  EXPECT_EQ(st.entries, 3u);
+  EXPECT_EQ(st.bytes, 3 * kBytes);
+  EXPECT_EQ(st.pinned_bytes, 3 * kBytes);
+  EXPECT_GE(cache.CommittedBytes(), 3 * kBytes);
+  // Still pinned: found without a decode.
+  EXPECT_EQ(AcquireSync(&cache, {kSize, 1}), b);
+  cache.Release({kSize, 1});
+  EXPECT_EQ(cache.Stats().decoded, 3u);
+
+  // Unpinned one by one, they go as long as the cache is over budget.
+  cache.Release({kSize, 0});
+  st = cache.Stats();
+  EXPECT_EQ(st.evictions, 1u);
+  EXPECT_EQ(st.entries, 2u);
+  EXPECT_EQ(st.pinned_bytes, 2 * kBytes);
+  cache.Release({kSize, 1});
+  cache.Release({kSize, 2});
+  st = cache.Stats();
+  EXPECT_EQ(st.evictions, 2u);
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_EQ(st.bytes, kBytes);
+  EXPECT_EQ(st.pinned_bytes, 0u);
+  EXPECT_LE(st.bytes, st.budget);
+  EXPECT_EQ(cache.CommittedBytes(), 0u);
+}
+
+TEST_F(SampleCacheTest, UnpinnedSamplesStayWithinBudget) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
+  for (int round = 0; round < 3; ++round) {
+    for (SampleId id = 0; id < 4; ++id) {
+      ASSERT_NE(Touch(&cache, {kSize, id}), nullptr);
+      const CacheStats st = cache.Stats();
+      EXPECT_LE(st.bytes, st.budget) << "round " << round << " id " << id;
+      EXPECT_LE(st.entries, 2u);
+    }
+  }
+  const CacheStats st = cache.Stats();
+  EXPECT_EQ(st.entries, 2u);
+  EXPECT_EQ(st.misses + st.hits, 12u);
+  EXPECT_EQ(st.decoded, st.misses);
+  EXPECT_EQ(st.evictions, st.decoded - 2);
+}
+
+TEST_F(SampleCacheTest, LeastRecentlyUsedGoesFirstAmongEqualCounts) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
+  const SamplePtr a = Touch(&cache, {kSize, 0});
+  Touch(&cache, {kSize, 1});
+  EXPECT_EQ(Touch(&cache, {kSize, 0}), a);  // 0 is now the most recent
+  Touch(&cache, {kSize, 2});                // over budget: 1 goes
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.evictions, 1u);
+  EXPECT_EQ(st.entries, 2u);
+  EXPECT_EQ(st.misses, 3u);
+  EXPECT_EQ(Touch(&cache, {kSize, 0}), a);
+  Touch(&cache, {kSize, 2});
+  EXPECT_EQ(cache.Stats().misses, 3u) << "0 and 2 should have stayed";
+  Touch(&cache, {kSize, 1});
+  EXPECT_EQ(cache.Stats().misses, 4u) << "1 should have been evicted";
+}
+
+TEST_F(SampleCacheTest, FewestNeedingJobsGoesFirst) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
+  std::map<SampleId, uint32_t> needed = {{0, 0}, {1, 3}, {2, 1}, {3, 0}};
+  cache.SetNeedCounts([&](uint32_t size, std::span<const SampleId> ids,
+                          std::span<uint32_t> counts) {
+    EXPECT_EQ(size, kSize);
+    for (size_t i = 0; i < ids.size(); ++i) counts[i] = needed.at(ids[i]);
+  });
+  Touch(&cache, {kSize, 1});  // needed by 3 jobs, the oldest
+  Touch(&cache, {kSize, 0});  // needed by none
+  Touch(&cache, {kSize, 2});  // over budget: 0 goes although 1 is older
+  EXPECT_EQ(cache.Stats().evictions, 1u);
+  Touch(&cache, {kSize, 1});
+  Touch(&cache, {kSize, 2});
+  EXPECT_EQ(cache.Stats().misses, 3u) << "1 and 2 should have stayed";
+  Touch(&cache, {kSize, 0});  // over budget again: 2 (needed by 1) goes, not 1 (by 3)
+  Touch(&cache, {kSize, 1});
+  EXPECT_EQ(cache.Stats().misses, 4u) << "1 should have stayed";
+}
+
+TEST_F(SampleCacheTest, EvictedSampleStaysValidForItsHolders) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes);
+  const SamplePtr a = Touch(&cache, {kSize, 0});
+  ASSERT_NE(a, nullptr);
+  const std::vector<uint8_t> copy(a->pixels.get(), a->pixels.get() + a->bytes());
+  Touch(&cache, {kSize, 1});
+  Touch(&cache, {kSize, 2});
+  EXPECT_EQ(cache.Stats().evictions, 2u);
+  EXPECT_EQ(std::vector<uint8_t>(a->pixels.get(), a->pixels.get() + a->bytes()), copy);
+}
+
+TEST_F(SampleCacheTest, SampleLargerThanBudgetIsDeliveredNotKept) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes - 1);
+  const SamplePtr s = Touch(&cache, {kSize, 3});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->bytes(), kBytes);
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.entries, 0u);
+  EXPECT_EQ(st.bytes, 0u);
+  EXPECT_NE(Touch(&cache, {kSize, 3}), nullptr);
+  st = cache.Stats();
+  EXPECT_EQ(st.misses, 2u);
+  EXPECT_EQ(st.decoded, 2u);
+}
+
+TEST_F(SampleCacheTest, ReleasedWhileLoadingIsKeptUnpinned) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  std::promise<SamplePtr> got;
+  {
+    PoolGate gate(&pool, 1);
+    cache.Acquire({kSize, 0}, [&](const SamplePtr& s) { got.set_value(s); });
+    cache.Release({kSize, 0});  // the job went away before the decode ran
+  }
+  auto f = got.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  const SamplePtr s = f.get();
+  ASSERT_NE(s, nullptr);
+  const CacheStats st = cache.Stats();
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_EQ(st.pinned_bytes, 0u);
+  EXPECT_EQ(st.loading, 0u);
+  EXPECT_EQ(cache.CommittedBytes(), 0u);
+  EXPECT_EQ(Touch(&cache, {kSize, 0}), s);
+  EXPECT_EQ(cache.Stats().decoded, 1u);
+}
+
+TEST_F(SampleCacheTest, ExtraReleaseIsHarmless) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes);
+  cache.Release({kSize, 3});  // never acquired
+  const SamplePtr a = AcquireSync(&cache, {kSize, 0});
+  cache.Release({kSize, 0});
+  cache.Release({kSize, 0});  // one too many
+  const SamplePtr b = AcquireSync(&cache, {kSize, 1});  // pinned; evicts 0
+  const SamplePtr c = AcquireSync(&cache, {kSize, 2});  // pinned too
+  const CacheStats st = cache.Stats();
+  EXPECT_EQ(st.pinned_bytes, 2 * kBytes);
+  EXPECT_EQ(st.entries, 2u);
+  EXPECT_EQ(st.evictions, 1u);
+}
+
+TEST_F(SampleCacheTest, BadImageIsRemembered) {
+  LoaderPool pool(1);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  PoolGate gate(&pool, 1);
+  constexpr int kCallers = 8;
+  std::atomic<int> calls{0}, nulls{0};
+  std::promise<void> all_called;
+  for (int i = 0; i < kCallers; ++i) {
+    cache.Acquire({kSize, kBad}, [&](const SamplePtr& s) {
+      if (!s) ++nulls;
+      if (++calls == kCallers) all_called.set_value();
+    });
+  }
+  gate.Release();
+  ASSERT_EQ(all_called.get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(nulls.load(), kCallers);
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.failed, 1u);
+  EXPECT_EQ(st.decoded, 0u);
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.entries, 0u);
+  EXPECT_EQ(st.bytes, 0u);
+  EXPECT_EQ(st.loading, 0u);
+  for (int i = 0; i < kCallers; ++i) cache.Release({kSize, kBad});
+  EXPECT_EQ(cache.CommittedBytes(), 0u);
+
+  // Asked again later: answered at once with null, never decoded again.
+  bool called = false;
+  SamplePtr again = std::make_shared<DecodedSample>();
+  cache.Acquire({kSize, kBad}, [&](const SamplePtr& s) {
+    called = true;
+    again = s;
+  });
+  EXPECT_TRUE(called);
+  EXPECT_EQ(again, nullptr);
+  st = cache.Stats();
+  EXPECT_EQ(st.failed, 1u);
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(pool.queue_depth(), 0u);
+
+  // Good samples are unaffected.
+  EXPECT_NE(AcquireSync(&cache, {kSize, 0}), nullptr);
+}
+
+TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
+  LoaderPool pool(4);
+  pool.Start();
+  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  constexpr int kThreads = 8, kRounds = 20;
+  std::atomic<int> calls{0};
+  std::promise<void> all_called;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const SampleId id = static_cast<SampleId>((t + r) % 5);
+        const uint32_t size = (r % 2) ? kSize : 16;
+        cache.Acquire({size, id}, [&, id, size](const SamplePtr& s) {
+          if (!s != (id == kBad)) ADD_FAILURE() << "sample " << id << (s ? " decoded" : " null");
+          cache.Release({size, id});
+          if (++calls == kThreads * kRounds) all_called.set_value();
+        });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(all_called.get_future().wait_for(10s), std::future_status::ready);
+  const CacheStats st = cache.Stats();
+  EXPECT_EQ(st.misses, 10u);  // 5 ids x 2 sizes, each loaded once
+  EXPECT_EQ(st.hits, uint64_t{kThreads * kRounds} - 10);
+  EXPECT_EQ(st.decoded, 8u);
+  EXPECT_EQ(st.failed, 2u);  // the bad id at both sizes
+  EXPECT_EQ(st.entries, 8u);
+  EXPECT_EQ(st.bytes, 4 * kBytes + 4 * 16u * 16 * 3);
+  EXPECT_EQ(st.pinned_bytes, 0u);
+  EXPECT_EQ(st.loading, 0u);
+}
+
+}  // namespace
+}  // namespace joaderfs
