@@ -4,6 +4,7 @@
 #
 # usage: scripts/demo.sh [--no-setup]
 #   --no-setup  skip scripts/setup.sh (packages and build already there)
+# BUILD_DIR names another build folder than build/.
 #
 # The data set (2000 synthetic JPEGs in 10 classes, plus 4 corrupt files that
 # the daemon skips) is made once under ${XDG_CACHE_HOME:-~/.cache}/joaderfs-demo.
@@ -14,21 +15,15 @@ if [[ ${1:-} != --no-setup ]]; then
   "$repo/scripts/setup.sh"
 fi
 
-# The first of the candidate paths that exists.
-find_binary() {
-  local candidate
-  for candidate in "$@"; do
-    if [[ -x $candidate ]]; then
-      echo "$candidate"
-      return
-    fi
-  done
-  echo "demo.sh: none of $* is built (run scripts/setup.sh)" >&2
-  exit 1
-}
-joaderfs=$(find_binary "$repo/build/joaderfs" "$repo/build/src/daemon/joaderfs")
-gendata=$(find_binary "$repo/build/joaderfs-gendata" \
-  "$repo/build/tools/gendata/joaderfs-gendata")
+build=${BUILD_DIR:-$repo/build}
+joaderfs=$build/joaderfs
+gendata=$build/joaderfs-gendata
+for binary in "$joaderfs" "$gendata"; do
+  if [[ ! -x $binary ]]; then
+    echo "demo.sh: $binary is not built (run scripts/setup.sh)" >&2
+    exit 1
+  fi
+done
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/joaderfs-demo
 data=$cache/images-2000

@@ -1,10 +1,10 @@
 #include "cache/eviction_policy.h"
 
+#include <gtest/gtest.h>
+
 #include <map>
 #include <set>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {

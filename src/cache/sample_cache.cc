@@ -118,8 +118,7 @@ void SampleCache::Load(SampleKey key) {
       e.sample = sample;
       stats_.bytes += sample->bytes();
       ++stats_.entries;
-      average_bytes_ = average_bytes_ == 0 ? sample->bytes()
-                                           : (average_bytes_ * 15 + sample->bytes()) / 16;
+      average_bytes_ = (average_bytes_ * 15 + sample->bytes()) / 16;
       if (e.pins > 0) {
         stats_.pinned_bytes += sample->bytes();
       } else {

@@ -84,6 +84,9 @@ class SampleCache {
   // manager plans less ahead when this reaches the budget. Lock-free, so it
   // may be called under any lock.
   uint64_t CommittedBytes() const { return committed_.load(std::memory_order_relaxed); }
+  // The mean size of loaded samples (a 224 x 224 guess before the first).
+  // Lock-free too.
+  uint64_t AverageSampleBytes() const { return average_bytes_.load(std::memory_order_relaxed); }
   uint64_t budget() const { return budget_; }
 
   CacheStats Stats() const;
@@ -116,6 +119,7 @@ class SampleCache {
   DiskCache* disk_;
   const uint64_t budget_;
   std::atomic<uint64_t> committed_{0};
+  std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 
   mutable std::mutex mu_;
   std::unordered_map<SampleKey, Entry, KeyHash> entries_;  // GUARDED_BY(mu_)
@@ -123,7 +127,6 @@ class SampleCache {
   std::unordered_set<SampleKey, KeyHash> bad_;            // GUARDED_BY(mu_)
   NeedCounts need_counts_;                                // GUARDED_BY(mu_)
   uint64_t clock_ = 0;                                    // GUARDED_BY(mu_)
-  uint64_t average_bytes_ = 0;                            // GUARDED_BY(mu_), of loaded samples
   Rng rng_{0x7265666e74ULL};                              // GUARDED_BY(mu_)
   CacheStats stats_;                                      // GUARDED_BY(mu_)
 };

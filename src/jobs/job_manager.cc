@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <set>
+#include <unordered_set>
 
 #include "common/json.h"
 #include "common/random.h"
@@ -78,6 +79,7 @@ struct ReplyData {
 }  // namespace
 
 struct JobManager::Group {
+  uint32_t size = 0;  // the output size all its jobs share
   std::unique_ptr<Planner> planner;
   std::set<Job*> jobs;  // registered with the planner
   JobHandle next_handle = 0;
@@ -442,6 +444,7 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
     auto& group = groups_[job->spec.size];
     if (!group) {
       group = std::make_unique<Group>();
+      group->size = job->spec.size;
       const uint64_t seed = MixSeed(options_.seed, job->spec.size);
       group->planner = options_.dependent_sampling ? NewDependentPlanner(seed)
                                                    : NewIndependentPlanner(seed);
@@ -469,31 +472,40 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
 // rounds (which is what lets dependent sampling share picks), while a slow
 // job with a full queue stays out (partial sampling) and holds nobody back.
 //
-// Planned samples are pinned in the RAM cache until delivered, so when the
-// pinned bytes reach the cache's budget jobs plan only a minimum ahead
-// (enough to keep the decode threads busy) instead of thrashing the cache.
+// How far ahead a job plans starts small each epoch and doubles with what
+// it has read (like TCP's slow start): a job that starts a moment before
+// another would otherwise plan a whole lookahead alone, and those picks
+// could not be shared. Planned samples are pinned in the RAM cache until
+// delivered, so when the pinned bytes reach the cache's budget jobs plan
+// only a minimum ahead (enough to keep the decode threads busy) instead of
+// thrashing the cache.
 void JobManager::Plan(Group* group, Actions* actions) {
-  auto outstanding = [](const Job* j) { return j->planned - j->done; };
-  auto wants = [&](const Job* j, uint64_t limit) {
+  // What planned samples pin, as the cache last saw it, plus this call's picks.
+  uint64_t committed = cache_->CommittedBytes();
+  const uint64_t per_sample =
+      group->size > 0 ? uint64_t{group->size} * group->size * 3 : cache_->AverageSampleBytes();
+  auto limit = [&](const Job* j) {
+    const uint64_t floor = std::min<uint64_t>(options_.min_lookahead, EffectiveLookahead(j));
+    if (committed >= cache_->budget()) return floor;
+    return std::clamp<uint64_t>(2 * j->done, floor, EffectiveLookahead(j));
+  };
+  auto wants = [](const Job* j, uint64_t below) {
     return j->running && !j->released && j->planned < j->subset.cardinality() &&
-           outstanding(j) < limit;
+           j->planned - j->done < below;
   };
   bool low = false;
   for (const Job* j : group->jobs) {
-    if (wants(j, EffectiveLookahead(j) / 2 + 1)) low = true;
+    if (wants(j, limit(j) / 2 + 1)) low = true;
   }
   if (!low) return;
   std::vector<JobHandle> participants;
   std::unordered_map<JobHandle, Job*> by_handle;
   std::vector<Pick> picks;
+  std::unordered_set<SampleId> distinct;
   for (;;) {
-    const bool over_budget = cache_->CommittedBytes() >= cache_->budget();
     participants.clear();
     for (Job* j : group->jobs) {
-      const uint64_t limit =
-          over_budget ? std::min<uint64_t>(options_.min_lookahead, EffectiveLookahead(j))
-                      : EffectiveLookahead(j);
-      if (wants(j, limit)) {
+      if (wants(j, limit(j))) {
         participants.push_back(j->handle);
         by_handle[j->handle] = j;
       }
@@ -502,11 +514,14 @@ void JobManager::Plan(Group* group, Actions* actions) {
     picks.clear();
     group->planner->Round(participants, &picks);
     if (picks.empty()) return;
+    distinct.clear();
     for (const Pick& pick : picks) {
       Job* j = by_handle[pick.job];
       j->slots.push_back({pick.id, SlotState::kPlanned, nullptr});
       RequestSlot(j, j->planned++, actions);
+      distinct.insert(pick.id);
     }
+    committed += distinct.size() * per_sample;
   }
 }
 

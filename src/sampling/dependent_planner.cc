@@ -17,15 +17,9 @@ size_t ApproximateRoaringBytes(const Roaring& bitmap) {
          stats.n_bytes_bitset_containers;
 }
 
-namespace {
-
-// A copy of `ids` without run containers. Picks punch random holes into
-// a remaining set: bitset and array containers absorb them in place, while
-// a run container splits its runs (up to 8x the memory of a bitset, and a
-// memmove per pick). Rebuilt value by value because
-// roaring_bitmap_remove_run_compression of CRoaring 0.2.66 crashes on a
-// short run ending a 64Ki chunk.
 Roaring CopyWithoutRuns(const Roaring& ids) {
+  // Value by value: roaring_bitmap_remove_run_compression of CRoaring
+  // 0.2.66 crashes on a short run that ends a 64Ki chunk.
   Roaring out;
   std::vector<uint32_t> buffer(1 << 16);
   roaring_uint32_iterator_t* it = roaring_create_iterator(&ids.roaring);
@@ -36,6 +30,8 @@ Roaring CopyWithoutRuns(const Roaring& ids) {
   roaring_free_uint32_iterator(it);
   return out;
 }
+
+namespace {
 
 bool HasRuns(const Roaring& ids) {
   roaring_statistics_t stats;
@@ -288,8 +284,8 @@ PlannerStats DependentPlanner::Stats() const { return stats_; }
 size_t DependentPlanner::MemoryBytes() const {
   size_t bytes = sizeof(*this) + overlap_.capacity() * sizeof(uint64_t) +
                  slots_.capacity() * sizeof(Job) +
-                 slot_of_.size() * (sizeof(JobHandle) + sizeof(uint32_t) +
-                                    2 * sizeof(void*));
+                 slot_of_.size() *
+                     (sizeof(JobHandle) + sizeof(uint32_t) + 2 * sizeof(void*));
   for (uint32_t slot : present_) {
     bytes += ApproximateRoaringBytes(slots_[slot].subset) +
              ApproximateRoaringBytes(slots_[slot].remaining);

@@ -44,13 +44,13 @@
 // participant matches its best-overlapping predecessor optimally.
 //
 // Cost. A root draw is one roaring select (or a few contains() tests while
-// the set is dense in its span: rejection, exact too); a child keeps its parent's id
-// after one contains() test, or draws from R_i \ R_p by rejection from R_i
-// (the residual is entered with probability |R_i \ R_p|/|R_i| and then needs
-// |R_i|/|R_i \ R_p| tries on average: one try per round in expectation; after
-// kMaxRejections tries it computes R_i \ R_p, which keeps the result exact).
-// Applying a pick costs O(number of jobs) contains() tests to maintain the
-// overlap table. AddJob/StartEpoch cost one and_cardinality per other job.
+// the set is dense in its span: rejection, exact too); a child keeps its
+// parent's id after one contains() test, or draws from R_i \ R_p by rejection
+// from R_i (the residual is entered with probability |R_i \ R_p|/|R_i| and then
+// needs |R_i|/|R_i \ R_p| tries on average: one try per round in expectation;
+// after kMaxRejections tries it computes R_i \ R_p, which keeps the result
+// exact). Applying a pick costs O(number of jobs) contains() tests to maintain
+// the overlap table. AddJob/StartEpoch cost one and_cardinality per other job.
 //
 // Thread-safety: none; the owner serialises all calls.
 
@@ -132,18 +132,24 @@ class DependentPlanner final : public Planner {
 
   // Scratch space of Round(), kept between calls to avoid allocations.
   std::vector<uint32_t> order_;
-  std::vector<SampleId> draw_;       // by position in order_
-  std::vector<uint32_t> by_id_;      // positions in order_, sorted by draw
-  std::vector<uint32_t> takers_;     // slots taking one id
-  std::vector<uint32_t> holders_;    // slots needing that id
-  std::vector<uint8_t> taking_;      // by slot
-  std::vector<uint8_t> in_round_;    // by slot
-  std::vector<SampleId> pick_of_;    // by slot
+  std::vector<SampleId> draw_;     // by position in order_
+  std::vector<uint32_t> by_id_;    // positions in order_, sorted by draw
+  std::vector<uint32_t> takers_;   // slots taking one id
+  std::vector<uint32_t> holders_;  // slots needing that id
+  std::vector<uint8_t> taking_;    // by slot
+  std::vector<uint8_t> in_round_;  // by slot
+  std::vector<SampleId> pick_of_;  // by slot
 };
 
 // Heap bytes of a roaring bitmap (containers and their index), from its
 // container statistics; roaring's own size functions give serialized sizes.
 size_t ApproximateRoaringBytes(const Roaring& bitmap);
+
+// A copy of `ids` without run containers. A remaining set is kept so:
+// picks punch random holes into it, which bitset and array containers
+// absorb in place while a run container splits its runs (up to 8x the
+// memory of a bitset, and a memmove per pick).
+Roaring CopyWithoutRuns(const Roaring& ids);
 
 }  // namespace joaderfs
 

@@ -3,11 +3,11 @@
 
 #include "sampling/dependent_planner.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "sampling/planner_testing.h"
 
@@ -188,9 +188,8 @@ TEST(DependentPlanner, SharedPicksAddUp) {
       [&](const std::vector<Pick>& picks) {
         for (const Pick& p : picks) {
           shared_in_rounds +=
-              std::count_if(picks.begin(), picks.end(), [&](const Pick& q) {
-                return q.id == p.id;
-              }) > 1;
+              std::count_if(picks.begin(), picks.end(),
+                            [&](const Pick& q) { return q.id == p.id; }) > 1;
         }
       });
   EXPECT_EQ(planner.Stats().shared_picks, shared_in_rounds);

@@ -10,8 +10,7 @@ Roaring IdRange(SampleId first, SampleId last) {
   return ids;
 }
 
-Roaring IdSample(SampleId first, SampleId last, uint64_t count,
-                 uint64_t seed) {
+Roaring IdSample(SampleId first, SampleId last, uint64_t count, uint64_t seed) {
   // Floyd: for j in n-count..n-1 take a uniform t <= j, or j itself when t
   // is already taken; every count-subset is equally likely.
   Rng rng(seed);

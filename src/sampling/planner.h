@@ -82,8 +82,8 @@ class Planner {
 std::unique_ptr<Planner> NewIndependentPlanner(uint64_t seed);
 
 // Dependent sampling (DSA) over arbitrary overlaps: the same guarantees, and
-// in every round the participants pick the same id as often as their uniform
-// orders allow (see dependent_planner.h).
+// the participants of a round pick the same id as often as uniform orders
+// allow for two jobs or nested subsets (see dependent_planner.h).
 std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed);
 
 }  // namespace joaderfs

@@ -3,12 +3,12 @@
 // departures, epoch starts and speeds; Remaining and RefCount against a
 // model; reproducibility from the seed.
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/random.h"
 #include "sampling/planner.h"

@@ -31,10 +31,10 @@ using PickObserver = std::function<void(size_t job, uint32_t epoch, SampleId)>;
 // epoch as soon as its epoch ends, and leaves after its `epochs`. Returns
 // when every job has left. `after_round`, if set, sees the picks of each
 // round after `on_pick` has seen them one by one.
-void RunAtSpeeds(Planner& planner, std::span<const SpeedJob> jobs,
-                 const PickObserver& on_pick,
-                 const std::function<void(const std::vector<Pick>&)>&
-                     after_round = nullptr);
+void RunAtSpeeds(
+    Planner& planner, std::span<const SpeedJob> jobs,
+    const PickObserver& on_pick,
+    const std::function<void(const std::vector<Pick>&)>& after_round = nullptr);
 
 }  // namespace joaderfs
 

@@ -29,13 +29,13 @@
 // positions) rejects in both runs. The seeds are fixed, so every outcome is
 // reproducible.
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/random.h"
 #include "sampling/planner.h"

@@ -1,9 +1,9 @@
 #include "sampling/statistics.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {
@@ -48,8 +48,7 @@ TEST(Statistics, BinomialTwoSided) {
   EXPECT_NEAR(BinomialTwoSidedPValue(0, 10, 0.5), 2.0 / 1024, 1e-12);
   EXPECT_NEAR(BinomialTwoSidedPValue(5, 10, 0.5), 1.0, 1e-12);
   EXPECT_NEAR(BinomialTwoSidedPValue(3, 20, 0.5), 2.0 * 1351 / 1048576, 1e-12);
-  EXPECT_NEAR(BinomialTwoSidedPValue(17, 20, 0.5), 2.0 * 1351 / 1048576,
-              1e-12);
+  EXPECT_NEAR(BinomialTwoSidedPValue(17, 20, 0.5), 2.0 * 1351 / 1048576, 1e-12);
 }
 
 TEST(Statistics, BenjaminiHochberg) {

@@ -237,6 +237,34 @@ def read_exact(fd, nbytes, timeout=EPOCH_TIMEOUT):
     return box["data"]
 
 
+def read_to_eof(fd, sizes=(1 << 20,), timeout=EPOCH_TIMEOUT):
+    """Reads fd until EOF with read() sizes cycling through `sizes`."""
+    box = {}
+
+    def run():
+        buf = bytearray()
+        k = 0
+        try:
+            while True:
+                chunk = os.read(fd, sizes[k % len(sizes)])
+                k += 1
+                if not chunk:
+                    break
+                buf += chunk
+        except OSError as e:
+            box["error"] = e
+        box["data"] = bytes(buf)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise AssertionError("no EOF after %.0fs" % timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["data"]
+
+
 class _Reader(threading.Thread):
     def __init__(self, fd, chunk):
         super().__init__(daemon=True)
@@ -529,9 +557,6 @@ class DatasetMixin:
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls._data_dir, True)
-
-    def labels(self):
-        return [label for _, label in self.order]
 
 
 def ids_of(records_per_reader):

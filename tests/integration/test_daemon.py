@@ -55,6 +55,46 @@ def wait_until(pred, timeout, step=0.05):
     return pred()
 
 
+def fstab_cycle(fstab, mnt, bind_src=None, bind_dst=None):
+    """mount -T fstab mnt; read /dataset/info; umount; wait for the daemon.
+
+    Runs in the test process or, for bind mounts, in a private mount
+    namespace (unshare -m). Returns what happened as a dict."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(os.path.abspath(BIN)) + ":" + \
+        env.get("PATH", SH_DEFAULT_PATH)
+    out = {}
+    pids = []
+    try:
+        if bind_src:
+            subprocess.run(["mount", "--bind", bind_src, bind_dst], check=True)
+        r = subprocess.run(["mount", "-T", fstab, mnt], env=env,
+                           capture_output=True, text=True, timeout=60)
+        out.update(mount_rc=r.returncode, mount_stderr=r.stderr)
+        if r.returncode != 0:
+            return out
+        wait_until(lambda: is_mounted(mnt), 10)
+        pids = daemon_pids(mnt)
+        out["daemons"] = len(pids)
+        with open(os.path.join(mnt, "dataset", "info")) as f:
+            out["info"] = json.load(f)
+        u = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        out.update(umount_rc=u.returncode, umount_stderr=u.stderr,
+                   unmounted=not is_mounted(mnt))
+        out["daemon_exited"] = wait_until(
+            lambda: not any(alive(p) for p in pids), 15)
+        return out
+    except Exception as e:  # reported by the caller
+        out["error"] = repr(e)
+        return out
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 class StartupErrorTest(DatasetMixin, JoaderTestCase):
     LAYOUT = {"a": ["1.jpg", "2.jpg"], "b": ["3.jpg"]}
 
@@ -124,7 +164,6 @@ class StartupErrorTest(DatasetMixin, JoaderTestCase):
                                  [src, "empty", "no sample", "no image",
                                   "0 sample", "no class"])
 
-
     def test_empty_manifest(self):
         manifest = os.path.join(self.tempdir(), "train.tsv")
         open(manifest, "w").close()
@@ -150,7 +189,13 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
 
     # ------------------------------------------------------------ fstab
 
-    def fstab_mount(self, fstab_line_fmt):
+    def fstab_test(self, line_format, namespace_bin_dir=None):
+        """Mounts through `mount -T FSTAB MNT`, checks, unmounts with
+        umount(8) and waits for the (daemonized) daemon to exit."""
+        helptext = subprocess.run(["mount", "--help"], capture_output=True,
+                                  text=True).stdout
+        if "--fstab" not in helptext:
+            self.skipTest("mount(8) has no -T/--fstab")
         d = self.tempdir()
         mnt = os.path.join(d, "mnt")
         os.mkdir(mnt)
@@ -160,86 +205,78 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
                                "log_level": "debug"})
         fstab = os.path.join(d, "fstab")
         with open(fstab, "w") as f:
-            f.write(fstab_line_fmt.format(bin=BIN, source=self.source, mnt=mnt,
-                                          opts=opts) + "\n")
-        env = dict(os.environ)
-        env["PATH"] = os.path.dirname(os.path.abspath(BIN)) + ":" + \
-            env.get("PATH", SH_DEFAULT_PATH)
-
-        def cleanup():
-            if is_mounted(mnt):
-                subprocess.run(["umount", "-l", mnt], capture_output=True)
-            for pid in daemon_pids(mnt):
-                os.kill(pid, signal.SIGKILL)
-        self.addCleanup(cleanup)
-
-        r = subprocess.run(["mount", "-T", fstab, mnt], env=env,
-                           capture_output=True, text=True, timeout=60)
-
-        def diag():
-            try:
-                with open(log) as f:
-                    text = f.read()[-20000:]
-            except OSError as e:
-                text = str(e)
-            with open(fstab) as f:
-                line = f.read()
-            return "mount status %d\nstdout: %s\nstderr: %s\nfstab: %s\nlog:\n%s" \
-                % (r.returncode, r.stdout, r.stderr, line, text)
-        return r, mnt, diag
-
-    def check_fstab_mount(self, r, mnt, diag):
-        self.assertEqual(r.returncode, 0, diag())
-        self.assertTrue(wait_until(lambda: is_mounted(mnt), 10), diag())
-        pids = daemon_pids(mnt)
-        self.assertEqual(len(pids), 1, "daemon processes: %s\n%s"
-                         % (pids, diag()))
-        with open(os.path.join(mnt, "dataset", "info")) as f:
-            info = json.load(f)
-        self.assertEqual(info["samples"], len(self.order), diag())
-        self.assertEqual(info["size"], 64, diag())
-        u = subprocess.run(["umount", mnt], capture_output=True, text=True)
-        self.assertEqual(u.returncode, 0, u.stderr + diag())
-        self.assertFalse(is_mounted(mnt))
-        self.assertTrue(wait_until(lambda: not alive(pids[0]), 15),
-                        "daemon %d still running 15s after umount\n%s"
-                        % (pids[0], diag()))
+            f.write(line_format.format(bin=BIN, source=self.source, mnt=mnt,
+                                       opts=opts) + "\n")
+        if namespace_bin_dir is None:
+            result = fstab_cycle(fstab, mnt)
+        else:
+            # In a private mount namespace, bind a folder holding a
+            # `joaderfs` link over /usr/local/sbin (in sh's default PATH).
+            links = os.path.join(d, "bin")
+            os.mkdir(links)
+            os.symlink(os.path.abspath(BIN), os.path.join(links, "joaderfs"))
+            r = subprocess.run(
+                ["unshare", "-m", "--propagation", "private", sys.executable,
+                 "-c", "import json, sys, test_daemon; print(json.dumps("
+                 "test_daemon.fstab_cycle(*sys.argv[1:])))",
+                 fstab, mnt, links, namespace_bin_dir],
+                cwd=os.path.dirname(os.path.abspath(__file__)),
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            result = json.loads(r.stdout.splitlines()[-1])
+        try:
+            with open(log) as f:
+                text = f.read()[-20000:]
+        except OSError as e:
+            text = str(e)
+        with open(fstab) as f:
+            what = "fstab: %sresult: %s\nlog:\n%s" % (f.read(), result, text)
+        self.assertEqual(result.get("mount_rc"), 0, what)
+        self.assertNotIn("error", result, what)
+        self.assertEqual(result["daemons"], 1, what)
+        self.assertEqual(result["info"]["samples"], len(self.order), what)
+        self.assertEqual(result["info"]["size"], 64, what)
+        self.assertEqual(result["umount_rc"], 0, what)
+        self.assertTrue(result["unmounted"], what)
+        self.assertTrue(result["daemon_exited"],
+                        "daemon still running 15s after umount\n" + what)
 
     def test_fstab_mount_fuse_dot_joaderfs(self):
-        """fstab type fuse.joaderfs: mount.fuse3 runs `joaderfs` via sh."""
+        """fstab `SOURCE MNT fuse.joaderfs OPTS`: mount(8) runs mount.fuse3,
+        which runs `joaderfs` from sh's PATH; the daemon daemonizes."""
         installed = shutil.which("joaderfs", path=SH_DEFAULT_PATH)
-        if installed is None or not os.path.samefile(installed, BIN):
-            self.skipTest(
-                "mount(8) runs /sbin/mount.fuse3 with a sanitized environment "
-                "(no PATH), so it finds `joaderfs` only in sh's default PATH "
-                "(%s), where %s; the fuse#legacy test covers this path with an "
-                "absolute binary" % (SH_DEFAULT_PATH,
-                                     "there is none" if installed is None else
-                                     "a different one sits (%s)" % installed))
-        r, mnt, diag = self.fstab_mount("{source} {mnt} fuse.joaderfs {opts} 0 0")
-        self.check_fstab_mount(r, mnt, diag)
+        line = "{source} {mnt} fuse.joaderfs {opts} 0 0"
+        if installed is not None and os.path.samefile(installed, BIN):
+            self.fstab_test(line)
+            return
+        # mount(8) runs its helper with a sanitized environment (no PATH),
+        # so a PATH naming the build folder does not reach mount.fuse3.
+        if installed is not None:
+            self.skipTest("a different joaderfs is installed at %s" % installed)
+        if subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+            self.skipTest("joaderfs is not installed in sh's default PATH and "
+                          "unshare -m (to put it there privately) fails")
+        self.fstab_test(line, namespace_bin_dir="/usr/local/sbin")
 
     def test_fstab_mount_absolute_binary(self):
-        """fstab `BIN#SOURCE MNT fuse OPTS`: mount(8) -> mount.fuse3 -> the
-        daemon with `-o rw,...,dev,suid`, daemonized."""
-        if subprocess.run(["mount", "--help"], capture_output=True,
-                          text=True).stdout.find("--fstab") < 0:
-            self.skipTest("mount(8) has no -T/--fstab")
-        r, mnt, diag = self.fstab_mount("{bin}#{source} {mnt} fuse {opts} 0 0")
-        self.check_fstab_mount(r, mnt, diag)
+        """fstab `BIN#SOURCE MNT fuse OPTS` (mount.fuse3's form naming the
+        program): the daemon gets `-o rw,...,dev,suid`."""
+        self.fstab_test("{bin}#{source} {mnt} fuse {opts} 0 0")
 
     # ---------------------------------------------------- unmount, signals
 
     def open_reader_with_one_record(self, m):
-        fd = os.open(m.mkjob("r", spec="window=1"), os.O_RDONLY)
-        self.addCleanup(lambda: os.close(fd) if fd_open(fd) else None)
-        data = mountlib.read_exact(fd, mountlib.record_size(64 * 64 * 3))
+        """An open reader of a job that has read one record; close() it
+        with .close() (done in cleanup otherwise)."""
+        reader = Fd(os.open(m.mkjob("r", spec="window=1"), os.O_RDONLY))
+        self.addCleanup(reader.close)
+        data = mountlib.read_exact(reader.fd, mountlib.record_size(64 * 64 * 3))
         self.assertEqual(len(mountlib.parse_records(data)), 1)
-        return fd
+        return reader
 
     def test_fusermount_with_open_reader(self):
         m = self.mount(self.source)
-        fd = self.open_reader_with_one_record(m)
+        reader = self.open_reader_with_one_record(m)
         r = subprocess.run([FUSERMOUNT, "-u", m.mnt], capture_output=True,
                            text=True)
         if r.returncode != 0:
@@ -250,13 +287,13 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
         self.assertFalse(is_mounted(m.mnt))
-        os.close(fd)
+        reader.close()
         rc = m.wait_exit(15)
         self.assertEqual(rc, 0, "daemon exit status after unmount")
 
     def test_sigterm_unmounts(self):
         m = self.mount(self.source)
-        fd = self.open_reader_with_one_record(m)
+        reader = self.open_reader_with_one_record(m)
         m.proc.send_signal(signal.SIGTERM)
         try:
             rc = m.proc.wait(15)
@@ -264,7 +301,7 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
             self.fail("daemon still running 15s after SIGTERM")
         self.assertFalse(is_mounted(m.mnt), "SIGTERM left the mount behind")
         self.assertEqual(rc, 0, "daemon exit status after SIGTERM")
-        os.close(fd)
+        reader.close()   # the connection is gone: close() may fail ENOTCONN
 
     def test_sigterm_idle(self):
         m = self.mount(self.source)
@@ -302,12 +339,19 @@ def child_state(child):
         return "%s, exit %s" % (e, child.poll())
 
 
-def fd_open(fd):
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
+class Fd:
+    """An fd closed once; close() ignores errors of a dead connection."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def close(self):
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class BadSamplesTest(JoaderTestCase):
@@ -360,6 +404,24 @@ class BadSamplesTest(JoaderTestCase):
         ids = ids_of(read_epoch(m.path("jobs", "one", "next"), 1))
         self.assertEqual(sorted(ids), good)
         self.assertGreaterEqual(m.stats()["skipped"], 2)
+
+
+    def test_missing_file_in_manifest_skipped(self):
+        """A manifest line whose file is gone is a sample that cannot be
+        read: skipped, counted, the epoch goes on."""
+        d = self.tempdir()
+        manifest = os.path.join(d, "train.tsv")
+        os.symlink(self.source, os.path.join(d, "src"))
+        rows = [("src/a/1.jpg", 0), ("src/a/gone.jpg", 0), ("src/b/4.jpg", 1),
+                ("src/c/7.jpg", 2)]
+        with open(manifest, "w") as f:
+            f.writelines("%s\t%d\n" % row for row in rows)
+        m = self.mount(manifest)
+        self.assertEqual(m.info()["samples"], len(rows))
+        ids = ids_of(read_epoch(m.mkjob("j"), 2))
+        self.assertEqual(sorted(ids), [0, 2, 3])
+        self.assertEqual(m.stats()["skipped"], 1)
+        self.assertEqual(m.status("j")["remaining"], 0)
 
 
 class SlowSampleTest(JoaderTestCase):
@@ -442,6 +504,25 @@ class SlowSampleTest(JoaderTestCase):
         self.assertIn("KeyboardInterrupt", err, out)
         self.assertNotIn("read returned", out)
         self.check_outer_still_works()
+
+    def test_window_delivers_ready_samples_first(self):
+        """window=64 (default): within a window, samples come in the order
+        they become ready, so the ready id 0 is not held up by the slow one,
+        whatever the planned order."""
+        os.kill(self.inner.proc.pid, signal.SIGSTOP)
+        self.stopped = True
+        path = self.outer.mkjob("w", ids="0\ninner/README\n")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = mountlib.read_exact(fd, mountlib.record_size(64 * 64 * 3),
+                                       timeout=15)
+            self.assertEqual([r.id for r in mountlib.parse_records(data)], [0])
+            self.resume()
+            self.assertEqual(mountlib.read_to_eof(fd, timeout=15), b"",
+                             "the slow sample is not an image: skipped")
+        finally:
+            os.close(fd)
+        self.assertEqual(self.outer.stats()["skipped"], 1)
 
     def test_rmdir_fails_blocked_read(self):
         child = self.start_blocked_reader("slow")

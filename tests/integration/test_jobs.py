@@ -174,6 +174,7 @@ class JobsTest(DatasetMixin, JoaderTestCase):
             data = mountlib.read_exact(fd, 64)
             self.assertEqual(data[:4], b"JSF1")
             self.assertErrno(errno.EBUSY, m.write_spec, "b", "size=48")
+            self.assertErrno(errno.EBUSY, m.write_file, "b", "ids", "1\n")
         finally:
             os.close(fd)
         self.assertErrno(errno.EBUSY, m.write_spec, "b", "size=48")
@@ -196,6 +197,13 @@ class JobsTest(DatasetMixin, JoaderTestCase):
                 self.assertErrno(errno.EINVAL, os.mkdir, m.path("jobs", name))
                 self.assertNotIn(name, os.listdir(m.path("jobs")))
         self.assertErrno(errno.EEXIST, os.mkdir, m.path("jobs", "A.b_c-9"))
+        # jobs are made in /jobs only, as folders only
+        for bad_path in (m.path("jobs", "A.b_c-9", "sub"), m.path("elsewhere"),
+                         m.path("dataset", "x")):
+            with self.subTest(mkdir=bad_path):
+                self.assertRaises(OSError, os.mkdir, bad_path)
+        self.assertRaises(OSError, os.open, m.path("jobs", "file"),
+                          os.O_WRONLY | os.O_CREAT, 0o644)
         self.assertEqual(sorted(os.listdir(m.path("jobs"))), sorted(good))
         self.assertEqual(sorted(m.stats()["jobs"]), sorted(good))
 

@@ -2,12 +2,14 @@
 epochs (DESIGN.md 2.1, 2.2, 2.4)."""
 
 import collections
+import errno
 import os
 import sys
 import threading
 import unittest
 
 import numpy as np
+from PIL import Image
 
 import mountlib
 from mountlib import DatasetMixin, JoaderTestCase, read_epoch, ids_of
@@ -121,6 +123,32 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         self.assertGreaterEqual(stats["decoded"], len(set(ids_a) | set(ids_b)))
         self.assertGreaterEqual(stats["delivered"], len(ids_a) + len(ids_b))
 
+    def test_same_size_jobs_share_decodes(self):
+        """Two jobs of one size read concurrently: with RAM for everything,
+        each sample is decoded once and served to both."""
+        m = self.mount(self.source)
+        paths = [m.mkjob("s1"), m.mkjob("s2")]
+        results = {}
+
+        def run(path):
+            try:
+                results[path] = read_epoch(path, 2)
+            except BaseException as e:
+                results[path] = e
+
+        threads = [threading.Thread(target=run, args=(p,)) for p in paths]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for p in paths:
+            if isinstance(results[p], BaseException):
+                raise results[p]
+            self.assertEqual(sorted(ids_of(results[p])), list(range(self.N)))
+        stats = m.stats()
+        self.assertEqual(stats["delivered"], 2 * self.N, stats)
+        self.assertEqual(stats["decoded"], self.N, stats)
+
     def test_dataset_info_and_manifest(self):
         m = self.mount(self.source)
         info = m.info()
@@ -140,7 +168,6 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         all_r = [r for rs in recs for r in rs]
         self.check_records(all_r, 0)
         self.assertEqual(sorted(r.id for r in all_r), list(range(self.N)))
-        from PIL import Image
         for r in all_r:
             with Image.open(os.path.join(self.source, self.order[r.id][0])) as im:
                 self.assertEqual((r.width, r.height), im.size,
@@ -196,17 +223,34 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         path = m.mkjob("odd")
         fd = os.open(path, os.O_RDONLY)
         try:
-            data = bytearray()
-            while True:
-                chunk = mountlib.read_exact(fd, 1000)  # not a multiple of 64
-                data += chunk
-                if len(chunk) < 1000:
-                    break
+            # sizes smaller than a header, odd, and straddling records
+            data = mountlib.read_to_eof(fd, (1, 7, 63, 64, 65, 1000, 12351,
+                                             12353, 100000, 3))
+            self.assertEqual(mountlib.read_exact(fd, 4096, timeout=15), b"",
+                             "a read after EOF must give EOF again")
         finally:
             os.close(fd)
-        recs = mountlib.parse_records(bytes(data))
+        recs = mountlib.parse_records(data)
         self.check_records(recs, 64)
         self.assertEqual(sorted(r.id for r in recs), list(range(self.N)))
+
+    def test_not_seekable(self):
+        m = self.mount(self.source)
+        fd = os.open(m.mkjob("seek"), os.O_RDONLY)
+        try:
+            self.assertErrno(errno.ESPIPE, os.lseek, fd, 0, os.SEEK_SET)
+            self.assertErrno(errno.ESPIPE, os.pread, fd, 64, 0)
+            head = mountlib.read_exact(fd, 64)
+            self.assertEqual(head[:4], b"JSF1")
+            self.assertErrno(errno.ESPIPE, os.lseek, fd, 0, os.SEEK_SET)
+        finally:
+            os.close(fd)
+
+    def test_more_readers_than_samples(self):
+        m = self.mount(self.source)
+        recs = read_epoch(m.mkjob("few", spec="subset=range:0-1"), 4, timeout=30)
+        self.assertEqual(sorted(ids_of(recs)), [0, 1])
+        self.assertGreaterEqual(sum(1 for rs in recs if not rs), 2)
 
     def test_status_counters(self):
         m = self.mount(self.source)

@@ -14,7 +14,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import unittest
 
 import tierlib

@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import mountlib  # noqa: E402
-from mountlib import (FUSERMOUNT, HEADER, JoaderTestCase,  # noqa: E402,F401
-                      is_mounted, parse_records, read_epoch, ids_of)
+from mountlib import (FUSERMOUNT, JoaderTestCase,  # noqa: E402
+                      is_mounted, parse_records, read_epoch)
 
 SIZE = 64
 PIXELS = SIZE * SIZE * 3

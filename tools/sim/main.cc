@@ -75,15 +75,16 @@ int Main(int argc, char** argv) {
   }
   const bool misses = mode == "misses";
   const std::vector<std::string_view> allowed =
-      misses ? std::vector<std::string_view>{"jobs", "cache", "sampler",
+      misses ? std::vector<std::string_view>{"jobs",   "cache",  "sampler",
                                              "policy", "speeds", "starts",
                                              "seed"}
-             : std::vector<std::string_view>{"jobs", "epochs", "sampler",
+             : std::vector<std::string_view>{"jobs",   "epochs", "sampler",
                                              "speeds", "starts", "seed"};
   std::map<std::string, std::string, std::less<>> options;
   for (int i = 2; i < argc; ++i) {
     std::string_view arg = argv[i];
-    if (!arg.starts_with("--")) Fail("unexpected argument '" + std::string(arg) + "'");
+    if (!arg.starts_with("--"))
+      Fail("unexpected argument '" + std::string(arg) + "'");
     arg.remove_prefix(2);
     std::string name, value;
     if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
@@ -97,7 +98,8 @@ int Main(int argc, char** argv) {
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       Fail("unknown option --" + name + " for " + std::string(mode));
     }
-    if (!options.emplace(name, value).second) Fail("--" + name + " given twice");
+    if (!options.emplace(name, value).second)
+      Fail("--" + name + " given twice");
   }
 
   if (!options.contains("jobs")) Fail("--jobs is required");
@@ -144,8 +146,7 @@ int Main(int argc, char** argv) {
       }
       policy = *kind;
     }
-    const MissCount count =
-        SimulateMisses(jobs, sampler, policy, cache, seed);
+    const MissCount count = SimulateMisses(jobs, sampler, policy, cache, seed);
     std::printf("misses=%llu requests=%llu union=%llu\n",
                 static_cast<unsigned long long>(count.misses),
                 static_cast<unsigned long long>(count.requests),

@@ -52,8 +52,7 @@ struct MissCount {
 
 // One epoch of every job with a cache of `cache_size` (>= 1) ids.
 MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler,
-                         EvictionKind policy, size_t cache_size,
-                         uint64_t seed);
+                         EvictionKind policy, size_t cache_size, uint64_t seed);
 
 // Every job's order for `epochs` epochs: result[job][epoch] lists the ids
 // in delivery order.

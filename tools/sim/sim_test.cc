@@ -1,9 +1,9 @@
 #include "sim/sim.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "sampling/id_sets.h"
 
