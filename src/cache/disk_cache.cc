@@ -62,6 +62,33 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, uint64_t 
   std::filesystem::create_directories(c->path_, ec);
   if (ec) return Status::IOError("cannot create " + c->path_ + ": " + ec.message());
 
+  c->fingerprints_.resize(catalog->size());
+  for (SampleId id = 0; id < catalog->size(); ++id) c->fingerprints_[id] = catalog->fingerprint(id);
+  Status s = c->OpenDatabase();
+  if (s.code() == Status::Code::kCorruption) {
+    // The tier only holds what can be decoded again: rather than serve from
+    // (or give up on) a damaged database, start an empty one.
+    spdlog::warn("disk cache {} is damaged ({}); starting it afresh", c->path_, s.message());
+    c->index_.clear();
+    c->keys_.clear();
+    c->stats_ = {};
+    rocksdb::DestroyDB(c->path_, rocksdb::Options());
+    s = c->OpenDatabase();
+  }
+  if (!s.ok()) return s;
+  c->stats_.entries = c->index_.size();
+  c->stats_.budget = budget_bytes;
+  spdlog::info("disk cache {}: {} samples, {} MiB of {} MiB", c->path_, c->stats_.entries,
+               c->stats_.bytes >> 20, budget_bytes >> 20);
+  c->writer_ = std::thread([raw = c.get()] { raw->WriteLoop(); });
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+// Opens the RocksDB database at path_ and rebuilds the index from the
+// metadata records (no pixel is read). Corruption when RocksDB finds the
+// files damaged.
+Status DiskCache::OpenDatabase() {
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
@@ -83,38 +110,43 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, uint64_t 
       {rocksdb::kDefaultColumnFamilyName, meta_options}, {"samples", sample_options}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, c->path_, families, &handles, &db);
+  rocksdb::Status s = rocksdb::DB::Open(db_options, path_, families, &handles, &db);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return Status::IOError("disk cache " + c->path_ + " is in use by another joaderfs");
+      return Status::IOError("disk cache " + path_ + " is in use by another joaderfs");
     }
-    return FromRocks(s, "cannot open disk cache " + c->path_);
+    if (s.IsCorruption()) return Status::Corruption(s.ToString());
+    return FromRocks(s, "cannot open disk cache " + path_);
   }
-  c->db_.reset(db);
-  c->meta_ = handles[0];
-  c->samples_ = handles[1];
+  db_.reset(db);
+  meta_ = handles[0];
+  samples_ = handles[1];
 
-  c->fingerprints_.resize(catalog->size());
-  for (SampleId id = 0; id < catalog->size(); ++id) c->fingerprints_[id] = catalog->fingerprint(id);
-
-  // Rebuild the index from the metadata records (no pixel is read).
-  std::unique_ptr<rocksdb::Iterator> it(c->db_->NewIterator(rocksdb::ReadOptions(), c->meta_));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (it->value().size() != kMetaBytes) continue;
     const SampleId id = Load<uint32_t>(it->value().data());
     const uint64_t bytes = Load<uint64_t>(it->value().data() + 4);
     const std::string key = it->key().ToString();
-    c->index_[key] = IndexEntry{id, Load<uint32_t>(key.data()), bytes, c->keys_.size()};
-    c->keys_.push_back(key);
-    c->stats_.bytes += bytes;
+    index_[key] = IndexEntry{id, Load<uint32_t>(key.data()), bytes, keys_.size()};
+    keys_.push_back(key);
+    stats_.bytes += bytes;
   }
-  c->stats_.entries = c->index_.size();
-  c->stats_.budget = budget_bytes;
-  spdlog::info("disk cache {}: {} samples, {} MiB of {} MiB", c->path_, c->stats_.entries,
-               c->stats_.bytes >> 20, budget_bytes >> 20);
-  c->writer_ = std::thread([raw = c.get()] { raw->WriteLoop(); });
-  *out = std::move(c);
+  if (!it->status().ok()) {
+    const std::string reason = it->status().ToString();
+    it.reset();
+    CloseDatabase();
+    return Status::Corruption(reason);
+  }
   return Status::Ok();
+}
+
+void DiskCache::CloseDatabase() {
+  if (!db_) return;
+  db_->DestroyColumnFamilyHandle(samples_);
+  db_->DestroyColumnFamilyHandle(meta_);
+  db_->Close();
+  db_.reset();
 }
 
 DiskCache::~DiskCache() {
@@ -125,9 +157,7 @@ DiskCache::~DiskCache() {
   }
   wake_.notify_all();
   if (writer_.joinable()) writer_.join();
-  db_->DestroyColumnFamilyHandle(samples_);
-  db_->DestroyColumnFamilyHandle(meta_);
-  db_->Close();
+  CloseDatabase();
 }
 
 void DiskCache::SetNeedCount(NeedCount need_count) {
@@ -285,6 +315,7 @@ void DiskCache::WriteLoop() {
         index_[key] = {w.id, w.size, sample.bytes(), keys_.size()};
         keys_.push_back(key);
         stats_.bytes += sample.bytes();
+        stats_.entries = index_.size();
         ++stats_.writes;
         EvictLocked(&victims);
       }

@@ -103,6 +103,8 @@ class DiskCache {
   };
 
   DiskCache() = default;
+  Status OpenDatabase();
+  void CloseDatabase();
   std::string Key(uint32_t size, SampleId id) const;
   void Unindex(const std::string& key);  // REQUIRES: mu_ held
   void Drop(const std::string& key);     // REQUIRES: mu_ held; also deletes it from RocksDB
