@@ -1,5 +1,6 @@
 #include "cache/sample_cache.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <vips/vips.h>
 
@@ -16,8 +17,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "loader/decoder.h"
 
@@ -342,11 +341,11 @@ TEST_F(SampleCacheTest, FewestNeedingJobsGoesFirst) {
   pool.Start();
   SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
   std::map<SampleId, uint32_t> needed = {{0, 0}, {1, 3}, {2, 1}, {3, 0}};
-  cache.SetNeedCounts([&](uint32_t size, std::span<const SampleId> ids,
-                          std::span<uint32_t> counts) {
-    EXPECT_EQ(size, kSize);
-    for (size_t i = 0; i < ids.size(); ++i) counts[i] = needed.at(ids[i]);
-  });
+  cache.SetNeedCounts(
+      [&](uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) {
+        EXPECT_EQ(size, kSize);
+        for (size_t i = 0; i < ids.size(); ++i) counts[i] = needed.at(ids[i]);
+      });
   Touch(&cache, {kSize, 1});  // needed by 3 jobs, the oldest
   Touch(&cache, {kSize, 0});  // needed by none
   Touch(&cache, {kSize, 2});  // over budget: 0 goes although 1 is older
@@ -418,7 +417,7 @@ TEST_F(SampleCacheTest, ExtraReleaseIsHarmless) {
   cache.Release({kSize, 3});  // never acquired
   const SamplePtr a = AcquireSync(&cache, {kSize, 0});
   cache.Release({kSize, 0});
-  cache.Release({kSize, 0});  // one too many
+  cache.Release({kSize, 0});                            // one too many
   const SamplePtr b = AcquireSync(&cache, {kSize, 1});  // pinned; evicts 0
   const SamplePtr c = AcquireSync(&cache, {kSize, 2});  // pinned too
   const CacheStats st = cache.Stats();

@@ -1,11 +1,11 @@
 #include "common/json.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {

@@ -1,10 +1,10 @@
 #include "common/parse.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {
@@ -71,9 +71,9 @@ TEST(ParseSizeTest, RejectsOverflow) {
 }
 
 TEST(ParseSizeTest, RejectsGarbage) {
-  for (const char* s : {"", "K", "G", "-1G", "+1G", " 1G", "1G ", "1 G", "1.5G", "1P", "1E",
-                        "1X", "1iB", "1KK", "1KBB", "1KiBB", "1Gi", "1BK", "G1", "1K2",
-                        "one"}) {
+  for (const char* s :
+       {"",   "K",   "G",   "-1G",  "+1G",   " 1G", "1G ", "1 G", "1.5G", "1P", "1E",
+        "1X", "1iB", "1KK", "1KBB", "1KiBB", "1Gi", "1BK", "G1",  "1K2",  "one"}) {
     EXPECT_EQ(ParseSize(s), std::nullopt) << "'" << s << "'";
   }
 }
@@ -87,8 +87,8 @@ TEST(ParseDoubleTest, AcceptsDecimals) {
 }
 
 TEST(ParseDoubleTest, RejectsGarbage) {
-  for (const char* s : {"", " 0.5", "0.5 ", "0.5x", "x", "0,5", "inf", "nan", "1e999", "--1",
-                        "0.5.5"}) {
+  for (const char* s :
+       {"", " 0.5", "0.5 ", "0.5x", "x", "0,5", "inf", "nan", "1e999", "--1", "0.5.5"}) {
     EXPECT_EQ(ParseDouble(s), std::nullopt) << "'" << s << "'";
   }
 }

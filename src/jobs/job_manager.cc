@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -140,7 +141,7 @@ struct JobManager::Reader {
   Job* job = nullptr;  // null once the job is removed
   uint64_t epoch = 0;
   std::deque<Piece> pending;
-  uint64_t interrupted_token = 0;
+  std::optional<uint64_t> interrupted_token;  // of a read not yet issued
   bool waiting = false;
   uint64_t token = 0;
   size_t max_bytes = 0;
@@ -330,7 +331,7 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
     return;
   }
   Reader* r = it->second.get();
-  if (r->interrupted_token == token) {
+  if (r->interrupted_token == std::optional<uint64_t>(token)) {
     actions.Add([reply = std::move(reply)] { reply(Status::Interrupted(), {}); });
     return;
   }
@@ -578,30 +579,37 @@ void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
   ServeWaiters(job, &actions);
 }
 
-// Position `position` was handed to a reader or skipped.
+// Position `position` was handed to a reader or skipped (a skipped sample
+// may lie beyond the current window).
 void JobManager::MarkDone(Job* job, uint64_t position, Actions* actions) {
   Slot& slot = job->slots[position - job->window_start];
   slot.state = SlotState::kDone;
   slot.sample.reset();
   actions->Add([this, key = SampleKey{job->spec.size, slot.id}] { cache_->Release(key); });
   ++job->done;
-  ++job->done_in_window;
+  if (position < job->window_end()) ++job->done_in_window;
   if (job->done == job->subset.cardinality()) {
     EndEpoch(job);
     return;
   }
-  if (job->done_in_window == job->window_end() - job->window_start) AdvanceWindow(job);
+  while (job->done_in_window == job->window_end() - job->window_start) AdvanceWindow(job);
   Plan(job->group, actions);
 }
 
+// Moves to the next window. REQUIRES: every position of the current one is
+// done and the epoch is not.
 void JobManager::AdvanceWindow(Job* job) {
   const uint64_t width = job->window_end() - job->window_start;
   job->slots.erase(job->slots.begin(), job->slots.begin() + static_cast<ptrdiff_t>(width));
   job->window_start += width;
   job->done_in_window = 0;
-  // Samples of the new window that finished early are ready in position order.
-  for (uint64_t p = job->window_start; p < job->window_end() && p - job->window_start < job->slots.size(); ++p) {
-    if (job->slots[p - job->window_start].state == SlotState::kReady) job->ready.push_back(p);
+  // Samples of the new window that finished early are ready in position
+  // order; those skipped early count as done.
+  const uint64_t planned_end = job->window_start + job->slots.size();
+  for (uint64_t p = job->window_start; p < std::min(job->window_end(), planned_end); ++p) {
+    const SlotState state = job->slots[p - job->window_start].state;
+    if (state == SlotState::kReady) job->ready.push_back(p);
+    if (state == SlotState::kDone) ++job->done_in_window;
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "jobs/job_manager.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <vips/vips.h>
 
@@ -25,8 +26,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "jobs/record.h"
 #include "loader/decoder.h"
@@ -159,9 +158,12 @@ class JsonParser {
           i_ += 4;
           continue;
         }
-        if (c == 'n') c = '\n';
-        else if (c == 't') c = '\t';
-        else if (c != '"' && c != '\\' && c != '/') return false;
+        if (c == 'n')
+          c = '\n';
+        else if (c == 't')
+          c = '\t';
+        else if (c != '"' && c != '\\' && c != '/')
+          return false;
       }
       out->push_back(c);
     }
@@ -303,7 +305,7 @@ std::vector<SampleId> Iota(SampleId first, SampleId last) {
   return v;
 }
 
-constexpr uint32_t kSize = 16;                                 // the mount's default size
+constexpr uint32_t kSize = 16;                                       // the mount's default size
 constexpr uint64_t kRecord = kRecordHeaderSize + kSize * kSize * 3;  // 832, no padding
 constexpr uint32_t kOwner = 1000;
 constexpr size_t kBig = 1 << 20;
@@ -488,9 +490,9 @@ TEST_F(JobManagerTest, CreateJobNameRules) {
   EXPECT_TRUE(jobs_->CreateJob("resnet18-lr0.1", kOwner).ok());
   EXPECT_TRUE(jobs_->CreateJob(std::string(64, 'x'), kOwner).ok());
   EXPECT_TRUE(jobs_->CreateJob("A_b.c-9", 0).ok());
-  for (const std::string& bad : {std::string(), std::string("."), std::string(".."),
-                                 std::string("a/b"), std::string("a b"), std::string(65, 'x'),
-                                 std::string("caf\xc3\xa9"), std::string("x:y")}) {
+  for (const std::string& bad :
+       {std::string(), std::string("."), std::string(".."), std::string("a/b"), std::string("a b"),
+        std::string(65, 'x'), std::string("caf\xc3\xa9"), std::string("x:y")}) {
     EXPECT_EQ(jobs_->CreateJob(bad, kOwner).code(), Status::Code::kInvalidArgument) << bad;
   }
   const Status again = jobs_->CreateJob("resnet18-lr0.1", kOwner);

@@ -1,9 +1,9 @@
 #include "jobs/record.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {
@@ -176,8 +176,8 @@ TEST(RecordTest, RejectsBadDtype) {
 
 TEST(RecordTest, RejectsPayloadMismatch) {
   const RecordHeader h = Sample();
-  for (uint64_t payload : {h.payload_bytes() - 1, h.payload_bytes() + 1, uint64_t{0},
-                           h.payload_bytes() << 32}) {
+  for (uint64_t payload :
+       {h.payload_bytes() - 1, h.payload_bytes() + 1, uint64_t{0}, h.payload_bytes() << 32}) {
     auto bytes = EncodeRecordHeader(h);
     PutU64(bytes.data(), 48, payload);
     EXPECT_FALSE(DecodeRecordHeader(bytes.data()).has_value()) << payload;

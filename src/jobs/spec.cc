@@ -84,8 +84,11 @@ Status ParseSubset(std::string_view value, const Catalog& catalog, SubsetSpec* o
 }  // namespace
 
 std::string JobSpec::ToString() const {
+  // Unlimited epochs has no value to write: the key is left out, so that
+  // what the file shows can be written back.
   return "subset=" + subset.text + "\nsize=" + std::to_string(size) +
-         "\nepochs=" + std::to_string(epochs) + "\nwindow=" + std::to_string(window) + "\n";
+         (epochs ? "\nepochs=" + std::to_string(epochs) : "") +
+         "\nwindow=" + std::to_string(window) + "\n";
 }
 
 Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,

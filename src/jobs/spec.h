@@ -32,7 +32,8 @@ struct JobSpec {
   uint64_t epochs = 0;  // 0 = unlimited
   uint32_t window = 64;
 
-  // The spec as the `spec` file shows it: one key=value per line.
+  // The spec as the `spec` file shows it: one key=value per line, which
+  // parses back to the same spec (but for kIds subsets).
   std::string ToString() const;
 };
 

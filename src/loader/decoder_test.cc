@@ -1,5 +1,6 @@
 #include "loader/decoder.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <vips/vips.h>
 
@@ -14,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {
@@ -60,7 +59,8 @@ void WriteImage(const std::string& name, int width, int height, int bands, const
   std::vector<uint8_t> buf(static_cast<size_t>(width) * height * bands);
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
-      for (int b = 0; b < bands; ++b) buf[(static_cast<size_t>(y) * width + x) * bands + b] = f(x, y, b);
+      for (int b = 0; b < bands; ++b)
+        buf[(static_cast<size_t>(y) * width + x) * bands + b] = f(x, y, b);
     }
   }
   VipsImage* im = vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, bands,
@@ -294,8 +294,7 @@ TEST(DecoderTest, RgbaBecomesThreeChannels) {
   TempDir d;
   const Rgb colour = {10, 120, 230};
   const std::string path = d / "rgba.png";
-  WriteImage(path, 30, 20, 4,
-             [&](int, int, int b) { return b < 3 ? colour[b] : uint8_t{255}; });
+  WriteImage(path, 30, 20, 4, [&](int, int, int b) { return b < 3 ? colour[b] : uint8_t{255}; });
   for (uint32_t size : {0u, 12u}) {
     const DecodedSample s = DecodeOk(path, size);
     EXPECT_EQ(s.channels, 3u);
@@ -312,8 +311,8 @@ TEST(DecoderTest, SixteenBitBecomesEightBit) {
   const uint16_t c16[3] = {257 * 200, 257 * 30, 257 * 60};
   std::vector<uint16_t> buf(16 * 12 * 3);
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = c16[i % 3];
-  VipsImage* im = vips_image_new_from_memory_copy(buf.data(), buf.size() * 2, 16, 12, 3,
-                                                  VIPS_FORMAT_USHORT);
+  VipsImage* im =
+      vips_image_new_from_memory_copy(buf.data(), buf.size() * 2, 16, 12, 3, VIPS_FORMAT_USHORT);
   ASSERT_NE(im, nullptr);
   VipsImage* rgb16 = nullptr;
   ASSERT_EQ(vips_copy(im, &rgb16, "interpretation", VIPS_INTERPRETATION_RGB16, nullptr), 0);

@@ -1,13 +1,13 @@
 #include "loader/loader_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace joaderfs {
 namespace {

@@ -52,8 +52,7 @@ void DependentPlanner::GrowOverlapTable(size_t slots) {
   const size_t stride = std::max<size_t>(slots, 2 * stride_);
   std::vector<uint64_t> grown(stride * stride, 0);
   for (size_t a = 0; a < stride_; ++a) {
-    std::copy_n(overlap_.begin() + a * stride_, stride_,
-                grown.begin() + a * stride);
+    std::copy_n(&overlap_[a * stride_], stride_, &grown[a * stride]);
   }
   overlap_.swap(grown);
   stride_ = stride;
@@ -76,7 +75,6 @@ void DependentPlanner::AddJob(JobHandle job, const Roaring& subset) {
   }
   Job& j = slots_[slot];
   j.handle = job;
-  j.present = true;
   j.subset = subset;
   j.subset.runOptimize();
   j.subset.shrinkToFit();

@@ -14,7 +14,7 @@
 // |R| (ties: ascending handle). Participant i draws e_i as follows:
 //   - its parent p is the earlier participant maximising |R_i ∩ R_p|
 //     (ties: the later one); with no overlapping earlier participant, e_i is
-//     uniform on R_i (roaring select of a uniform rank);
+//     uniform on R_i (see Cost);
 //   - otherwise, if e_p ∈ R_i, e_i = e_p with probability |R_p| / |R_i|
 //     (|R_p| <= |R_i| by the order); in every other case e_i is uniform on
 //     R_i \ R_p.
@@ -91,7 +91,6 @@ class DependentPlanner final : public Planner {
  private:
   struct Job {
     JobHandle handle = 0;
-    bool present = false;
     Roaring subset;  // run-optimised
     bool subset_has_runs = false;
     SampleId first = 0;  // the subset's smallest and largest ids

@@ -197,6 +197,47 @@ TEST(DependentPlanner, SharedPicksAddUp) {
   EXPECT_GT(shared_in_rounds, 0u);
 }
 
+TEST(DependentPlanner, ManyJobs) {
+  // 100 jobs (any number works: per-job bitmaps, no mask width limit),
+  // random overlapping subsets, speeds 1 to 3, two epochs each.
+  DependentPlanner planner(13);
+  std::vector<SpeedJob> jobs;
+  for (uint64_t j = 0; j < 100; ++j) {
+    jobs.push_back(
+        {IdSample(0, 499, 50 + j * 4, j), 1 + static_cast<int>(j % 3), 2});
+  }
+  std::vector<std::vector<Roaring>> got(jobs.size(), std::vector<Roaring>(2));
+  std::vector<uint64_t> picks(jobs.size(), 0);
+  RunAtSpeeds(planner, jobs, [&](size_t job, uint32_t epoch, SampleId id) {
+    ASSERT_FALSE(got[job][epoch].contains(id));
+    got[job][epoch].add(id);
+    ++picks[job];
+  });
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    EXPECT_EQ(got[j][0], jobs[j].subset);
+    EXPECT_EQ(got[j][1], jobs[j].subset);
+    EXPECT_EQ(picks[j], 2 * jobs[j].subset.cardinality());
+  }
+  EXPECT_GT(planner.Stats().shared_picks, planner.Stats().picks / 2);
+}
+
+TEST(DependentPlanner, HandlesNeedNotBeDense) {
+  DependentPlanner planner(14);
+  planner.AddJob(4000000000u, IdRange(0, 9));
+  planner.AddJob(7, IdRange(0, 9));
+  const JobHandle both[] = {7, 4000000000u};
+  std::vector<Pick> picks;
+  planner.Round(both, &picks);
+  ASSERT_EQ(picks.size(), 2u);
+  EXPECT_EQ(picks[0].job, 7u);
+  EXPECT_EQ(picks[1].job, 4000000000u);
+  EXPECT_EQ(picks[0].id, picks[1].id);
+  EXPECT_EQ(planner.SharedPicks(4000000000u), 1u);
+  planner.RemoveJob(4000000000u);
+  EXPECT_EQ(planner.RefCount(picks[0].id), 0u);
+  EXPECT_EQ(planner.Remaining(7), 9u);
+}
+
 TEST(DependentPlanner, RunContainersAcrossChunkEnds) {
   // Ranges become run containers; a short run ending a 64Ki chunk crashed
   // CRoaring 0.2.66's remove_run_compression.

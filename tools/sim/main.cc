@@ -83,8 +83,9 @@ int Main(int argc, char** argv) {
   std::map<std::string, std::string, std::less<>> options;
   for (int i = 2; i < argc; ++i) {
     std::string_view arg = argv[i];
-    if (!arg.starts_with("--"))
+    if (!arg.starts_with("--")) {
       Fail("unexpected argument '" + std::string(arg) + "'");
+    }
     arg.remove_prefix(2);
     std::string name, value;
     if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
@@ -98,8 +99,9 @@ int Main(int argc, char** argv) {
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       Fail("unknown option --" + name + " for " + std::string(mode));
     }
-    if (!options.emplace(name, value).second)
+    if (!options.emplace(name, value).second) {
       Fail("--" + name + " given twice");
+    }
   }
 
   if (!options.contains("jobs")) Fail("--jobs is required");

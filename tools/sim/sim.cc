@@ -36,25 +36,27 @@ bool ParseIdRange(std::string_view s, SampleId* first, SampleId* last) {
 }
 
 Status ParseJob(std::string_view text, Roaring* subset) {
-  const Status bad = Status::InvalidArgument(
-      "bad job '" + std::string(text) + "': expected A-B or sample:A-B:K:SEED");
+  auto bad = [text] {
+    return Status::InvalidArgument("bad job '" + std::string(text) +
+                                   "': expected A-B or sample:A-B:K:SEED");
+  };
   SampleId first, last;
   constexpr std::string_view kSample = "sample:";
   if (!text.starts_with(kSample)) {
-    if (!ParseIdRange(text, &first, &last)) return bad;
+    if (!ParseIdRange(text, &first, &last)) return bad();
     *subset = IdRange(first, last);
     return Status::Ok();
   }
   const std::vector<std::string_view> fields =
       Split(text.substr(kSample.size()), ':');
   if (fields.size() != 3 || !ParseIdRange(fields[0], &first, &last)) {
-    return bad;
+    return bad();
   }
   const auto count = ParseUint(fields[1]);
   const auto seed = ParseUint(fields[2]);
   if (!count || !seed || *count == 0 ||
       *count > static_cast<uint64_t>(last) - first + 1) {
-    return bad;
+    return bad();
   }
   *subset = IdSample(first, last, *count, *seed);
   return Status::Ok();
@@ -143,7 +145,7 @@ Status ParseJobs(std::string_view spec, std::vector<SimJob>* jobs) {
   jobs->clear();
   for (std::string_view text : Split(spec, ';')) {
     SimJob job;
-    const Status status = ParseJob(text, &job.subset);
+    Status status = ParseJob(text, &job.subset);
     if (!status.ok()) return status;
     jobs->push_back(std::move(job));
   }
