@@ -47,7 +47,14 @@ REPO = HERE.parent
 JOB_SCRIPT = HERE / "bench_job.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MIB = 1 << 20
+# joaderfs-w0: joaderfs read by a DataLoader with num_workers=0 (the daemon
+# already decodes ahead, so worker processes only move bytes).
 SYSTEMS = ("joaderfs", "baseline")
+ALL_SYSTEMS = ("joaderfs", "joaderfs-w0", "baseline")
+
+
+def is_jfs(system: str) -> bool:
+    return system.startswith("joaderfs")
 
 
 # --------------------------------------------------------------------------
@@ -376,7 +383,7 @@ class Bench:
         procs: list[subprocess.Popen] = []
         monitor = MemoryMonitor()
         try:
-            if system == "joaderfs":
+            if is_jfs(system):
                 opts = [f"ram_cache={args.ram_cache}", f"seed={args.seed}",
                         f"size={args.size}"]
                 if cache_dir:
@@ -390,14 +397,16 @@ class Bench:
                 daemon = Daemon(args, self.reaper, self.workdir, tag, ",".join(opts))
             env = dict(os.environ, PYTHONPATH=str(HERE))
             for i, plan in enumerate(plans):
-                cmd = [sys.executable, str(JOB_SCRIPT), "--system", system,
+                cmd = [sys.executable, str(JOB_SCRIPT), "--system",
+                       "joaderfs" if is_jfs(system) else "baseline",
                        "--epochs", str(plan.epochs), "--batch", str(args.batch),
-                       "--workers", str(args.workers if system == "baseline"
-                                        else args.jfs_workers), "--delay", f"{plan.delay:.6f}",
+                       "--workers", str(args.workers if system == "baseline" else
+                                        0 if system == "joaderfs-w0" else args.jfs_workers),
+                       "--delay", f"{plan.delay:.6f}",
                        "--size", str(args.size), "--seed", str(args.seed + i),
                        "--progress", str(self.workdir / f"progress-{tag}-{i}"),
                        "--result", str(self.workdir / f"result-{tag}-{i}.json")]
-                if system == "joaderfs":
+                if is_jfs(system):
                     cmd += ["--job-dir", os.path.join(daemon.mnt, "jobs", plan.name)]
                     if plan.range:
                         cmd += ["--spec", f"subset=range:{plan.range[0]}-{plan.range[1]}"]
@@ -532,7 +541,7 @@ class Bench:
         result.wall = time.monotonic() - started
         self.results.append(result)
         rates = ", ".join(f"{r:.0f}" for r in result.job_rates()) if result.jobs else "-"
-        print(f"  {scenario:3s} {case:10s} {system:8s} rep {rep}: jobs {rates} samples/s, "
+        print(f"  {scenario:3s} {case:10s} {system:11s} rep {rep}: jobs {rates} samples/s, "
               f"aggregate {result.aggregate:.0f}/s, {result.cpu_ms_per_sample:.1f} CPU ms/sample, "
               f"{result.decodes_per_delivered:.2f} decodes/sample "
               f"({result.wall:.0f} s){' ERRORS' if result.errors else ''}", flush=True)
@@ -681,7 +690,7 @@ def results_table(bench: Bench) -> str:
              "| decodes / distinct | daemon peak MiB | jobs peak MiB |",
              "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for scenario, case in cases_in_order(bench):
-        for system in SYSTEMS:
+        for system in ALL_SYSTEMS:
             runs = runs_of(bench, scenario, case, system)
             failed = [r for r in bench.results if r.scenario == scenario and
                       r.case == case and r.system == system and r not in runs]
@@ -704,7 +713,7 @@ def results_table(bench: Bench) -> str:
                 rate_s = fmt_list([med([r.job_rates()[j] for r in runs]) for j in range(njobs)])
                 time_s = fmt_list([med([r.job_times()[j] for r in runs]) for j in range(njobs)], 1)
             daemon = (f"{med([r.daemon_hwm_kib for r in runs]) / 1024:.0f}"
-                      if system == "joaderfs" else "-")
+                      if is_jfs(system) else "-")
             n_fail = f" ({len(failed)} failed)" if failed else ""
             lines.append(
                 f"| {scenario} | {case} | {system} | {len(runs)}{n_fail} | {rate_s} | {time_s} | "
@@ -794,7 +803,7 @@ def write_csv(bench: Bench, out: Path) -> None:
                         f"{r.cpu_jobs:.2f}", f"{r.cpu_daemon:.2f}",
                         f"{r.cpu_ms_per_sample:.2f}", r.decodes,
                         f"{r.decodes_per_delivered:.4f}", f"{r.decodes_per_distinct:.4f}",
-                        f"{r.daemon_hwm_kib / 1024:.0f}" if r.system == "joaderfs" else "",
+                        f"{r.daemon_hwm_kib / 1024:.0f}" if is_jfs(r.system) else "",
                         f"{r.jobs_hwm_kib / 1024:.0f}", r.stats.get("ram_hits", ""),
                         r.stats.get("disk_hits", ""), f"{r.wall:.1f}",
                         " | ".join(r.errors)])

@@ -25,13 +25,16 @@ if [[ -z "$sim" || ! -x "$sim" ]]; then
   echo "sim-appendix: joaderfs-sim not found; build it or set SIM=path" >&2
   exit 1
 fi
-command -v gnuplot >/dev/null ||
-  { echo "sim-appendix: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
+if ! command -v gnuplot >/dev/null; then
+  echo "sim-appendix: gnuplot is missing (apt-get install gnuplot-nox)" >&2
+  exit 1
+fi
 mkdir -p "$out"
 
 # Table 1. Datasets of 10000 ids are 0-9999 (the paper's [0, 1e4]);
 # sample(13333, 10000) draws 10000 of the ids 0-13332.
-random4="sample:0-13332:10000:1;sample:0-13332:10000:2;sample:0-13332:10000:3;sample:0-13332:10000:4"
+random4="$(printf 'sample:0-13332:10000:%d;' 1 2 3 4)"
+random4="${random4%;}"
 declare -A jobs=(
   [overlap-100]="0-9999;0-9999"
   [overlap-75]="0-9999;2500-12499"
@@ -45,7 +48,8 @@ declare -A jobs=(
 )
 two_job_cases="overlap-100 overlap-75 overlap-50 overlap-25 size-75 size-50 size-25"
 four_job_cases="random4 nested4"
-sizes="1 2 5 10 20 50 100 200 500 1000 1500 2000 2500 3000 4000 5000 6000 7000 8000 9000 10000"
+sizes="1 2 5 10 20 50 100 200 500 1000 1500 2000 2500 3000 4000 5000 6000
+       7000 8000 9000 10000"
 
 csv="$out/misses.csv"
 echo "case,jobs,sampler,policy,cache,misses,requests,union" > "$csv"
@@ -58,7 +62,8 @@ run_case() {  # case policies...
                 --policy "$policy" --cache "$cache" --seed "$seed")"
         [[ "$line" =~ ^misses=([0-9]+)\ requests=([0-9]+)\ union=([0-9]+)$ ]] ||
           { echo "sim-appendix: unexpected output: $line" >&2; exit 1; }
-        echo "$case,\"${jobs[$case]}\",$sampler,$policy,$cache,${BASH_REMATCH[1]},${BASH_REMATCH[2]},${BASH_REMATCH[3]}" >> "$csv"
+        printf '%s,"%s",%s,%s,%s,%s,%s,%s\n' "$case" "${jobs[$case]}" \
+          "$sampler" "$policy" "$cache" "${BASH_REMATCH[@]:1}" >> "$csv"
       done
     done
   done

@@ -331,6 +331,12 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
     return;
   }
   Reader* r = it->second.get();
+  if (r->waiting) {
+    // The kernel serialises reads of one open file; this guards the reply
+    // of the read in flight should that ever change.
+    actions.Add([reply = std::move(reply)] { reply(Status::Busy("a read is in flight"), {}); });
+    return;
+  }
   if (r->interrupted_token == std::optional<uint64_t>(token)) {
     actions.Add([reply = std::move(reply)] { reply(Status::Interrupted(), {}); });
     return;
