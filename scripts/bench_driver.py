@@ -593,24 +593,25 @@ def scenarios(bench: Bench, which: set[str]) -> None:
     a = bench.args
     n = bench.dataset_size
     reps = a.reps
+    both = ALL_SYSTEMS if a.w0 else SYSTEMS
     if "S1" in which:
         print("S1: one job, cold", flush=True)
-        bench.pair("S1", "1 job", [JobPlan("s1")], reps)
+        bench.pair("S1", "1 job", [JobPlan("s1")], reps, systems=both)
     if "S2" in which:
         print("S2: one job, second epoch", flush=True)
         bench.pair("S2", "2 epochs", [JobPlan("s2", epochs=2)], reps,
-                   cache_dir=True)
+                   systems=both, cache_dir=True)
         # Same, but the RAM tier holds a quarter of the decoded set: the rest
         # of the second epoch comes from the disk tier (or is decoded again).
         small = max(1, n * a.size * a.size * 3 // 4 // MIB)
-        bench.pair("S2", "RAM 1/4", [JobPlan("s2", epochs=2)], reps,
+        bench.pair("S2", "RAM 1/4", [JobPlan("s2", epochs=2)], a.reps_other,
                    systems=("joaderfs",), cache_dir=True,
                    mount_options=f"ram_cache={small}M")
     if "S3" in which:
         print("S3: 1..6 jobs on the same data at the same speed", flush=True)
         for k in a.s3_jobs:
             bench.pair("S3", f"{k} jobs", [JobPlan(f"s3-{i}") for i in range(k)],
-                       reps if k == 4 else a.reps_other)
+                       reps if k == 4 else a.reps_other, systems=both)
     if "S4" in which:
         print("S4: five jobs at speeds 1:2:3:4:5", flush=True)
         m = min(n, a.s4_samples)
@@ -734,27 +735,34 @@ def targets(bench: Bench) -> tuple[str, list[dict[str, Any]]]:
                      "note": note})
 
     have = {(s, c) for s, c in cases_in_order(bench)}
-    if ("S1", "1 job") in have:
-        r = paired_ratio(bench, "S1", "1 job", lambda x: x.job_rates()[0])
-        add("S1 one job cold: samples/s vs baseline", f"{r:.2f}x", ">= 1.0x", r >= 1.0)
+    variants = [("joaderfs", "")]
+    if any(r.system == "joaderfs-w0" for r in bench.results):
+        variants.append(("joaderfs-w0", " [variant: num_workers=0]"))
+    for system, label in variants:
+        if ("S1", "1 job") in have:
+            r = paired_ratio(bench, "S1", "1 job", lambda x: x.job_rates()[0], num=system)
+            add(f"S1 one job cold: samples/s vs baseline{label}", f"{r:.2f}x", ">= 1.0x",
+                r >= 1.0)
+    for system, label in variants:
+        if ("S2", "2 epochs") in have:
+            r = paired_ratio(bench, "S2", "2 epochs", lambda x: x.epoch_rates()[1], num=system)
+            add(f"S2 second epoch: samples/s vs baseline{label}", f"{r:.1f}x", ">= 5x",
+                r >= 5.0)
     if ("S2", "2 epochs") in have:
-        r = paired_ratio(bench, "S2", "2 epochs", lambda x: x.epoch_rates()[1])
-        add("S2 second epoch: samples/s vs baseline", f"{r:.1f}x", ">= 5x", r >= 5.0)
-        r1 = paired_ratio(bench, "S2", "2 epochs", lambda x: x.epoch_rates()[1],
-                          den="joaderfs")
         if ("S2", "RAM 1/4") in have:
             r2 = paired_ratio(bench, "S2", "RAM 1/4", lambda x: x.epoch_rates()[1],
                               den_case="2 epochs")
             add("S2 second epoch, RAM tier 1/4 of the set + disk tier, vs baseline",
                 f"{r2:.1f}x", "(no target)", None)
-    for case in ("4 jobs",):
+    case = "4 jobs"
+    for system, label in variants:
         if ("S3", case) in have:
-            r = paired_ratio(bench, "S3", case, lambda x: x.aggregate)
-            add(f"S3 {case}: aggregate samples/s vs baseline", f"{r:.2f}x", ">= 3.5x",
+            r = paired_ratio(bench, "S3", case, lambda x: x.aggregate, num=system)
+            add(f"S3 {case}: aggregate samples/s vs baseline{label}", f"{r:.2f}x", ">= 3.5x",
                 r >= 3.5)
-            d = med([x.decodes_per_distinct for x in runs_of(bench, "S3", case, "joaderfs")])
-            add(f"S3 {case}: joaderfs decodes per distinct sample", f"{d:.3f}", "<= 1.05",
-                d <= 1.05)
+            d = med([x.decodes_per_distinct for x in runs_of(bench, "S3", case, system)])
+            add(f"S3 {case}: joaderfs decodes per distinct sample{label}", f"{d:.3f}",
+                "<= 1.05", d <= 1.05)
     if ("S4", "5 speeds") in have:
         alone = [med([x.job_rates()[0] for x in runs_of(bench, "S4", f"alone {k}", "joaderfs")])
                  for k in range(1, 6)]
@@ -825,14 +833,18 @@ def plot(bench: Bench, out: Path) -> list[str]:
     s3 = [(s, c) for s, c in cases_in_order(bench) if s == "S3"]
     if s3:
         with open(out / "s3.dat", "w") as f:
-            f.write("# jobs joaderfs_aggregate baseline_aggregate joaderfs_cpu_ms baseline_cpu_ms\n")
+            f.write("# jobs joaderfs_aggregate baseline_aggregate joaderfs_cpu_ms "
+                    "baseline_cpu_ms joaderfs_w0_aggregate joaderfs_w0_cpu_ms\n")
             for _, case in s3:
                 k = int(case.split()[0])
                 vals = []
                 for metric in (lambda x: x.aggregate, lambda x: x.cpu_ms_per_sample):
                     for system in SYSTEMS:
                         vals.append(med([metric(x) for x in runs_of(bench, "S3", case, system)]))
-                f.write(f"{k} {vals[0]:.1f} {vals[1]:.1f} {vals[2]:.2f} {vals[3]:.2f}\n")
+                for metric in (lambda x: x.aggregate, lambda x: x.cpu_ms_per_sample):
+                    vals.append(med([metric(x) for x in runs_of(bench, "S3", case, "joaderfs-w0")]))
+                f.write(" ".join([str(k)] + [f"{v:.2f}" for v in vals]).replace("nan", "NaN") + "\n")
+        w0 = any(r.system == "joaderfs-w0" for r in bench.results if r.scenario == "S3")
         script = f"""
 set terminal pngcairo size 1100,450 font ",10"
 set output "{out}/s3.png"
@@ -843,13 +855,15 @@ set xlabel "jobs"
 set xtics 1
 set ylabel "aggregate samples/s"
 set yrange [0:*]
-plot "{out}/s3.dat" using 1:2 with linespoints lw 2 pt 7 title "joaderfs", \\
-     "" using 1:3 with linespoints lw 2 pt 5 title "DataLoader baseline"
+plot "{out}/s3.dat" using 1:2 with linespoints lw 2 pt 7 title "joaderfs ({bench.args.jfs_workers} workers)", \\
+     "" using 1:3 with linespoints lw 2 pt 5 title "DataLoader baseline ({bench.args.workers} workers)"{{W0_AGG}}
 set ylabel "CPU ms per delivered sample"
-plot "{out}/s3.dat" using 1:4 with linespoints lw 2 pt 7 title "joaderfs", \\
-     "" using 1:5 with linespoints lw 2 pt 5 title "DataLoader baseline"
+plot "{out}/s3.dat" using 1:4 with linespoints lw 2 pt 7 title "joaderfs ({bench.args.jfs_workers} workers)", \\
+     "" using 1:5 with linespoints lw 2 pt 5 title "DataLoader baseline ({bench.args.workers} workers)"{{W0_CPU}}
 unset multiplot
 """
+        script = script.replace("{W0_AGG}", ', \\\n     "" using 1:6 with linespoints lw 2 pt 9 dt 2 title "joaderfs, num_workers=0"' if w0 else "")
+        script = script.replace("{W0_CPU}", ', \\\n     "" using 1:7 with linespoints lw 2 pt 9 dt 2 title "joaderfs, num_workers=0"' if w0 else "")
         if run_gnuplot(script):
             made.append("s3.png")
     s6 = [(s, c) for s, c in cases_in_order(bench) if s == "S6"]
@@ -952,6 +966,8 @@ def main() -> None:
     p.add_argument("--s4-samples", type=int, default=640)
     p.add_argument("--s4-rate", type=float, default=0,
                    help="fastest S4 job's target samples/s (0: half of S1's joaderfs speed)")
+    p.add_argument("--no-w0", dest="w0", action="store_false",
+                   help="skip the joaderfs num_workers=0 variant in S1-S3")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", type=int, default=os.cpu_count(),
                    help="DataLoader workers of each baseline job")
