@@ -209,7 +209,7 @@ options:
     -o size=N                output size: shorter side N, centre crop N x N;
                              0 keeps the original size (default 224)
     -o seed=N                sampler seed (default random)
-    -o lookahead=N           samples each job's plan runs ahead (default 256)
+    -o lookahead=N           samples each job's plan runs ahead (default 128)
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
     -o log=FILE|syslog       log sink (default stderr with -f, else syslog)

@@ -23,7 +23,7 @@ struct DaemonOptions {
   unsigned threads = 0;
   uint32_t size = 224;
   uint64_t seed = 0;
-  uint32_t lookahead = 256;
+  uint32_t lookahead = 128;
   uint64_t job_idle_timeout = 600;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   std::string log;  // a file, "syslog", or empty for the default

@@ -41,7 +41,7 @@ namespace joaderfs {
 
 struct JobManagerOptions {
   uint32_t default_size = 224;
-  uint32_t lookahead = 256;
+  uint32_t lookahead = 128;
   // What a job may always plan ahead, even when planned samples fill the
   // RAM budget: enough to keep the decode threads busy.
   uint32_t min_lookahead = 8;

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <vector>
 
@@ -154,6 +155,8 @@ Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed) {
 void ExpectUniformOrders(std::span<const SpeedJob> jobs, uint64_t seed) {
   const Rejections first = RunFamilies(jobs, seed);
   if (!first.any()) return;
+  std::printf("a family rejected with seed %llu: replicating\n",
+              static_cast<unsigned long long>(seed));
   constexpr uint64_t kReplicationSeed = 1000;
   const Rejections second = RunFamilies(jobs, seed + kReplicationSeed);
   for (size_t j = 0; j < jobs.size(); ++j) {
