@@ -6,7 +6,7 @@
 # writes CSV files and plots.
 #
 # usage: scripts/bench.sh [--quick] [--no-setup] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
-#   --quick     a ~3-minute smoke run: 300 images, fewer cases and repetitions
+#   --quick     a ~3-minute smoke run: 200 images, fewer cases and repetitions
 #   --no-setup  skip scripts/setup.sh (packages and build already there)
 #   --out DIR   where table.md, runs.csv, jobs.csv, s3.png, s6.png go
 #               (default build/bench-out/full or build/bench-out/quick)
@@ -58,11 +58,12 @@ if ! "$python" -c 'import torch, torchvision, PIL, numpy' 2>/dev/null; then
 fi
 
 if ((quick)); then
-  images=300 classes=10
-  mode_args=(--reps 1 --reps-other 1 --s3-jobs 1,2,4 --s4-samples 160)
+  images=200 classes=10
+  mode_args=(--reps 1 --reps-other 1 --no-w0 --s3-jobs 1,4 --s4-samples 128
+             --s6-overlaps 50,100)
   : "${out:=$repo/build/bench-out/quick}"
 else
-  images=2000 classes=20
+  images=1500 classes=20
   mode_args=(--reps 3 --reps-other 1)
   : "${out:=$repo/build/bench-out/full}"
 fi

@@ -332,6 +332,11 @@ class RunResult:
         return 1000 * (self.cpu_jobs + self.cpu_daemon) / max(1, self.samples)
 
     @property
+    def cores_used(self) -> float:
+        """CPU seconds of the daemon and jobs per second of the run."""
+        return (self.cpu_jobs + self.cpu_daemon) / self.makespan if self.makespan else 0.0
+
+    @property
     def decodes_per_delivered(self) -> float:
         return self.decodes / max(1, self.samples)
 
@@ -543,6 +548,7 @@ class Bench:
         rates = ", ".join(f"{r:.0f}" for r in result.job_rates()) if result.jobs else "-"
         print(f"  {scenario:3s} {case:10s} {system:11s} rep {rep}: jobs {rates} samples/s, "
               f"aggregate {result.aggregate:.0f}/s, {result.cpu_ms_per_sample:.1f} CPU ms/sample, "
+              f"{result.cores_used:.2f} cores, "
               f"{result.decodes_per_delivered:.2f} decodes/sample "
               f"({result.wall:.0f} s){' ERRORS' if result.errors else ''}", flush=True)
         for err in result.errors[:5]:
@@ -610,8 +616,15 @@ def scenarios(bench: Bench, which: set[str]) -> None:
     if "S3" in which:
         print("S3: 1..6 jobs on the same data at the same speed", flush=True)
         for k in a.s3_jobs:
-            bench.pair("S3", f"{k} jobs", [JobPlan(f"s3-{i}") for i in range(k)],
-                       reps if k == 4 else a.reps_other, systems=both)
+            plans = [JobPlan(f"s3-{i}") for i in range(k)]
+            if k == 4:
+                # The target case: repeated; the num_workers=0 variant once.
+                bench.pair("S3", f"{k} jobs", plans, reps)
+                if a.w0:
+                    bench.pair("S3", f"{k} jobs", plans, a.reps_other,
+                               systems=("joaderfs-w0",))
+            else:
+                bench.pair("S3", f"{k} jobs", plans, a.reps_other, systems=both)
     if "S4" in which:
         print("S4: five jobs at speeds 1:2:3:4:5", flush=True)
         m = min(n, a.s4_samples)
@@ -640,7 +653,7 @@ def scenarios(bench: Bench, which: set[str]) -> None:
     if "S6" in which:
         print("S6: two jobs with overlapping subsets", flush=True)
         m = n // 2
-        for pct in (25, 50, 75, 100):
+        for pct in a.s6_overlaps:
             lo2 = m - m * pct // 100
             plans = [JobPlan("s6-a", range=(0, m - 1)),
                      JobPlan("s6-b", range=(lo2, lo2 + m - 1))]
@@ -687,9 +700,9 @@ def cases_in_order(bench: Bench) -> list[tuple[str, str]]:
 
 def results_table(bench: Bench) -> str:
     lines = ["| scenario | case | system | runs | each job's samples/s | each job's epoch s "
-             "| aggregate samples/s | CPU ms / sample | decodes / delivered "
+             "| aggregate samples/s | CPU ms / sample | cores used | decodes / delivered "
              "| decodes / distinct | daemon peak MiB | jobs peak MiB |",
-             "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for scenario, case in cases_in_order(bench):
         for system in ALL_SYSTEMS:
             runs = runs_of(bench, scenario, case, system)
@@ -698,8 +711,8 @@ def results_table(bench: Bench) -> str:
             if not runs and not failed:
                 continue
             if not runs:
-                lines.append(f"| {scenario} | {case} | {system} | 0 | failed: see log | "
-                             "| | | | | | |")
+                lines.append(f"| {scenario} | {case} | {system} | 0 | failed: see below | "
+                             "| | | | | | | |")
                 continue
             if scenario == "S2":
                 # Per epoch of the one job.
@@ -720,6 +733,7 @@ def results_table(bench: Bench) -> str:
                 f"| {scenario} | {case} | {system} | {len(runs)}{n_fail} | {rate_s} | {time_s} | "
                 f"{med([r.aggregate for r in runs]):.0f} | "
                 f"{med([r.cpu_ms_per_sample for r in runs]):.1f} | "
+                f"{med([r.cores_used for r in runs]):.2f} | "
                 f"{med([r.decodes_per_delivered for r in runs]):.3f} | "
                 f"{med([r.decodes_per_distinct for r in runs]):.3f} | {daemon} | "
                 f"{med([r.jobs_hwm_kib for r in runs]) / 1024:.0f} |")
@@ -784,7 +798,7 @@ def targets(bench: Bench) -> tuple[str, list[dict[str, Any]]]:
                          num="baseline", den="joaderfs")
         add("S5 staggered: baseline / joaderfs makespan, CPU per sample",
             f"{r:.2f}x, {c:.2f}x", "(no target)", None)
-    for pct in (25, 50, 75, 100):
+    for pct in bench.args.s6_overlaps:
         case = f"{pct}% overlap"
         if ("S6", case) in have:
             d = med([x.decodes_per_distinct for x in runs_of(bench, "S6", case, "joaderfs")])
@@ -802,14 +816,14 @@ def write_csv(bench: Bench, out: Path) -> None:
         w = csv.writer(f)
         w.writerow(["scenario", "case", "system", "rep", "jobs", "samples", "distinct",
                     "makespan_s", "aggregate_sps", "cpu_jobs_s", "cpu_daemon_s",
-                    "cpu_ms_per_sample", "decodes", "decodes_per_delivered",
+                    "cpu_ms_per_sample", "cores_used", "decodes", "decodes_per_delivered",
                     "decodes_per_distinct", "daemon_peak_mib", "jobs_peak_mib",
                     "ram_hits", "disk_hits", "wall_s", "errors"])
         for r in bench.results:
             w.writerow([r.scenario, r.case, r.system, r.rep, len(r.jobs), r.samples,
                         r.distinct, f"{r.makespan:.3f}", f"{r.aggregate:.1f}",
                         f"{r.cpu_jobs:.2f}", f"{r.cpu_daemon:.2f}",
-                        f"{r.cpu_ms_per_sample:.2f}", r.decodes,
+                        f"{r.cpu_ms_per_sample:.2f}", f"{r.cores_used:.3f}", r.decodes,
                         f"{r.decodes_per_delivered:.4f}", f"{r.decodes_per_distinct:.4f}",
                         f"{r.daemon_hwm_kib / 1024:.0f}" if is_jfs(r.system) else "",
                         f"{r.jobs_hwm_kib / 1024:.0f}", r.stats.get("ram_hits", ""),
@@ -964,6 +978,7 @@ def main() -> None:
     p.add_argument("--reps-other", type=int, default=1, help="runs of the other cases")
     p.add_argument("--s3-jobs", default="1,2,3,4,5,6")
     p.add_argument("--s4-samples", type=int, default=640)
+    p.add_argument("--s6-overlaps", default="25,50,75,100")
     p.add_argument("--s4-rate", type=float, default=0,
                    help="fastest S4 job's target samples/s (0: half of S1's joaderfs speed)")
     p.add_argument("--no-w0", dest="w0", action="store_false",
@@ -980,6 +995,7 @@ def main() -> None:
     p.add_argument("--stall-timeout", type=float, default=120)
     args = p.parse_args()
     args.s3_jobs = [int(k) for k in args.s3_jobs.split(",")]
+    args.s6_overlaps = [int(k) for k in args.s6_overlaps.split(",")]
     args.data = os.path.abspath(args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,9 @@ reader per worker and divides the job's samples among them: within an epoch
 each sample reaches exactly one worker, once.  The epoch ends when every
 worker has seen EOF.  The next ``for`` over the loader starts fresh workers
 (``persistent_workers=False``, the default) that re-open ``next`` and so read
-the next epoch.  Samples are not shuffled on the client: the daemon already
-hands each job a uniformly random order.
+the next epoch; with ``persistent_workers=True`` the same workers iterate the
+dataset again, which re-opens it just the same.  Samples are not shuffled on
+the client: the daemon already hands each job a uniformly random order.
 """
 
 from __future__ import annotations

@@ -126,6 +126,16 @@ int Run(int argc, char** argv) {
   }
   Filesystem filesystem(catalog.get(), &jobs, o.size);
 
+  // Show as "SOURCE on MNT type fuse.joaderfs" in /proc/mounts, as mounts
+  // of other file systems do.
+  std::string fsname = "-ofsname=";
+  for (char c : o.source) {
+    if (c == ',' || c == '\\') fsname += '\\';
+    fsname += c;
+  }
+  fuse_opt_add_arg(&args, fsname.c_str());
+  fuse_opt_add_arg(&args, "-osubtype=joaderfs");
+
   // libfuse prints its own one-line reason (an unknown option, a busy
   // mountpoint) before these fail.
   fuse_session* se = fuse_session_new(&args, Filesystem::Operations(), sizeof(fuse_lowlevel_ops),

@@ -275,7 +275,7 @@ Status JobManager::SetIds(const std::string& name, uint32_t uid, std::string_vie
   job->subset = std::move(ids);
   job->ids_subset = true;
   job->spec.subset.kind = SubsetSpec::Kind::kIds;
-  job->spec.subset.text = "ids:" + std::to_string(job->subset.cardinality());
+  job->spec.subset.text = "ids";  // what was written to the ids file
   spdlog::info("job {} subset from ids file: {} samples", name, job->subset.cardinality());
   return Status::Ok();
 }

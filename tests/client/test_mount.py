@@ -217,11 +217,33 @@ class MountTest(unittest.TestCase):
             with self.subTest(epoch=epoch):
                 self.check_epoch(ids, labels)
 
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_torch_persistent_workers(self) -> None:
+        job = self.make_job("torch-persistent")
+        loader = DataLoader(joaderfs.JobDataset(job, layout="HWC"),
+                            batch_size=50, num_workers=2,
+                            persistent_workers=True, timeout=60)
+        for epoch in range(2):
+            ids, labels = [], []
+            for images, batch_labels, batch_ids in loader:
+                self.assertEqual(tuple(images.shape[1:]), (SIZE, SIZE, 3))
+                ids += batch_ids.tolist()
+                labels += batch_labels.tolist()
+            with self.subTest(epoch=epoch):
+                self.check_epoch(ids, labels)
+
     def test_subset_spec(self) -> None:
         job = self.make_job("subset", {"subset": "classes:1-1"})
         records = list(joaderfs.JobReader(job).records())
         self.check_epoch([r.id for r in records], [r.label for r in records],
                          {i for i, label in self.labels.items() if label == 1})
+
+    def test_ids_subset(self) -> None:
+        job = self.make_job("ids")
+        joaderfs.write_ids(job, [3, 7, self.manifest[120].relpath])
+        records = list(joaderfs.JobReader(job).records())
+        self.check_epoch([r.id for r in records], [r.label for r in records],
+                         {3, 7, 120})
 
     def test_bad_spec_is_rejected(self) -> None:
         with self.assertRaisesRegex(ValueError, "rejected the spec"):
