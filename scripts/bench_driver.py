@@ -632,7 +632,7 @@ def scenarios(bench: Bench, which: set[str]) -> None:
         if rate5 <= 0:
             s1 = [r.job_rates()[0] for r in bench.results
                   if r.scenario == "S1" and r.system == "joaderfs" and r.jobs]
-            rate5 = 0.5 * statistics.median(s1) if s1 else 100.0
+            rate5 = min(100.0, 0.5 * statistics.median(s1)) if s1 else 100.0
         rate1 = rate5 / 5
         bench.s4_rates = [rate1 * k for k in range(1, 6)]
         plans = [JobPlan(f"s4-speed{k}", delay=a.batch / (rate1 * k),
@@ -980,7 +980,8 @@ def main() -> None:
     p.add_argument("--s4-samples", type=int, default=640)
     p.add_argument("--s6-overlaps", default="25,50,75,100")
     p.add_argument("--s4-rate", type=float, default=0,
-                   help="fastest S4 job's target samples/s (0: half of S1's joaderfs speed)")
+                   help="fastest S4 job's target samples/s (0: half of S1's joaderfs "
+                        "speed, at most 100)")
     p.add_argument("--no-w0", dest="w0", action="store_false",
                    help="skip the joaderfs num_workers=0 variant in S1-S3")
     p.add_argument("--batch", type=int, default=32)

@@ -1,12 +1,13 @@
 #include "cache/disk_cache.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+
+#include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
@@ -17,21 +18,15 @@ namespace fs = std::filesystem;
 class DiskCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("joaderfs-disk-test-" + std::to_string(getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
     for (int i = 0; i < 8; ++i) WriteSource(i, "content " + std::to_string(i));
     ReopenCatalog();
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   void WriteSource(int i, const std::string& content) {
-    fs::create_directories(root_ / "src" / "c");
-    std::ofstream(root_ / "src" / "c" / ("img" + std::to_string(i) + ".jpg")) << content;
+    testing::WriteFile(root_ / ("src/c/img" + std::to_string(i) + ".jpg"), content);
   }
-  void ReopenCatalog() { ASSERT_TRUE(Catalog::Open((root_ / "src").string(), &catalog_).ok()); }
-  std::string cache_dir() const { return (root_ / "cache").string(); }
+  void ReopenCatalog() { ASSERT_TRUE(Catalog::Open(root_ / "src", &catalog_).ok()); }
+  std::string cache_dir() const { return root_ / "cache"; }
 
   std::unique_ptr<DiskCache> OpenCache(uint64_t budget = 1 << 30) {
     std::unique_ptr<DiskCache> cache;
@@ -56,7 +51,7 @@ class DiskCacheTest : public ::testing::Test {
     return true;
   }
 
-  fs::path root_;
+  testing::TempDir root_{"joaderfs-disk-test"};
   std::unique_ptr<Catalog> catalog_;
 };
 

@@ -1,101 +1,32 @@
 #include "cache/sample_cache.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <vips/vips.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "loader/decoder.h"
+#include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class DecoderEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    ASSERT_TRUE(InitDecoder("sample_cache_test", &error)) << error;
-  }
-};
+using testing::PoolGate;
+using testing::TempDir;
+
 ::testing::Environment* const kDecoderEnvironment =
-    ::testing::AddGlobalTestEnvironment(new DecoderEnvironment);
-
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "sample_cache_test.XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
-
-void WriteNoisePng(const std::string& path, int width, int height, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> buf(static_cast<size_t>(width) * height * 3);
-  for (auto& v : buf) v = static_cast<uint8_t>(rng());
-  VipsImage* im =
-      vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, 3, VIPS_FORMAT_UCHAR);
-  ASSERT_NE(im, nullptr);
-  const int rc = vips_image_write_to_file(im, path.c_str(), nullptr);
-  g_object_unref(im);
-  ASSERT_EQ(rc, 0) << vips_error_buffer();
-}
-
-// Occupies every thread of a pool until released (or destroyed), so that
-// the tests decide when decodes may run.
-class PoolGate {
- public:
-  PoolGate(LoaderPool* pool, unsigned threads) : released_(release_.get_future().share()) {
-    std::vector<std::future<void>> started;
-    for (unsigned i = 0; i < threads; ++i) {
-      auto p = std::make_shared<std::promise<void>>();
-      started.push_back(p->get_future());
-      pool->Submit([p, f = released_] {
-        p->set_value();
-        f.wait();
-      });
-    }
-    for (auto& f : started) {
-      if (f.wait_for(10s) != std::future_status::ready) ADD_FAILURE() << "pool did not start";
-    }
-  }
-  ~PoolGate() { Release(); }
-  void Release() {
-    if (!done_) release_.set_value();
-    done_ = true;
-  }
-
- private:
-  std::promise<void> release_;
-  std::shared_future<void> released_;
-  bool done_ = false;
-};
+    testing::AddDecoderEnvironment("sample_cache_test");
 
 // Samples 0-3 are good 40x30 PNGs (class "a"), sample 4 is not an image.
 constexpr uint32_t kSize = 32;
@@ -108,9 +39,9 @@ class SampleCacheTest : public ::testing::Test {
     fs::create_directories(dir_ / "a");
     fs::create_directories(dir_ / "b");
     for (int i = 0; i < 4; ++i) {
-      WriteNoisePng(dir_ / ("a/" + std::to_string(i) + ".png"), 40, 30, i + 1);
+      testing::WriteNoiseImage(dir_ / ("a/" + std::to_string(i) + ".png"), 40, 30, i + 1);
     }
-    std::ofstream(dir_ / "b/bad.jpg") << "not a jpeg at all";
+    testing::WriteFile(dir_ / "b/bad.jpg", "not a jpeg at all");
     const Status s = Catalog::Open(dir_.path(), &catalog_);
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_EQ(catalog_->size(), 5u);

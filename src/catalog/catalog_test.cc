@@ -1,48 +1,22 @@
 #include "catalog/catalog.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
 namespace fs = std::filesystem;
 
-// A fresh directory, removed with everything in it at the end of the scope.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "catalog_test.XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
-
-// Writes `content` to `path`, making its folders.
-void WriteFile(const std::string& path, const std::string& content = "") {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::Ids;
+using testing::TempDir;
+using testing::WriteFile;
 
 std::vector<std::string> Relpaths(const Catalog& c) {
   std::vector<std::string> out;
@@ -53,12 +27,6 @@ std::vector<std::string> Relpaths(const Catalog& c) {
 std::vector<int64_t> Labels(const Catalog& c) {
   std::vector<int64_t> out;
   for (SampleId id = 0; id < c.size(); ++id) out.push_back(c.label(id));
-  return out;
-}
-
-std::vector<uint32_t> Ids(const Roaring& r) {
-  std::vector<uint32_t> out;
-  for (uint32_t v : r) out.push_back(v);
   return out;
 }
 

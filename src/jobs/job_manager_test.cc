@@ -5,8 +5,6 @@
 #include "jobs/job_manager.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <vips/vips.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,12 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -29,83 +25,20 @@
 
 #include "jobs/record.h"
 #include "loader/decoder.h"
+#include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class DecoderEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    ASSERT_TRUE(InitDecoder("job_manager_test", &error)) << error;
-  }
-};
+using testing::Iota;
+using testing::PoolGate;
+using testing::TempDir;
+using testing::WriteNoiseImage;
+
 ::testing::Environment* const kDecoderEnvironment =
-    ::testing::AddGlobalTestEnvironment(new DecoderEnvironment);
-
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "job_manager_test.XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
-
-void WriteNoiseJpeg(const std::string& path, int width, int height, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> buf(static_cast<size_t>(width) * height * 3);
-  for (auto& v : buf) v = static_cast<uint8_t>(rng());
-  VipsImage* im =
-      vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, 3, VIPS_FORMAT_UCHAR);
-  ASSERT_NE(im, nullptr);
-  const int rc = vips_image_write_to_file(im, path.c_str(), nullptr);
-  g_object_unref(im);
-  ASSERT_EQ(rc, 0) << vips_error_buffer();
-}
-
-// Occupies every thread of a pool until released (or destroyed), so that a
-// test decides when decodes may run.
-class PoolGate {
- public:
-  PoolGate(LoaderPool* pool, unsigned threads) : released_(release_.get_future().share()) {
-    std::vector<std::future<void>> started;
-    for (unsigned i = 0; i < threads; ++i) {
-      auto p = std::make_shared<std::promise<void>>();
-      started.push_back(p->get_future());
-      pool->Submit([p, f = released_] {
-        p->set_value();
-        f.wait();
-      });
-    }
-    for (auto& f : started) {
-      if (f.wait_for(10s) != std::future_status::ready) ADD_FAILURE() << "pool did not start";
-    }
-  }
-  ~PoolGate() { Release(); }
-  void Release() {
-    if (!done_) release_.set_value();
-    done_ = true;
-  }
-
- private:
-  std::promise<void> release_;
-  std::shared_future<void> released_;
-  bool done_ = false;
-};
+    testing::AddDecoderEnvironment("job_manager_test");
 
 // --- A minimal JSON reader for the status documents (objects, numbers,
 // strings, booleans, null), strict enough to catch malformed output.
@@ -299,12 +232,6 @@ std::vector<SampleId> Sorted(std::vector<SampleId> v) {
   return v;
 }
 
-std::vector<SampleId> Iota(SampleId first, SampleId last) {
-  std::vector<SampleId> v;
-  for (SampleId i = first; i <= last; ++i) v.push_back(i);
-  return v;
-}
-
 constexpr uint32_t kSize = 16;                                       // the mount's default size
 constexpr uint64_t kRecord = kRecordHeaderSize + kSize * kSize * 3;  // 832, no padding
 constexpr uint32_t kOwner = 1000;
@@ -315,13 +242,9 @@ class JobManagerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    for (int c = 0; c < 3; ++c) {
-      fs::create_directories(*dir_ / ("c" + std::to_string(c)));
-      for (int i = 0; i < 8; ++i) {
-        WriteNoiseJpeg(*dir_ / ("c" + std::to_string(c) + "/img" + std::to_string(i) + ".jpg"), 24,
-                       20, static_cast<uint32_t>(c * 8 + i + 1));
-      }
-    }
+    testing::WriteImageFolder(dir_->path(), {8, 8, 8}, [](const std::string& path, int index) {
+      WriteNoiseImage(path, 24, 20, static_cast<uint32_t>(index + 1));
+    });
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -468,10 +391,7 @@ class JobManagerTest : public ::testing::Test {
 
   // Waits until no decode is queued or running.
   void WaitForLoads() {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (cache_->Stats().loading > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
+    testing::Eventually([this] { return cache_->Stats().loading == 0; });
     ASSERT_EQ(cache_->Stats().loading, 0u);
   }
 
@@ -1112,11 +1032,11 @@ class JobManagerSkipTest : public JobManagerTest {
   void SetUp() override {
     for (int i = 0; i < 6; ++i) {
       fs::create_directories(bad_dir_ / "a");
-      WriteNoiseJpeg(bad_dir_ / ("a/" + std::to_string(i) + ".jpg"), 24, 20, 100 + i);
+      WriteNoiseImage(bad_dir_ / ("a/" + std::to_string(i) + ".jpg"), 24, 20, 100 + i);
     }
     fs::create_directories(bad_dir_ / "b");
-    std::ofstream(bad_dir_ / "b/broken.jpg") << "not a JPEG";
-    std::ofstream(bad_dir_ / "b/empty.png") << "";
+    testing::WriteFile(bad_dir_ / "b/broken.jpg", "not a JPEG");
+    testing::WriteFile(bad_dir_ / "b/empty.png", "");
     OpenCatalog(bad_dir_.path());
     ASSERT_EQ(catalog_->size(), 8u);
   }

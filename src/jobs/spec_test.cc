@@ -1,48 +1,19 @@
 #include "jobs/spec.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "testing/test_util.h"
+
 namespace joaderfs {
 namespace {
-namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "spec_test.XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::vector<uint32_t> Ids(const Roaring& r) {
-  std::vector<uint32_t> out;
-  for (uint32_t v : r) out.push_back(v);
-  return out;
-}
-
-std::vector<uint32_t> Iota(uint32_t first, uint32_t last) {
-  std::vector<uint32_t> out;
-  for (uint32_t i = first; i <= last; ++i) out.push_back(i);
-  return out;
-}
+using testing::Ids;
+using testing::Iota;
+using testing::TempDir;
 
 // Ten samples in five classes: c0 = ids 0-2, c1 = 3-4, c2 = 5-8, c3 = 9,
 // c4 has no image.
@@ -50,14 +21,7 @@ class SpecTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const int counts[] = {3, 2, 4, 1, 0};
-    for (int c = 0; c < 5; ++c) {
-      const fs::path cls = fs::path(dir_->path()) / ("c" + std::to_string(c));
-      fs::create_directories(cls);
-      for (int i = 0; i < counts[c]; ++i) {
-        std::ofstream(cls / ("img" + std::to_string(i) + ".jpg")) << "x";
-      }
-    }
+    testing::WriteImageFolder(dir_->path(), {3, 2, 4, 1, 0});
     std::unique_ptr<Catalog> c;
     const Status s = Catalog::Open(dir_->path(), &c);
     ASSERT_TRUE(s.ok()) << s.message();

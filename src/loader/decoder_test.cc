@@ -1,99 +1,29 @@
 #include "loader/decoder.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <vips/vips.h>
 
 #include <array>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <iterator>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "testing/test_util.h"
+
 namespace joaderfs {
 namespace {
-namespace fs = std::filesystem;
 
-class DecoderEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    ASSERT_TRUE(InitDecoder("decoder_test", &error)) << error;
-  }
-};
-::testing::Environment* const kDecoderEnvironment =
-    ::testing::AddGlobalTestEnvironment(new DecoderEnvironment);
+using testing::ReadFile;
+using testing::Rgb;
+using testing::TempDir;
+using testing::WriteFile;
+using testing::WriteImage;
+using testing::WriteNoiseImage;
+using testing::WriteSolidImage;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "decoder_test.XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
-
-using Rgb = std::array<uint8_t, 3>;
-using PixelFn = std::function<uint8_t(int x, int y, int band)>;
-
-// Writes a `width` x `height` image of `bands` uchar bands (1 grey, 2 grey +
-// alpha, 3 RGB, 4 RGBA) with libvips; the format and its options come from
-// the name, e.g. "a.jpg[Q=100]".
-void WriteImage(const std::string& name, int width, int height, int bands, const PixelFn& f) {
-  std::vector<uint8_t> buf(static_cast<size_t>(width) * height * bands);
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      for (int b = 0; b < bands; ++b)
-        buf[(static_cast<size_t>(y) * width + x) * bands + b] = f(x, y, b);
-    }
-  }
-  VipsImage* im = vips_image_new_from_memory_copy(buf.data(), buf.size(), width, height, bands,
-                                                  VIPS_FORMAT_UCHAR);
-  ASSERT_NE(im, nullptr) << vips_error_buffer();
-  const int rc = vips_image_write_to_file(im, name.c_str(), nullptr);
-  g_object_unref(im);
-  ASSERT_EQ(rc, 0) << name << ": " << vips_error_buffer();
-}
-
-void WriteConstant(const std::string& name, int width, int height, Rgb c) {
-  WriteImage(name, width, height, 3, [c](int, int, int b) { return c[b]; });
-}
-
-// Deterministic noise, so JPEGs have real entropy-coded data.
-void WriteNoise(const std::string& name, int width, int height, uint32_t seed = 1) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> values(static_cast<size_t>(width) * height * 3);
-  for (auto& v : values) v = static_cast<uint8_t>(rng());
-  WriteImage(name, width, height, 3, [&](int x, int y, int b) {
-    return values[(static_cast<size_t>(y) * width + x) * 3 + b];
-  });
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+::testing::Environment* const kDecoderEnvironment = testing::AddDecoderEnvironment("decoder_test");
 
 Rgb PixelAt(const DecodedSample& s, uint32_t x, uint32_t y) {
   const uint8_t* p = s.pixels.get() + (static_cast<size_t>(y) * s.width + x) * s.channels;
@@ -147,7 +77,7 @@ TEST(DecoderTest, OutputIsSizeBySizeRgb) {
     for (const char* ext : {".jpg", ".png"}) {
       const std::string path =
           d / (std::to_string(dim.width) + "x" + std::to_string(dim.height) + ext);
-      WriteNoise(path, dim.width, dim.height);
+      WriteNoiseImage(path, dim.width, dim.height);
       for (uint32_t size : {224u, 32u, 1u}) {
         const DecodedSample s = DecodeOk(path, size);
         EXPECT_EQ(s.width, size) << path << " size " << size;
@@ -164,7 +94,7 @@ TEST(DecoderTest, SizeZeroKeepsOriginalDimensions) {
   TempDir d;
   for (const char* ext : {".jpg", ".png"}) {
     const std::string path = d / (std::string("img") + ext);
-    WriteNoise(path, 97, 131);
+    WriteNoiseImage(path, 97, 131);
     const DecodedSample s = DecodeOk(path, 0);
     EXPECT_EQ(s.width, 97u) << ext;
     EXPECT_EQ(s.height, 131u) << ext;
@@ -196,11 +126,11 @@ TEST(DecoderTest, ConstantColourSurvivesDecodeAndResize) {
   TempDir d;
   const Rgb colour = {200, 30, 60};
   const std::string jpg = d / "c.jpg";
-  WriteConstant(jpg + "[Q=100]", 64, 48, colour);
+  WriteSolidImage(jpg + "[Q=100]", 64, 48, colour);
   const std::string png = d / "c.png";
-  WriteConstant(png, 64, 48, colour);
+  WriteSolidImage(png, 64, 48, colour);
   const std::string big = d / "big.jpg";
-  WriteConstant(big + "[Q=100]", 1200, 900, colour);  // shrink-on-load path
+  WriteSolidImage(big + "[Q=100]", 1200, 900, colour);  // shrink-on-load path
   for (const std::string& path : {jpg, png, big}) {
     for (uint32_t size : {0u, 32u, 100u, 224u}) {
       const DecodedSample s = DecodeOk(path, size);
@@ -330,11 +260,11 @@ TEST(DecoderTest, SixteenBitBecomesEightBit) {
 TEST(DecoderTest, TruncatedJpegIsCorruption) {
   TempDir d;
   const std::string whole = d / "whole.jpg";
-  WriteNoise(whole, 256, 256);
-  const std::string bytes = ReadBytes(whole);
+  WriteNoiseImage(whole, 256, 256);
+  const std::string bytes = ReadFile(whole);
   ASSERT_GT(bytes.size(), 10000u);
   const std::string cut = d / "cut.jpg";
-  WriteBytes(cut, bytes.substr(0, bytes.size() / 2));
+  WriteFile(cut, bytes.substr(0, bytes.size() / 2));
   for (uint32_t size : {0u, 32u, 224u}) {
     DecodedSample s;
     const Status st = DecodeImage(cut, size, &s);
@@ -347,10 +277,10 @@ TEST(DecoderTest, TruncatedJpegIsCorruption) {
 TEST(DecoderTest, TruncatedPngIsCorruption) {
   TempDir d;
   const std::string whole = d / "whole.png";
-  WriteNoise(whole, 128, 128);
-  const std::string bytes = ReadBytes(whole);
+  WriteNoiseImage(whole, 128, 128);
+  const std::string bytes = ReadFile(whole);
   const std::string cut = d / "cut.png";
-  WriteBytes(cut, bytes.substr(0, bytes.size() / 2));
+  WriteFile(cut, bytes.substr(0, bytes.size() / 2));
   for (uint32_t size : {0u, 32u}) {
     DecodedSample s;
     const Status st = DecodeImage(cut, size, &s);
@@ -361,11 +291,11 @@ TEST(DecoderTest, TruncatedPngIsCorruption) {
 TEST(DecoderTest, NonImageIsCorruption) {
   TempDir d;
   const std::string text = d / "notes.jpg";
-  WriteBytes(text, "this is not an image, whatever its name says\n");
+  WriteFile(text, "this is not an image, whatever its name says\n");
   const std::string empty = d / "empty.png";
-  WriteBytes(empty, "");
+  WriteFile(empty, "");
   const std::string header_only = d / "header.jpg";
-  WriteBytes(header_only, std::string("\xff\xd8\xff\xe0", 4));
+  WriteFile(header_only, std::string("\xff\xd8\xff\xe0", 4));
   for (const std::string& path : {text, empty, header_only}) {
     for (uint32_t size : {0u, 224u}) {
       DecodedSample s;
@@ -387,7 +317,7 @@ TEST(DecoderTest, DeterministicAndThreadSafe) {
   std::vector<std::string> paths;
   for (int i = 0; i < 4; ++i) {
     paths.push_back(d / ("n" + std::to_string(i) + (i % 2 ? ".png" : ".jpg")));
-    WriteNoise(paths.back(), 300 + 10 * i, 200, static_cast<uint32_t>(i + 1));
+    WriteNoiseImage(paths.back(), 300 + 10 * i, 200, static_cast<uint32_t>(i + 1));
   }
   std::vector<std::string> expected;
   for (const auto& p : paths) {

@@ -9,21 +9,14 @@
 #include <thread>
 #include <vector>
 
+#include "testing/test_util.h"
+
 namespace joaderfs {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Waits (up to a few seconds) for `done` to hold.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::Eventually;
 
 TEST(LoaderPoolTest, RunsEveryTask) {
   LoaderPool pool(4);
