@@ -162,10 +162,12 @@ def main() -> None:
         start = time.monotonic()
         seen: list[int] = []
         first_batch = None
+        first_batch_samples = 0
         shape_ok = True
         for images, _labels, ids in loader:
             if first_batch is None:
                 first_batch = time.monotonic() - start
+                first_batch_samples = len(ids)
             if images.dtype != torch.uint8 or tuple(images.shape[1:]) != (
                     3, args.size, args.size):
                 shape_ok = False
@@ -180,6 +182,7 @@ def main() -> None:
         ep = {"epoch": epoch, "start": start, "end": end,
               "seconds": end - start, "samples": len(seen),
               "distinct": len(distinct), "first_batch_s": first_batch,
+              "first_batch_samples": first_batch_samples,
               "shape_ok": shape_ok}
         if expect is not None:
             ep["missing"] = len(expect - distinct)

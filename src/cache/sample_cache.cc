@@ -2,19 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include <array>
 
 #include "loader/decoder.h"
 
 namespace joaderfs {
-namespace {
-
-// Random unpinned entries compared per eviction: enough that the victim is
-// almost always among the lowest counts, few enough to stay cheap.
-constexpr int kEvictionSamples = 8;
-
-}  // namespace
-
 SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk,
                          uint64_t budget_bytes)
     : catalog_(catalog), pool_(pool), disk_(disk), budget_(budget_bytes) {
@@ -36,10 +27,9 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
       ++stats_.hits;
       Entry& e = it->second;
       if (e.pins++ == 0 && e.sample) {
-        RemoveEvictable(e);
+        RemoveEvictable(key);
         stats_.pinned_bytes += e.sample->bytes();
       }
-      e.last_use = ++clock_;
       UpdateCommitted();
       if (!e.sample) {
         e.waiters.push_back(std::move(done));
@@ -51,7 +41,6 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
       ++stats_.loading;
       Entry& e = entries_[key];
       e.pins = 1;
-      e.last_use = ++clock_;
       e.waiters.push_back(std::move(done));
       UpdateCommitted();
       pool_->Submit([this, key] { Load(key); });
@@ -67,26 +56,32 @@ void SampleCache::Release(SampleKey key) {
   if (it == entries_.end() || it->second.pins == 0) return;  // a bad sample
   Entry& e = it->second;
   if (--e.pins == 0 && e.sample) {
-    AddEvictable(key, e);
+    AddEvictable(key);
     stats_.pinned_bytes -= e.sample->bytes();
     EvictLocked();
     UpdateCommitted();
   }
 }
 
-void SampleCache::RemoveEvictable(Entry& e) {
-  const size_t slot = e.slot;
-  if (slot + 1 != evictable_.size()) {
-    evictable_[slot] = evictable_.back();
-    entries_[evictable_[slot]].slot = slot;
+EvictionPolicy* SampleCache::Policy(uint32_t size) {
+  auto& policy = policies_[size];
+  if (!policy) {
+    policy = NewRefCntPolicy([this, size](SampleId id) {
+      uint32_t count = 0;
+      if (need_counts_) need_counts_(size, std::span(&id, 1), std::span(&count, 1));
+      return count;
+    });
   }
-  evictable_.pop_back();
-  e.slot = SIZE_MAX;
+  return policy.get();
 }
 
-void SampleCache::AddEvictable(const SampleKey& key, Entry& e) {
-  e.slot = evictable_.size();
-  evictable_.push_back(key);
+void SampleCache::RemoveEvictable(const SampleKey& key) { Policy(key.size)->Erase(key.id); }
+
+void SampleCache::AddEvictable(const SampleKey& key) { Policy(key.size)->Insert(key.id); }
+
+void SampleCache::RefreshNeeds() {
+  std::lock_guard lock(mu_);
+  for (auto& [size, policy] : policies_) policy->RefreshAll();
 }
 
 void SampleCache::UpdateCommitted() {
@@ -122,7 +117,7 @@ void SampleCache::Load(SampleKey key) {
       if (e.pins > 0) {
         stats_.pinned_bytes += sample->bytes();
       } else {
-        AddEvictable(key, e);  // every job that wanted it has gone
+        AddEvictable(key);  // every job that wanted it has gone
       }
       EvictLocked();
     } else {
@@ -138,30 +133,23 @@ void SampleCache::Load(SampleKey key) {
   for (auto& w : waiters) w(sample);
 }
 
+// Evicts the RefCnt policy's choices until the budget holds. With several
+// output sizes, the size with the most evictable entries gives first.
 void SampleCache::EvictLocked() {
-  while (stats_.bytes > stats_.budget && !evictable_.empty()) {
-    std::array<size_t, kEvictionSamples> slots;
-    std::array<uint32_t, kEvictionSamples> counts{};
-    for (int i = 0; i < kEvictionSamples; ++i) slots[i] = rng_.Below(evictable_.size());
-    if (need_counts_) {
-      for (int i = 0; i < kEvictionSamples; ++i) {
-        const SampleKey& k = evictable_[slots[i]];
-        need_counts_(k.size, std::span(&k.id, 1), std::span(&counts[i], 1));
+  while (stats_.bytes > stats_.budget) {
+    std::pair<const uint32_t, std::unique_ptr<EvictionPolicy>>* largest = nullptr;
+    for (auto& p : policies_) {
+      if (p.second->size() > 0 && (!largest || p.second->size() > largest->second->size())) {
+        largest = &p;
       }
     }
-    int victim = 0;
-    for (int i = 1; i < kEvictionSamples; ++i) {
-      const uint64_t use_i = entries_[evictable_[slots[i]]].last_use;
-      const uint64_t use_v = entries_[evictable_[slots[victim]]].last_use;
-      if (counts[i] < counts[victim] || (counts[i] == counts[victim] && use_i < use_v)) victim = i;
-    }
-    const SampleKey key = evictable_[slots[victim]];
-    Entry& e = entries_[key];
-    RemoveEvictable(e);
-    stats_.bytes -= e.sample->bytes();
+    if (!largest) return;
+    const SampleKey key{largest->first, largest->second->Evict()};
+    auto it = entries_.find(key);
+    stats_.bytes -= it->second.sample->bytes();
     --stats_.entries;
     ++stats_.evictions;
-    entries_.erase(key);
+    entries_.erase(it);
   }
 }
 

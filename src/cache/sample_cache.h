@@ -9,12 +9,15 @@
 // never evicted before every job that planned it has it.
 //
 // Unpinned entries are kept within the byte budget by the RefCnt policy of
-// the JOADER paper: the entry the fewest jobs still need this epoch (the
-// NeedCounts callback, answered by the planners) goes first; among equal
-// counts, the least recently used. Victims are chosen by comparing a few
-// random unpinned entries, which keeps eviction O(1) however large the cache.
-// Every decoded sample is also queued for the disk tier (write-through), since
-// every job wants every sample again next epoch and after a restart.
+// the JOADER paper (eviction_policy.h, the same code the simulator runs):
+// the entry the fewest jobs still need this epoch (the NeedCounts callback,
+// answered by the planners) goes first; among equal counts, the one that
+// was released first. A count only changes when a job picks the sample
+// (and then holds it pinned, so it is re-read on release) or when a job
+// starts an epoch, arrives or leaves: the job manager then calls
+// RefreshNeeds(). Every decoded sample is also queued for the disk tier
+// (write-through), since every job wants every sample again next epoch and
+// after a restart.
 //
 // A sample that fails to decode is remembered as bad and never tried again.
 //
@@ -29,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <unordered_map>
@@ -36,8 +40,8 @@
 #include <vector>
 
 #include "cache/disk_cache.h"
+#include "cache/eviction_policy.h"
 #include "catalog/catalog.h"
-#include "common/random.h"
 #include "loader/decoded_sample.h"
 #include "loader/loader_pool.h"
 
@@ -80,6 +84,10 @@ class SampleCache {
   // Unpins one Acquire() of `key`.
   void Release(SampleKey key);
 
+  // Re-reads every unpinned entry's count: call after a job starts an
+  // epoch, arrives or leaves. Calls NeedCounts once per entry.
+  void RefreshNeeds();
+
   // Bytes that pinned samples hold or will hold once loaded: the job
   // manager plans less ahead when this reaches the budget. Lock-free, so it
   // may be called under any lock.
@@ -102,15 +110,14 @@ class SampleCache {
   struct Entry {
     SamplePtr sample;               // null while loading
     std::vector<Callback> waiters;  // while loading
-    uint32_t pins = 0;
-    uint64_t last_use = 0;
-    size_t slot = SIZE_MAX;         // position in evictable_ when ready and unpinned
+    uint32_t pins = 0;              // evictable (tracked by its policy) when 0 and ready
   };
 
   void Load(SampleKey key);
   // REQUIRES for these: mu_ held.
-  void AddEvictable(const SampleKey& key, Entry& e);
-  void RemoveEvictable(Entry& e);
+  EvictionPolicy* Policy(uint32_t size);  // one per output size
+  void AddEvictable(const SampleKey& key);
+  void RemoveEvictable(const SampleKey& key);
   void EvictLocked();
   void UpdateCommitted();
 
@@ -123,11 +130,9 @@ class SampleCache {
 
   mutable std::mutex mu_;
   std::unordered_map<SampleKey, Entry, KeyHash> entries_;  // GUARDED_BY(mu_)
-  std::vector<SampleKey> evictable_;                      // GUARDED_BY(mu_)
+  std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_;  // GUARDED_BY(mu_)
   std::unordered_set<SampleKey, KeyHash> bad_;            // GUARDED_BY(mu_)
   NeedCounts need_counts_;                                // GUARDED_BY(mu_)
-  uint64_t clock_ = 0;                                    // GUARDED_BY(mu_)
-  Rng rng_{0x7265666e74ULL};                              // GUARDED_BY(mu_)
   CacheStats stats_;                                      // GUARDED_BY(mu_)
 };
 

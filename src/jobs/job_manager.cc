@@ -196,6 +196,7 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
     job->group->jobs.erase(job);
   }
   ReleaseSlots(job, &actions);
+  actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
   for (Reader* r : job->readers) {
     r->job = nullptr;
     if (r->waiting) {
@@ -470,6 +471,7 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
   job->delivered = job->skipped = 0;
   spdlog::info("job {} starts epoch {} ({} samples)", job->name, job->epoch,
                job->subset.cardinality());
+  actions->Add([this] { cache_->RefreshNeeds(); });  // its ids are needed again
   Plan(job->group, actions);
 }
 
