@@ -59,8 +59,8 @@ fi
 
 if ((quick)); then
   images=200 classes=10
-  mode_args=(--reps 1 --reps-other 1 --no-w0 --s3-jobs 1,4 --s4-samples 128
-             --s6-overlaps 50,100)
+  mode_args=(--reps 1 --reps-other 1 --no-w0 --s3-jobs "1,4" --s4-samples 128
+             --s6-overlaps "50,100")
   : "${out:=$repo/build/bench-out/quick}"
 else
   images=1500 classes=20

@@ -767,14 +767,14 @@ def scenarios(bench: Bench, which: set[str]) -> None:
         print("S3: 1..6 jobs on the same data at the same speed", flush=True)
         for k in a.s3_jobs:
             plans = [JobPlan(f"s3-{i}") for i in range(k)]
+            case = f"{k} job" + ("s" if k > 1 else "")
             if k == 4:
                 # The target case: repeated; the num_workers=0 variant once.
-                bench.pair("S3", f"{k} jobs", plans, reps)
+                bench.pair("S3", case, plans, reps)
                 if a.w0:
-                    bench.pair("S3", f"{k} jobs", plans, a.reps_other,
-                               systems=("joaderfs-w0",))
+                    bench.pair("S3", case, plans, a.reps_other, systems=("joaderfs-w0",))
             else:
-                bench.pair("S3", f"{k} jobs", plans, a.reps_other, systems=both)
+                bench.pair("S3", case, plans, a.reps_other, systems=both)
     if "S4" in which:
         print("S4: five jobs at speeds 1:2:3:4:5", flush=True)
         m = min(n, a.s4_samples)
@@ -962,7 +962,7 @@ def targets(bench: Bench) -> tuple[str, list[dict[str, Any]]]:
         case = f"{pct}% overlap"
         if ("S6", case) in have:
             d = med([x.decodes_per_distinct for x in runs_of(bench, "S6", case, "joaderfs")])
-            add(f"S6 {case}: joaderfs decodes / |D1 u D2|", f"{d:.3f}", "within 5%",
+            add(f"S6 {case}: joaderfs decodes / \\|D1 u D2\\|", f"{d:.3f}", "within 5%",
                 abs(d - 1) <= 0.05)
     lines = ["| target | measured | goal | met | note |", "| --- | --- | --- | --- | --- |"]
     for row in rows:
@@ -1002,74 +1002,95 @@ def write_csv(bench: Bench, out: Path) -> None:
                                 f"{e['first_batch_s'] or 0:.3f}", f"{j['cpu_s']:.2f}"])
 
 
-def plot(bench: Bench, out: Path) -> list[str]:
-    made = []
-    s3 = [(s, c) for s, c in cases_in_order(bench) if s == "S3"]
+def write_plot_data(bench: Bench, out: Path) -> None:
+    """s3.dat and s6.dat: the medians the plots show."""
+    s3 = [c for s, c in cases_in_order(bench) if s == "S3"]
     if s3:
         with open(out / "s3.dat", "w") as f:
+            f.write(f"# S3 {bench.dataset_size} images, {os.cpu_count()} cores, joaderfs "
+                    f"{bench.args.jfs_workers} workers, baseline {bench.args.workers} workers\n")
             f.write("# jobs joaderfs_aggregate baseline_aggregate joaderfs_cpu_ms "
                     "baseline_cpu_ms joaderfs_w0_aggregate joaderfs_w0_cpu_ms\n")
-            for _, case in s3:
-                k = int(case.split()[0])
+            for case in s3:
                 vals = []
-                for metric in (lambda x: x.aggregate, lambda x: x.cpu_ms_per_sample):
-                    for system in SYSTEMS:
-                        vals.append(med([metric(x) for x in runs_of(bench, "S3", case, system)]))
-                for metric in (lambda x: x.aggregate, lambda x: x.cpu_ms_per_sample):
-                    vals.append(med([metric(x) for x in runs_of(bench, "S3", case, "joaderfs-w0")]))
-                f.write(" ".join([str(k)] + [f"{v:.2f}" for v in vals]).replace("nan", "NaN") + "\n")
-        w0 = any(r.system == "joaderfs-w0" for r in bench.results if r.scenario == "S3")
-        script = f"""
-set terminal pngcairo size 1100,450 font ",10"
-set output "{out}/s3.png"
-set multiplot layout 1,2 title "S3: k jobs on the same data, same speed ({bench.dataset_size} images, {os.cpu_count()} cores)"
-set key top left
-set grid
-set xlabel "jobs"
-set xtics 1
-set ylabel "aggregate samples/s"
-set yrange [0:*]
-plot "{out}/s3.dat" using 1:2 with linespoints lw 2 pt 7 title "joaderfs ({bench.args.jfs_workers} workers)", \\
-     "" using 1:3 with linespoints lw 2 pt 5 title "DataLoader baseline ({bench.args.workers} workers)"{{W0_AGG}}
-set ylabel "CPU ms per delivered sample"
-plot "{out}/s3.dat" using 1:4 with linespoints lw 2 pt 7 title "joaderfs ({bench.args.jfs_workers} workers)", \\
-     "" using 1:5 with linespoints lw 2 pt 5 title "DataLoader baseline ({bench.args.workers} workers)"{{W0_CPU}}
-unset multiplot
-"""
-        script = script.replace("{W0_AGG}", ', \\\n     "" using 1:6 with linespoints lw 2 pt 9 dt 2 title "joaderfs, num_workers=0"' if w0 else "")
-        script = script.replace("{W0_CPU}", ', \\\n     "" using 1:7 with linespoints lw 2 pt 9 dt 2 title "joaderfs, num_workers=0"' if w0 else "")
-        if run_gnuplot(script):
-            made.append("s3.png")
-    s6 = [(s, c) for s, c in cases_in_order(bench) if s == "S6"]
+                for system in SYSTEMS + ("joaderfs-w0",):
+                    runs = runs_of(bench, "S3", case, system)
+                    vals += [med([x.aggregate for x in runs]),
+                             med([x.cpu_ms_per_sample for x in runs])]
+                # columns: joaderfs agg, baseline agg, joaderfs cpu, baseline cpu, w0 agg, w0 cpu
+                row = [vals[0], vals[2], vals[1], vals[3], vals[4], vals[5]]
+                f.write(" ".join([case.split()[0]] + [f"{v:.2f}" for v in row])
+                        .replace("nan", "NaN") + "\n")
+    s6 = [c for s, c in cases_in_order(bench) if s == "S6"]
     if s6:
         with open(out / "s6.dat", "w") as f:
+            f.write(f"# S6 two jobs, subsets of {bench.dataset_size // 2} images\n")
             f.write("# overlap_pct joaderfs_decodes_per_sample baseline_decodes_per_sample "
                     "joaderfs_cpu_ms baseline_cpu_ms ideal_decodes_per_sample\n")
-            for _, case in s6:
+            for case in s6:
                 pct = int(case.split("%")[0])
                 vals = []
                 for metric in (lambda x: x.decodes_per_delivered, lambda x: x.cpu_ms_per_sample):
                     for system in SYSTEMS:
                         vals.append(med([metric(x) for x in runs_of(bench, "S6", case, system)]))
                 ideal = (2 - pct / 100) / 2
-                f.write(f"{pct} {vals[0]:.4f} {vals[1]:.4f} {vals[2]:.2f} {vals[3]:.2f} {ideal:.4f}\n")
+                f.write(f"{pct} {vals[0]:.4f} {vals[1]:.4f} {vals[2]:.2f} {vals[3]:.2f} "
+                        f"{ideal:.4f}\n".replace("nan", "NaN"))
+
+
+def plot(out: Path) -> list[str]:
+    """Renders s3.png and s6.png from s3.dat and s6.dat in ``out``."""
+    made = []
+    s3 = out / "s3.dat"
+    if s3.exists():
+        text = s3.read_text()
+        title = text.splitlines()[0].lstrip("# ")
+        w0 = any(line.split()[5] != "NaN" for line in text.splitlines()
+                 if line and not line.startswith("#"))
+        w0_agg = (', \\\n     "" using 1:6 with linespoints lw 2 pt 9 dt 2 '
+                  'title "joaderfs, DataLoader num_workers=0"') if w0 else ""
+        w0_cpu = w0_agg.replace("1:6", "1:7")
         script = f"""
-set terminal pngcairo size 1100,450 font ",10"
+set terminal pngcairo size 1100,450 font ",10" noenhanced
+set output "{out}/s3.png"
+set multiplot layout 1,2 title "{title}: k jobs on the same data at the same speed"
+set key top left
+set grid
+set xlabel "jobs"
+set xtics 1
+set datafile missing "NaN"
+set ylabel "aggregate samples/s"
+set yrange [0:*]
+plot "{s3}" using 1:2 with linespoints lw 2 pt 7 title "joaderfs", \\
+     "" using 1:3 with linespoints lw 2 pt 5 title "DataLoader baseline"{w0_agg}
+set ylabel "CPU ms per delivered sample (daemon + jobs)"
+plot "{s3}" using 1:4 with linespoints lw 2 pt 7 title "joaderfs", \\
+     "" using 1:5 with linespoints lw 2 pt 5 title "DataLoader baseline"{w0_cpu}
+unset multiplot
+"""
+        if run_gnuplot(script):
+            made.append("s3.png")
+    s6 = out / "s6.dat"
+    if s6.exists():
+        title = s6.read_text().splitlines()[0].lstrip("# ")
+        script = f"""
+set terminal pngcairo size 1100,450 font ",10" noenhanced
 set output "{out}/s6.png"
-set multiplot layout 1,2 title "S6: two jobs, subsets of {bench.dataset_size // 2} images overlapping by x%"
+set multiplot layout 1,2 title "{title} overlapping by x% (|D1 n D2| / |D1|)"
 set key bottom left
 set grid
 set xlabel "overlap, % of each subset"
 set xtics 25
 set xrange [20:105]
+set datafile missing "NaN"
 set ylabel "decodes per delivered sample"
 set yrange [0:1.2]
-plot "{out}/s6.dat" using 1:2 with linespoints lw 2 pt 7 title "joaderfs", \\
+plot "{s6}" using 1:2 with linespoints lw 2 pt 7 title "joaderfs", \\
      "" using 1:3 with linespoints lw 2 pt 5 title "DataLoader baseline", \\
-     "" using 1:6 with lines dt 2 lw 1 title "ideal |D1 u D2| / (|D1|+|D2|)"
-set ylabel "CPU ms per delivered sample"
+     "" using 1:6 with lines dt 2 lw 1 title "ideal: |D1 u D2| / (|D1| + |D2|)"
+set ylabel "CPU ms per delivered sample (daemon + jobs)"
 set yrange [0:*]
-plot "{out}/s6.dat" using 1:4 with linespoints lw 2 pt 7 title "joaderfs", \\
+plot "{s6}" using 1:4 with linespoints lw 2 pt 7 title "joaderfs", \\
      "" using 1:5 with linespoints lw 2 pt 5 title "DataLoader baseline"
 unset multiplot
 """
@@ -1127,9 +1148,9 @@ def warm_page_cache(root: str) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="ImageFolder root")
+    p.add_argument("--data", help="ImageFolder root (required unless --replot)")
     p.add_argument("--joaderfs", default=str(REPO / "build" / "joaderfs"))
-    p.add_argument("--workdir", required=True, help="mountpoints, logs, caches")
+    p.add_argument("--workdir", help="mountpoints, logs, caches (required unless --replot)")
     p.add_argument("--out", required=True, help="folder for table.md, CSV, PNG")
     p.add_argument("--pidfile", help="append started process-group ids here")
     p.add_argument("--scenarios", default="C,S1,S2,S3,S4,S5,S6",
@@ -1155,7 +1176,14 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--run-timeout", type=float, default=600)
     p.add_argument("--stall-timeout", type=float, default=120)
+    p.add_argument("--replot", action="store_true",
+                   help="only render the plots again from s3.dat and s6.dat in --out")
     args = p.parse_args()
+    if args.replot:
+        print(", ".join(plot(Path(args.out))) or "nothing to plot")
+        return
+    if not args.data or not args.workdir:
+        p.error("--data and --workdir are required")
     args.s3_jobs = [int(k) for k in args.s3_jobs.split(",")]
     args.s6_overlaps = [int(k) for k in args.s6_overlaps.split(",")]
     args.data = os.path.abspath(args.data)
@@ -1193,7 +1221,8 @@ def main() -> None:
     if bench.costs:
         with open(out / "costs.json", "w") as f:
             json.dump(bench.costs, f, indent=1)
-    plots = plot(bench, out)
+    write_plot_data(bench, out)
+    plots = plot(out)
     errors = [(r.scenario, r.case, r.system, r.rep, e) for r in bench.results for e in r.errors]
     text = [f"# joaderfs vs PyTorch DataLoader ({time.strftime('%Y-%m-%d %H:%M')})", "",
             machine_description(args, bench.dataset_size) + f"; suite {elapsed / 60:.1f} min.",
