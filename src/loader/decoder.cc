@@ -1,6 +1,11 @@
 #include "loader/decoder.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vips/vips.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cmath>
@@ -42,7 +47,32 @@ int JpegShrink(int width, int height, uint32_t size) {
   return shrink;
 }
 
-bool IsJpeg(const char* loader) { return loader && std::strstr(loader, "Jpeg") != nullptr; }
+// JPEG files start with an SOI marker followed by another marker.
+bool IsJpeg(const std::string& file) {
+  return file.size() >= 3 && static_cast<uint8_t>(file[0]) == 0xff &&
+         static_cast<uint8_t>(file[1]) == 0xd8 && static_cast<uint8_t>(file[2]) == 0xff;
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return false;
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    const ssize_t n = ::read(fd, out->data() + done, out->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out->resize(done);
+  return true;
+}
 
 }  // namespace
 
@@ -59,23 +89,36 @@ bool InitDecoder(const char* argv0, std::string* error) {
 }
 
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
+  // The file is read once into memory and decoded from there: opening it by
+  // name makes libvips probe every loader and reopen the file, which cost
+  // more than the decode itself for ImageNet-sized JPEGs. The buffer must
+  // outlive the images that read it, so it is declared before the chain.
+  std::string file;
+  if (!ReadFile(path, &file)) return Status::IOError(path + ": " + std::strerror(errno));
   ImageChain chain;
-  const char* loader = vips_foreign_find_load(path.c_str());
-  if (!loader) return VipsFailure(path);
-  VipsImage* im = vips_image_new_from_file(path.c_str(), "access", VIPS_ACCESS_SEQUENTIAL,
-                                           "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr);
-  if (!im) return VipsFailure(path);
+  const bool jpeg = IsJpeg(file);
+  VipsImage* im = nullptr;
+  if (jpeg) {
+    if (vips_jpegload_buffer(file.data(), file.size(), &im, "access", VIPS_ACCESS_SEQUENTIAL,
+                             "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr) != 0) {
+      return VipsFailure(path);
+    }
+  } else {
+    im = vips_image_new_from_buffer(file.data(), file.size(), "", "access",
+                                    VIPS_ACCESS_SEQUENTIAL, "fail_on", VIPS_FAIL_ON_TRUNCATED,
+                                    nullptr);
+    if (!im) return VipsFailure(path);
+  }
   chain.Keep(im);
   if (size > 0) {
-    if (IsJpeg(loader)) {
-      const int shrink = JpegShrink(im->Xsize, im->Ysize, size);
-      if (shrink > 1) {
-        if (vips_jpegload(path.c_str(), &im, "shrink", shrink, "access", VIPS_ACCESS_SEQUENTIAL,
-                          "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr) != 0) {
-          return VipsFailure(path);
-        }
-        chain.Keep(im);
+    const int shrink = jpeg ? JpegShrink(im->Xsize, im->Ysize, size) : 1;
+    if (shrink > 1) {
+      if (vips_jpegload_buffer(file.data(), file.size(), &im, "shrink", shrink, "access",
+                               VIPS_ACCESS_SEQUENTIAL, "fail_on", VIPS_FAIL_ON_TRUNCATED,
+                               nullptr) != 0) {
+        return VipsFailure(path);
       }
+      chain.Keep(im);
     }
     const double scale = static_cast<double>(size) / std::min(im->Xsize, im->Ysize);
     VipsImage* resized = nullptr;
