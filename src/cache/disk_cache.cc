@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/hash.h"
+
 namespace joaderfs {
 namespace {
 
@@ -21,12 +23,6 @@ constexpr size_t kValueHeader = 20;           // magic, height, width, channels,
 constexpr size_t kMetaBytes = 12;             // id, bytes
 constexpr int kEvictionSamples = 8;           // candidates compared per eviction
 constexpr size_t kMaxQueuedWrites = 512;
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -56,7 +52,8 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, uint64_t 
   c->catalog_ = catalog;
   char folder[17];
   std::snprintf(folder, sizeof folder, "%016llx",
-                static_cast<unsigned long long>(Fnv1a(catalog->source())));
+                static_cast<unsigned long long>(
+                    Fnv1a(kFnv1aBasis, catalog->source().data(), catalog->source().size())));
   c->path_ = dir + "/" + folder + "-" + kFormat;
   std::error_code ec;
   std::filesystem::create_directories(c->path_, ec);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "common/hash.h"
 #include "common/parse.h"
 
 namespace joaderfs {
@@ -40,12 +41,6 @@ bool PathLess(const std::string& a, const std::string& b) {
     j = je + 1;
   }
   return a.size() - std::min(i, a.size()) < b.size() - std::min(j, b.size());
-}
-
-uint64_t Fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
 }
 
 }  // namespace
@@ -123,8 +118,7 @@ Status Catalog::ReadManifest() {
 }
 
 void Catalog::Index() {
-  constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
-  uint64_t h = Fnv1a(kFnvBasis, source_.data(), source_.size());
+  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
   for (SampleId id = 0; id < entries_.size(); ++id) {
     Entry& e = entries_[id];
     by_relpath_.emplace(e.relpath, id);
@@ -135,7 +129,7 @@ void Catalog::Index() {
                               static_cast<uint64_t>(st.st_mtim.tv_sec),
                               static_cast<uint64_t>(st.st_mtim.tv_nsec),
                               static_cast<uint64_t>(st.st_ino)};
-    e.fingerprint = Fnv1a(Fnv1a(kFnvBasis, e.relpath.data(), e.relpath.size() + 1), parts,
+    e.fingerprint = Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts,
                           sizeof parts);
     h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
   }
