@@ -171,10 +171,12 @@ int Run(int argc, char** argv) {
     fuse_loop_cfg_destroy(config);
   }
   spdlog::info("unmounting {}", o.mountpoint);
+  // A decode finishing now replies to a read through the session, and
+  // writes to the tiers: the pool stops before either goes.
+  pool.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  pool.reset();  // no decode may outlive the tiers it writes to
   if (disk) {
     disk->Flush();
     disk->SetNeedCount(nullptr);  // the jobs go before the disk tier
