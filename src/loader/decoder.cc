@@ -9,9 +9,12 @@
 #include <cerrno>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
+
+#include "loader/jpeg.h"
+#include "loader/resample.h"
 
 namespace joaderfs {
 namespace {
@@ -37,15 +40,6 @@ Status VipsFailure(const std::string& path) {
   while (!message.empty() && message.back() == '\n') message.pop_back();
   std::replace(message.begin(), message.end(), '\n', ' ');
   return Status::Corruption(path + ": " + message);
-}
-
-// The largest JPEG shrink factor (1, 2, 4, 8) that keeps the shorter side at
-// least `size`, so the final resize still only shrinks.
-int JpegShrink(int width, int height, uint32_t size) {
-  const int shorter = std::min(width, height);
-  int shrink = 1;
-  while (shrink < 8 && shorter / (shrink * 2) >= static_cast<int>(size)) shrink *= 2;
-  return shrink;
 }
 
 // JPEG files start with an SOI marker followed by another marker.
@@ -94,58 +88,23 @@ bool InitDecoder(const char* argv0, std::string* error) {
   return true;
 }
 
-Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
-  // The file is read once into memory and decoded from there: opening it by
-  // name makes libvips probe every loader and reopen the file, which cost
-  // more than the decode itself for ImageNet-sized JPEGs. The buffer must
-  // outlive the images that read it, so it is declared before the chain.
-  std::string file;
-  if (!ReadFile(path, &file)) return Status::IOError(path + ": " + std::strerror(errno));
+namespace {
+
+// Any image libvips can open, at full size, to packed RGB.
+Status DecodeWithVips(const std::string& path, const std::string& file, RgbImage* rgb) {
   ImageChain chain;
-  const bool jpeg = IsJpeg(file);
-  VipsImage* im = nullptr;
-  if (jpeg) {
-    if (vips_jpegload_buffer(file.data(), file.size(), &im, "access", VIPS_ACCESS_SEQUENTIAL,
-                             "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr) != 0) {
-      return VipsFailure(path);
-    }
-  } else {
-    im = vips_image_new_from_buffer(file.data(), file.size(), "", "access",
-                                    VIPS_ACCESS_SEQUENTIAL, "fail_on", VIPS_FAIL_ON_TRUNCATED,
-                                    nullptr);
-    if (!im) return VipsFailure(path);
-  }
+  VipsImage* im = vips_image_new_from_buffer(file.data(), file.size(), "", "access",
+                                             VIPS_ACCESS_SEQUENTIAL, "fail_on",
+                                             VIPS_FAIL_ON_TRUNCATED, nullptr);
+  if (!im) return VipsFailure(path);
   chain.Keep(im);
-  if (size > 0) {
-    const int shrink = jpeg ? JpegShrink(im->Xsize, im->Ysize, size) : 1;
-    if (shrink > 1) {
-      if (vips_jpegload_buffer(file.data(), file.size(), &im, "shrink", shrink, "access",
-                               VIPS_ACCESS_SEQUENTIAL, "fail_on", VIPS_FAIL_ON_TRUNCATED,
-                               nullptr) != 0) {
-        return VipsFailure(path);
-      }
-      chain.Keep(im);
-    }
-    const double scale = static_cast<double>(size) / std::min(im->Xsize, im->Ysize);
-    VipsImage* resized = nullptr;
-    if (vips_resize(im, &resized, scale, "kernel", VIPS_KERNEL_LINEAR, nullptr) != 0) {
-      return VipsFailure(path);
-    }
-    im = chain.Keep(resized);
-    const int side = static_cast<int>(size);
-    const int crop_w = std::min(side, im->Xsize), crop_h = std::min(side, im->Ysize);
-    VipsImage* cropped = nullptr;
-    if (vips_extract_area(im, &cropped, (im->Xsize - crop_w + 1) / 2,
-                          (im->Ysize - crop_h + 1) / 2, crop_w, crop_h, nullptr) != 0) {
-      return VipsFailure(path);
-    }
-    im = chain.Keep(cropped);
-  }
   // To 3-band sRGB uint8 whatever came in: grey, CMYK, 16-bit, alpha.
   if (im->Type != VIPS_INTERPRETATION_sRGB) {
-    VipsImage* rgb = nullptr;
-    if (vips_colourspace(im, &rgb, VIPS_INTERPRETATION_sRGB, nullptr) != 0) return VipsFailure(path);
-    im = chain.Keep(rgb);
+    VipsImage* srgb = nullptr;
+    if (vips_colourspace(im, &srgb, VIPS_INTERPRETATION_sRGB, nullptr) != 0) {
+      return VipsFailure(path);
+    }
+    im = chain.Keep(srgb);
   }
   if (im->Bands > 3) {
     VipsImage* three = nullptr;
@@ -158,15 +117,49 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
     im = chain.Keep(u8);
   }
   if (im->Bands != 3) return Status::Corruption(path + ": cannot convert to RGB");
-
-  out->height = static_cast<uint32_t>(im->Ysize);
-  out->width = static_cast<uint32_t>(im->Xsize);
-  out->channels = 3;
+  rgb->width = rgb->full_width = static_cast<uint32_t>(im->Xsize);
+  rgb->height = rgb->full_height = static_cast<uint32_t>(im->Ysize);
   size_t bytes = 0;
-  void* pixels = vips_image_write_to_memory(im, &bytes);
+  auto* pixels = static_cast<uint8_t*>(vips_image_write_to_memory(im, &bytes));
   if (!pixels) return VipsFailure(path);
-  out->pixels = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(pixels), g_free);
-  if (bytes != out->bytes()) return Status::Corruption(path + ": unexpected pixel buffer size");
+  rgb->pixels.assign(pixels, pixels + bytes);
+  g_free(pixels);
+  if (bytes != size_t{rgb->width} * rgb->height * 3) {
+    return Status::Corruption(path + ": unexpected pixel buffer size");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
+  // The file is read once into memory and decoded from there: opening it by
+  // name makes libvips probe every loader and reopen the file.
+  std::string file;
+  if (!ReadFile(path, &file)) return Status::IOError(path + ": " + std::strerror(errno));
+  RgbImage rgb;
+  Status s = Status::InvalidArgument("not a JPEG");
+  if (IsJpeg(file)) {
+    s = DecodeJpeg(file, size, &rgb);
+    if (s.code() == Status::Code::kCorruption) return Status::Corruption(path + ": " + s.message());
+  }
+  if (!s.ok()) {
+    s = DecodeWithVips(path, file, &rgb);
+    if (!s.ok()) return s;
+  }
+  out->channels = 3;
+  if (size == 0) {
+    out->width = rgb.width;
+    out->height = rgb.height;
+    auto owner = std::make_shared<std::vector<uint8_t>>(std::move(rgb.pixels));
+    out->pixels = std::shared_ptr<uint8_t>(owner, owner->data());
+    return Status::Ok();
+  }
+  const ResizeCrop plan = PlanResizeCrop(rgb.full_width, rgb.full_height, size);
+  out->width = plan.width;
+  out->height = plan.height;
+  out->pixels = std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
+  ResampleRgb(rgb.pixels.data(), rgb.width, rgb.height, plan, out->pixels.get());
   return Status::Ok();
 }
 

@@ -1,0 +1,96 @@
+#include "loader/jpeg.h"
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <algorithm>
+#include <csetjmp>
+#include <cstddef>
+#include <cstdio>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+namespace joaderfs {
+namespace {
+
+// libjpeg reports fatal errors through error_exit, which must not return:
+// it jumps back to DecodeJpeg. Warnings are ignored as PIL ignores them,
+// except a premature end of file, which fails the decode as libvips'
+// fail_on=truncated did.
+struct ErrorHandler {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  bool truncated = false;
+  char message[JMSG_LENGTH_MAX] = {};
+};
+
+[[noreturn]] void OnError(j_common_ptr cinfo) {
+  auto* handler = reinterpret_cast<ErrorHandler*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, handler->message);
+  std::longjmp(handler->jump, 1);
+}
+
+void OnMessage(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    reinterpret_cast<ErrorHandler*>(cinfo->err)->truncated = true;
+  }
+}
+
+// Far beyond any training image; refused rather than risking the daemon.
+constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
+
+// The smallest M/8 that keeps the scaled shorter side (libjpeg rounds up)
+// at least `min_shorter`; 8/8 when nothing is asked or the image is smaller.
+unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
+  const uint64_t shorter = std::min(width, height);
+  if (min_shorter == 0) return 8;
+  for (unsigned m = 1; m < 8; ++m) {
+    if ((shorter * m + 7) / 8 >= min_shorter) return m;
+  }
+  return 8;
+}
+
+}  // namespace
+
+Status DecodeJpeg(std::string_view file, uint32_t min_shorter, RgbImage* out) {
+  jpeg_decompress_struct cinfo;
+  ErrorHandler errors;
+  cinfo.err = jpeg_std_error(&errors.mgr);
+  errors.mgr.error_exit = OnError;
+  errors.mgr.emit_message = OnMessage;
+  // Nothing with a destructor may be created between here and the last
+  // libjpeg call: a longjmp would skip it.
+  if (setjmp(errors.jump) != 0) {
+    jpeg_destroy_decompress(&cinfo);
+    return Status::Corruption(errors.message);
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(file.data()), file.size());
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    jpeg_destroy_decompress(&cinfo);
+    return Status::InvalidArgument("CMYK JPEG");
+  }
+  cinfo.out_color_space = JCS_RGB;
+  cinfo.scale_num = ScaleNumerator(cinfo.image_width, cinfo.image_height, min_shorter);
+  cinfo.scale_denom = 8;
+  jpeg_start_decompress(&cinfo);
+  out->full_width = cinfo.image_width;
+  out->full_height = cinfo.image_height;
+  out->width = cinfo.output_width;
+  out->height = cinfo.output_height;
+  if (uint64_t{out->width} * out->height > kMaxPixels) {
+    jpeg_destroy_decompress(&cinfo);
+    return Status::Corruption("image too large to decode");
+  }
+  out->pixels.resize(size_t{out->width} * out->height * 3);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = &out->pixels[size_t{cinfo.output_scanline} * out->width * 3];
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  if (errors.truncated) return Status::Corruption("premature end of JPEG file");
+  return Status::Ok();
+}
+
+}  // namespace joaderfs

@@ -1,0 +1,39 @@
+// Resize-and-centre-crop of packed RGB pixels, with torchvision's geometry:
+// Resize(size) scales the shorter side to `size` (the longer one to
+// int(size * long / short)), CenterCrop(size) keeps the middle, its offset
+// rounded as Python's round() does. Only the kept pixels are computed.
+//
+// The filter is PIL's bilinear one: a triangle whose width grows with the
+// shrink factor, so every source pixel counts when shrinking (antialiased)
+// and plain bilinear interpolation when enlarging.
+
+#ifndef JOADERFS_LOADER_RESAMPLE_H_
+#define JOADERFS_LOADER_RESAMPLE_H_
+
+#include <cstdint>
+
+namespace joaderfs {
+
+// The geometry of Resize(size) + CenterCrop(size) on a `width` x `height`
+// image: the full resized size and the crop inside it.
+struct ResizeCrop {
+  uint32_t resized_width = 0;
+  uint32_t resized_height = 0;
+  uint32_t left = 0;
+  uint32_t top = 0;
+  uint32_t width = 0;   // of the crop: min(size, resized_width)
+  uint32_t height = 0;  // min(size, resized_height)
+};
+
+// REQUIRES: width, height and size > 0.
+ResizeCrop PlanResizeCrop(uint32_t width, uint32_t height, uint32_t size);
+
+// Writes the crop of `plan` to `dst` (plan.width * plan.height * 3 bytes)
+// from `src`, the whole picture at `src_width` x `src_height`: the size the
+// plan was made for, or smaller when the decoder already scaled it down.
+void ResampleRgb(const uint8_t* src, uint32_t src_width, uint32_t src_height,
+                 const ResizeCrop& plan, uint8_t* dst);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_LOADER_RESAMPLE_H_
