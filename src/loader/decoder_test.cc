@@ -258,6 +258,29 @@ TEST(DecoderTest, SixteenBitBecomesEightBit) {
   EXPECT_TRUE(AllPixelsNear(s, {200, 30, 60}, 2));
 }
 
+// CMYK JPEGs are left to libvips, which converts them with its colour
+// profiles.
+TEST(DecoderTest, CmykJpegBecomesRgb) {
+  TempDir d;
+  const std::string path = d / "cmyk.jpg";
+  std::vector<uint8_t> ink(80 * 60 * 4, 0);  // no ink: white
+  VipsImage* im = vips_image_new_from_memory_copy(ink.data(), ink.size(), 80, 60, 4,
+                                                  VIPS_FORMAT_UCHAR);
+  ASSERT_NE(im, nullptr);
+  im->Type = VIPS_INTERPRETATION_CMYK;
+  ASSERT_EQ(vips_image_write_to_file(im, path.c_str(), nullptr), 0) << vips_error_buffer();
+  g_object_unref(im);
+  VipsImage* header = vips_image_new_from_file(path.c_str(), nullptr);
+  ASSERT_NE(header, nullptr);
+  ASSERT_EQ(header->Type, VIPS_INTERPRETATION_CMYK) << "the test image is not CMYK";
+  g_object_unref(header);
+
+  const DecodedSample s = DecodeOk(path, 32);
+  EXPECT_EQ(s.width, 32u);
+  EXPECT_EQ(s.height, 32u);
+  EXPECT_TRUE(AllPixelsNear(s, {255, 255, 255}, 8));
+}
+
 TEST(DecoderTest, TruncatedJpegIsCorruption) {
   TempDir d;
   const std::string whole = d / "whole.jpg";
