@@ -720,7 +720,7 @@ def costs_table(c: dict[str, float], args) -> str:
             lines.append(f"| {what} | {c[key]:.2f} | {note} |")
     add("PIL open+decode, Resize+CenterCrop, PILToTensor (one process)", "pil_ms",
         f"{c.get('pil_faults', 0):.0f} page faults per image")
-    add("joaderfs daemon, one decode (libvips), read with 1 MiB reads", "decode_ms",
+    add("joaderfs daemon, one decode, read with 1 MiB reads", "decode_ms",
         f"{c.get('decode_faults', 0):.0f} page faults per decode; decode-pool busy "
         f"{c.get('decode_busy_ms', 0):.1f} ms wall")
     add("joaderfs daemon, one RAM hit", "hit_daemon_ms")

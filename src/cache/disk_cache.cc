@@ -181,24 +181,23 @@ Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
       return Status::NotFound("not on disk");
     }
   }
-  rocksdb::PinnableSlice value;
+  // The sample's pixels stay where RocksDB read them: the slice is kept
+  // alive by the sample instead of copied out.
+  auto value = std::make_shared<rocksdb::PinnableSlice>();
   rocksdb::ReadOptions read_options;
   read_options.verify_checksums = true;
-  rocksdb::Status s = db_->Get(read_options, samples_, key, &value);
-  bool good = s.ok() && value.size() >= kValueHeader && Load<uint32_t>(value.data()) == kValueMagic;
+  rocksdb::Status s = db_->Get(read_options, samples_, key, value.get());
+  bool good = s.ok() && value->size() >= kValueHeader && Load<uint32_t>(value->data()) == kValueMagic;
   if (good) {
-    out->height = Load<uint32_t>(value.data() + 4);
-    out->width = Load<uint32_t>(value.data() + 8);
-    out->channels = Load<uint32_t>(value.data() + 12);
-    good = value.size() == kValueHeader + out->bytes();
+    out->height = Load<uint32_t>(value->data() + 4);
+    out->width = Load<uint32_t>(value->data() + 8);
+    out->channels = Load<uint32_t>(value->data() + 12);
+    good = value->size() == kValueHeader + out->bytes();
   }
   if (good) {
-    const auto* pixels = reinterpret_cast<const uint8_t*>(value.data() + kValueHeader);
-    good = Crc(pixels, out->bytes()) == Load<uint32_t>(value.data() + 16);
-    if (good) {
-      out->pixels.reset(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
-      std::memcpy(out->pixels.get(), pixels, out->bytes());
-    }
+    auto* pixels = reinterpret_cast<uint8_t*>(const_cast<char*>(value->data() + kValueHeader));
+    good = Crc(pixels, out->bytes()) == Load<uint32_t>(value->data() + 16);
+    if (good) out->pixels = std::shared_ptr<uint8_t>(value, pixels);
   }
   std::lock_guard lock(mu_);
   if (good) {

@@ -1,8 +1,12 @@
-// Decodes one image file to RGB uint8 with libvips: shorter side resized to
-// `size` and centre-cropped to size x size (as torchvision's Resize(size) then
-// CenterCrop(size)), or the original size when `size` is 0. JPEGs use
-// shrink-on-load (DCT scaling) before a bilinear resize, which is what keeps
-// libvips at least as fast as PIL here.
+// Decodes one image file to RGB uint8: shorter side resized to `size` and
+// centre-cropped to size x size (torchvision's Resize(size) then
+// CenterCrop(size), same geometry, PIL's bilinear filter), or the original
+// size when `size` is 0.
+//
+// YCbCr and greyscale JPEGs, nearly every training image, go straight
+// through libjpeg-turbo with IDCT scaling (loader/jpeg.h); other formats and
+// CMYK JPEGs through libvips. Both end in one resample pass
+// (loader/resample.h).
 //
 // Thread-safe; call InitDecoder() once per process first.
 
