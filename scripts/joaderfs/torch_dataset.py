@@ -5,8 +5,10 @@
     from torch.utils.data import DataLoader
     from joaderfs import JobDataset
 
+    # The daemon decodes and prefetches: workers would only copy records
+    # (docs/benchmarks.md measures num_workers=0 as the fastest and cheapest).
     loader = DataLoader(JobDataset("/mnt/imagenet/jobs/sweep-1"),
-                        batch_size=256, num_workers=4)
+                        batch_size=256, num_workers=0)
     for epoch in range(epochs):
         for images, labels, ids in loader:  # images: [B, 3, H, W] uint8
             ...
