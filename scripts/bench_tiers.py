@@ -5,7 +5,11 @@ Figures, each the median of --runs runs on the same machine and dataset:
   * decode cost per sample: decode-pool busy seconds per decoded image
     (cold daemon, no disk tier);
   * disk-hit cost per sample: decode-pool busy seconds per disk hit (a
-    restarted daemon over a filled disk tier), and its ratio to a decode;
+    restarted daemon over a filled disk tier), and its ratio to a decode.
+    Busy time includes handing each sample to the reader through FUSE, which
+    a hit and a decode both pay; the CPU cost of the tier operations alone,
+    against which the "a fifth of a decode" target is judged, comes from
+    build/joaderfs-sample-cost-bench;
   * first vs second epoch of one job (RAM tier holds the dataset): wall time
     and ratio;
   * FUSE throughput of RAM hits to one reader with 1 MiB reads, in GB/s of
@@ -144,7 +148,8 @@ def main():
     rows = [
         ("decode, busy ms per sample", f"{med('decode_ms'):.2f}", ""),
         ("disk-tier hit, busy ms per sample", f"{med('disk_ms'):.2f}", ""),
-        ("disk hit / decode", f"{med('disk_ratio'):.3f}", "<= 0.20"),
+        ("disk hit / decode, busy time incl. delivery", f"{med('disk_ratio'):.3f}",
+         "(joaderfs-sample-cost-bench: <= 0.20)"),
         ("decodes after restart (whole epoch)", f"{med('restart_decoded'):.0f}", "0"),
         ("first epoch, s", f"{med('epoch1_s'):.2f}", ""),
         ("second epoch (RAM tier), s", f"{med('epoch2_s'):.3f}", ""),
