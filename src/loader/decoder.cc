@@ -80,10 +80,11 @@ bool InitDecoder(const char* argv0, std::string* error) {
   // operation cache would only add contention and memory.
   vips_concurrency_set(1);
   vips_cache_set_max(0);
-  // libvips 8.14 compiles liborc programs for every resize; liborc 0.4.33
-  // frees their code memory without its lock, and concurrent decodes then
-  // corrupt the heap (a crash every few thousand decodes on 2+ threads).
-  // The plain C paths measure no slower here.
+  // libvips 8.14 compiles liborc programs for its vector paths (resize,
+  // convolution, some conversions); liborc 0.4.33 frees their code memory
+  // without its lock, and concurrent operations then corrupt the heap (a
+  // crash every few thousand resizes on 2+ threads). The plain C paths
+  // measured no slower here.
   vips_vector_set_enabled(FALSE);
   return true;
 }
