@@ -14,13 +14,13 @@
 //     run containers.
 
 #include <benchmark/benchmark.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "thread_cpu.h"
 #include "common/random.h"
 #include "sampling/dependent_planner.h"
 #include "sampling/id_sets.h"
@@ -80,15 +80,6 @@ double BitsetBytes(const std::vector<Roaring>& subsets) {
     bytes += ApproximateRoaringBytes(CopyWithoutRuns(subset));
   }
   return static_cast<double>(bytes);
-}
-
-// CPU time of this thread: the machine running the benchmarks is shared,
-// and the targets are per core.
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) +
-         1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Time per insert of each of the 128 datasets into one planner (thread CPU

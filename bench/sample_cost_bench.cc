@@ -12,23 +12,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "thread_cpu.h"
 #include "cache/disk_cache.h"
 #include "catalog/catalog.h"
 #include "loader/decoder.h"
 
 namespace joaderfs {
 namespace {
-
-double ThreadCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -105,19 +105,27 @@ class Reaper:
         self.mounts.clear()
 
 
-def group_alive(pgid: int) -> bool:
+def stat_fields(pid: int | str) -> list[bytes]:
+    """Fields of /proc/PID/stat after the command name (field 3 onward: state
+    is [0], ppid [1], pgrp [2], minflt [7], utime [11], stime [12])."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2:].split()
+
+
+def all_stat_fields():
+    """(pid, stat_fields) of every process still there when read."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
+            yield int(name), stat_fields(name)
         except OSError:
             continue
-        fields = data[data.rindex(b")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
+
+
+def group_alive(pgid: int) -> bool:
+    return any(int(fields[2]) == pgid and fields[0] != b"Z" for _, fields in all_stat_fields())
 
 
 def is_mounted(mnt: str) -> bool:
@@ -135,9 +143,7 @@ def unmount(mnt: str, lazy_fallback: bool = False) -> None:
 
 def proc_cpu(pid: int) -> float:
     """utime+stime of a live process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -153,18 +159,7 @@ def proc_status_kib(pid: int, key: str) -> int | None:
 
 
 def ppid_table() -> dict[int, int]:
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2:].split()
-        table[int(name)] = int(fields[1])
-    return table
+    return {pid: int(fields[1]) for pid, fields in all_stat_fields()}
 
 
 class MemoryMonitor(threading.Thread):
@@ -627,9 +622,7 @@ print(1000 * (c1 - c0) / len(files), (f1 - f0) / len(files))
 
 
 def proc_minflt(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    return int(data[data.rindex(b")") + 2:].split()[7])
+    return int(stat_fields(pid)[7])
 
 
 def read_epoch_raw(job: str) -> tuple[int, float]:
