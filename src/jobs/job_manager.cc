@@ -84,6 +84,14 @@ struct JobManager::Group {
   std::unique_ptr<Planner> planner;
   std::set<Job*> jobs;  // registered with the planner
   JobHandle next_handle = 0;
+  // Slots planned and not yet done, by id: needs the planner no longer
+  // counts.
+  std::unordered_map<SampleId, uint32_t> planned;
+
+  void Unplan(SampleId id) {
+    auto it = planned.find(id);
+    if (it != planned.end() && --it->second == 0) planned.erase(it);
+  }
 };
 
 struct JobManager::Job {
@@ -194,6 +202,9 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
   if (job->group) {
     job->group->planner->RemoveJob(job->handle);
     job->group->jobs.erase(job);
+    for (const Slot& slot : job->slots) {
+      if (slot.state != SlotState::kDone) job->group->Unplan(slot.id);
+    }
   }
   ReleaseSlots(job, &actions);
   actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
@@ -454,7 +465,15 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
       group = std::make_unique<Group>();
       group->size = job->spec.size;
       const uint64_t seed = MixSeed(options_.seed, job->spec.size);
-      group->planner = options_.dependent_sampling ? NewDependentPlanner(seed)
+      uint64_t horizon = options_.coupling_horizon;
+      if (horizon == 0) {
+        const uint64_t per_sample = group->size > 0
+                                        ? uint64_t{group->size} * group->size * 3
+                                        : cache_->AverageSampleBytes();
+        horizon = std::clamp<uint64_t>(cache_->budget() / std::max<uint64_t>(per_sample, 1) / 2,
+                                       16, 4096);
+      }
+      group->planner = options_.dependent_sampling ? NewDependentPlanner(seed, horizon)
                                                    : NewIndependentPlanner(seed);
     }
     job->group = group.get();
@@ -527,6 +546,7 @@ void JobManager::Plan(Group* group, Actions* actions) {
     for (const Pick& pick : picks) {
       Job* j = by_handle[pick.job];
       j->slots.push_back({pick.id, SlotState::kPlanned, nullptr});
+      ++group->planned[pick.id];
       RequestSlot(j, j->planned++, actions);
       distinct.insert(pick.id);
     }
@@ -593,6 +613,7 @@ void JobManager::MarkDone(Job* job, uint64_t position, Actions* actions) {
   Slot& slot = job->slots[position - job->window_start];
   slot.state = SlotState::kDone;
   slot.sample.reset();
+  job->group->Unplan(slot.id);
   actions->Add([this, key = SampleKey{job->spec.size, slot.id}] { cache_->Release(key); });
   ++job->done;
   if (position < job->window_end()) ++job->done_in_window;
@@ -653,7 +674,11 @@ void JobManager::NeedCounts(uint32_t size, std::span<const SampleId> ids,
   std::lock_guard lock(mu_);
   auto it = groups_.find(size);
   for (size_t i = 0; i < ids.size(); ++i) {
-    counts[i] = it == groups_.end() ? 0 : it->second->planner->RefCount(ids[i]);
+    counts[i] = 0;
+    if (it == groups_.end()) continue;
+    const Group& group = *it->second;
+    counts[i] = group.planner->RefCount(ids[i]);
+    if (auto p = group.planned.find(ids[i]); p != group.planned.end()) counts[i] += p->second;
   }
 }
 
@@ -711,11 +736,13 @@ std::string JobManager::StatsJson() const {
     planner.rounds += s.rounds;
     planner.picks += s.picks;
     planner.shared_picks += s.shared_picks;
+    planner.coupled_picks += s.coupled_picks;
   }
   w.BeginObject("planner")
       .Field("rounds", planner.rounds)
       .Field("picks", planner.picks)
       .Field("shared_picks", planner.shared_picks)
+      .Field("coupled_picks", planner.coupled_picks)
       .EndObject();
   w.BeginObject("jobs");
   for (const auto& [name, job] : jobs_) {

@@ -46,6 +46,11 @@ struct JobManagerOptions {
   // RAM budget: enough to keep the decode threads busy.
   uint32_t min_lookahead = 8;
   bool dependent_sampling = true;  // false: independent shuffles (baseline)
+  // How many picks ahead another job of its group may be for a job to copy
+  // its picks index by index (sampling/dependent_planner.h). 0: half of
+  // what the RAM budget holds at the group's size, within [16, 4096], so
+  // that the copied picks are still cached when the follower wants them.
+  uint64_t coupling_horizon = 0;
   std::chrono::seconds idle_timeout{600};
   uint64_t seed = 0;
 };
@@ -95,7 +100,8 @@ class JobManager {
   void ReleaseIdleJobs();
 
   // How many jobs still need each of `ids` at output size `size` in their
-  // current epoch: the cache tiers' eviction priority. Never calls the cache.
+  // current epoch, counting samples planned and not yet delivered: the cache
+  // tiers' eviction priority. Never calls the cache.
   void NeedCounts(uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) const;
 
  private:

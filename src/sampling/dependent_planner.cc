@@ -41,7 +41,8 @@ bool HasRuns(const Roaring& ids) {
 
 }  // namespace
 
-DependentPlanner::DependentPlanner(uint64_t seed) : rng_(seed) {}
+DependentPlanner::DependentPlanner(uint64_t seed, uint64_t coupling_horizon)
+    : rng_(seed), coupling_horizon_(coupling_horizon) {}
 
 uint32_t DependentPlanner::SlotOf(JobHandle job) const {
   return slot_of_.at(job);
@@ -50,14 +51,17 @@ uint32_t DependentPlanner::SlotOf(JobHandle job) const {
 void DependentPlanner::GrowOverlapTable(size_t slots) {
   if (slots <= stride_) return;
   const size_t stride = std::max<size_t>(slots, 2 * stride_);
-  std::vector<uint64_t> grown(stride * stride, 0);
-  for (size_t a = 0; a < stride_; ++a) {
-    std::copy_n(&overlap_[a * stride_], stride_, &grown[a * stride]);
+  for (std::vector<uint64_t>* table : {&overlap_, &subset_overlap_}) {
+    std::vector<uint64_t> grown(stride * stride, 0);
+    for (size_t a = 0; a < stride_; ++a) {
+      std::copy_n(&(*table)[a * stride_], stride_, &grown[a * stride]);
+    }
+    table->swap(grown);
   }
-  overlap_.swap(grown);
   stride_ = stride;
   taking_.resize(stride, 0);
   in_round_.resize(stride, 0);
+  shared_.resize(stride, 0);
   pick_of_.resize(stride, 0);
 }
 
@@ -82,6 +86,13 @@ void DependentPlanner::AddJob(JobHandle job, const Roaring& subset) {
   j.first = j.subset.minimum();
   j.last = j.subset.maximum();
   j.shared_picks = 0;
+  j.last_label = 0;
+  j.history.clear();
+  for (uint32_t other : present_) {
+    const uint64_t common = j.subset.and_cardinality(slots_[other].subset);
+    SubsetOverlap(slot, other) = common;
+    SubsetOverlap(other, slot) = common;
+  }
   slot_of_[job] = slot;
   present_.insert(std::lower_bound(present_.begin(), present_.end(), slot),
                   slot);
@@ -93,6 +104,8 @@ void DependentPlanner::RemoveJob(JobHandle job) {
   for (uint32_t other : present_) {
     Overlap(slot, other) = 0;
     Overlap(other, slot) = 0;
+    SubsetOverlap(slot, other) = 0;
+    SubsetOverlap(other, slot) = 0;
   }
   slots_[slot] = Job();
   slot_of_.erase(job);
@@ -110,6 +123,7 @@ void DependentPlanner::Refill(uint32_t slot) {
   Job& j = slots_[slot];
   j.remaining = j.subset_has_runs ? CopyWithoutRuns(j.subset) : j.subset;
   j.remaining_count = j.remaining.cardinality();
+  j.epoch_picks = 0;
   for (uint32_t other : present_) {
     if (other == slot) continue;
     const uint64_t common =
@@ -155,34 +169,171 @@ SampleId DependentPlanner::DrawOutside(const Job& job, const Job& parent,
   return id;
 }
 
+bool DependentPlanner::FindSource(uint32_t slot, bool newest,
+                                  Source* source) const {
+  const Job& job = slots_[slot];
+  bool found = false;
+  uint64_t best_overlap = 0, best_rank = 0;
+  for (uint32_t other : present_) {
+    const Job& a = slots_[other];
+    const uint64_t overlap =
+        other == slot ? 0 : subset_overlap_[slot * stride_ + other];
+    if (overlap == 0 || a.history.empty()) continue;
+    // The candidate entry: a's newest pick, or a's pick at this job's next
+    // index, in a's current epoch or an earlier one still in its history
+    // (the oldest that is fresh for this job).
+    const size_t size = a.history.size();
+    size_t at = size;
+    if (newest) {
+      if (a.history.back().label > job.last_label) at = size - 1;
+    } else {
+      const uint64_t index = job.epoch_picks;
+      const uint64_t epoch_length = a.subset.cardinality();
+      if (index >= epoch_length) continue;
+      // Entries of a's current epoch are the last epoch_picks of history;
+      // each earlier epoch has epoch_length entries.
+      uint64_t back = a.epoch_picks > index ? a.epoch_picks - index
+                                            : a.epoch_picks + epoch_length - index;
+      std::vector<size_t> candidates;
+      while (back <= size) {
+        candidates.push_back(size - back);
+        back += epoch_length;
+      }
+      for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+        if (a.history[*it].label > job.last_label) {
+          at = *it;
+          break;
+        }
+      }
+    }
+    if (at == size) continue;
+    // Position sources: the smaller lag ranks higher; newest: the later label.
+    const uint64_t rank = newest ? a.history[at].label : ~(size - at);
+    if (!found || overlap > best_overlap ||
+        (overlap == best_overlap && rank > best_rank)) {
+      found = true;
+      best_overlap = overlap;
+      best_rank = rank;
+      *source = {other, at};
+    }
+  }
+  return found;
+}
+
+bool DependentPlanner::InCurrentEpoch(const Job& source, size_t at) const {
+  return source.history.size() - at <= source.epoch_picks;
+}
+
+size_t DependentPlanner::EpochEndInHistory(const Job& source, size_t at) const {
+  if (InCurrentEpoch(source, at)) return source.history.size();
+  return at + (source.subset.cardinality() - source.history[at].index);
+}
+
+bool DependentPlanner::InSourceSet(const Job& source, size_t at,
+                                   SampleId id) const {
+  if (InCurrentEpoch(source, at) && source.remaining.contains(id)) return true;
+  const size_t end = EpochEndInHistory(source, at);
+  for (size_t k = at; k < end; ++k) {
+    if (source.history[k].id == id) return true;
+  }
+  return false;
+}
+
+SampleId DependentPlanner::DrawCoupled(uint32_t slot, const Source& source) {
+  const Job& job = slots_[slot];
+  const Job& a = slots_[source.slot];
+  const PastPick& pick = a.history[source.at];
+  const uint64_t s = pick.remaining_before;  // |S|
+  const uint64_t t = job.remaining_count;    // |T|
+  if (job.remaining.contains(pick.id) && (s >= t || rng_.Below(t) < s)) {
+    return pick.id;
+  }
+  // The residual: uniform on T \ S when |S| <= |T|; else weight 1 on
+  // T \ S and 1 - |T|/|S| on T ∩ S (both over |T|). Rejection from T has
+  // acceptance 1 - |S ∩ T| / max(|S|, |T|), the probability of landing here.
+  for (int attempt = 0; attempt < kMaxRejections; ++attempt) {
+    const SampleId id = DrawUniform(job);
+    if (!InSourceSet(a, source.at, id)) return id;
+    if (s > t && rng_.Below(s) >= t) return id;
+  }
+  // Rare: draw exactly from the two parts.
+  Roaring in_s = InCurrentEpoch(a, source.at) ? a.remaining : Roaring();
+  const size_t end = EpochEndInHistory(a, source.at);
+  for (size_t k = source.at; k < end; ++k) in_s.add(a.history[k].id);
+  const Roaring outside = job.remaining - in_s;
+  const Roaring inside = job.remaining & in_s;
+  const uint64_t outside_weight = outside.cardinality() * s;
+  const uint64_t inside_weight = s > t ? inside.cardinality() * (s - t) : 0;
+  const bool pick_outside =
+      rng_.Below(outside_weight + inside_weight) < outside_weight;
+  const Roaring& part = pick_outside ? outside : inside;
+  SampleId id = 0;
+  const bool found = part.select(
+      static_cast<uint32_t>(rng_.Below(part.cardinality())), &id);
+  assert(found);
+  (void)found;
+  return id;
+}
+
 void DependentPlanner::Round(std::span<const JobHandle> participants,
                              std::vector<Pick>* out) {
+  ++tick_;
   order_.clear();
+  draw_.clear();
+  label_.clear();
+  size_t coupled = 0;
+  size_t with_ids = 0;
+  for (JobHandle job : participants) {
+    with_ids += slots_[SlotOf(job)].remaining_count > 0;
+  }
+  // Participants that couple to another job's earlier pick draw first; the
+  // schedule alone (who takes part, labels, lags, subsets) decides who does.
   for (JobHandle job : participants) {
     const uint32_t slot = SlotOf(job);
-    if (slots_[slot].remaining_count > 0) {
+    if (slots_[slot].remaining_count == 0) continue;
+    in_round_[slot] = 1;
+    Source source;
+    if (FindSource(slot, /*newest=*/false, &source) ||
+        (with_ids == 1 && FindSource(slot, /*newest=*/true, &source))) {
+      const PastPick& pick = slots_[source.slot].history[source.at];
       order_.push_back(slot);
-      in_round_[slot] = 1;
+      draw_.push_back(DrawCoupled(slot, source));
+      label_.push_back(pick.label);
+      if (draw_.back() == pick.id) {
+        shared_[slot] = 1;
+        ++stats_.coupled_picks;
+      }
+      ++coupled;
+    }
+  }
+  for (JobHandle job : participants) {
+    const uint32_t slot = SlotOf(job);
+    if (in_round_[slot] &&
+        std::find(order_.begin(), order_.begin() + coupled, slot) ==
+            order_.begin() + coupled) {
+      order_.push_back(slot);
     }
   }
   if (order_.empty()) return;
-  std::sort(order_.begin(), order_.end(), [this](uint32_t a, uint32_t b) {
-    const Job& x = slots_[a];
-    const Job& y = slots_[b];
-    if (x.remaining_count != y.remaining_count) {
-      return x.remaining_count < y.remaining_count;
-    }
-    return x.handle < y.handle;
-  });
-
-  // Draw every participant's id from the state at the start of the round.
+  // The round's own draws, a tree of parents in ascending order of |R|
+  // (ties: ascending handle), all from the state at the start of the round.
+  std::sort(order_.begin() + coupled, order_.end(),
+            [this](uint32_t a, uint32_t b) {
+              const Job& x = slots_[a];
+              const Job& y = slots_[b];
+              if (x.remaining_count != y.remaining_count) {
+                return x.remaining_count < y.remaining_count;
+              }
+              return x.handle < y.handle;
+            });
   draw_.resize(order_.size());
-  for (size_t i = 0; i < order_.size(); ++i) {
+  label_.resize(order_.size(), tick_);
+  for (size_t i = coupled; i < order_.size(); ++i) {
     const uint32_t slot = order_[i];
     const Job& job = slots_[slot];
     size_t parent = i;
     uint64_t best = 0;
-    for (size_t k = 0; k < i; ++k) {
+    for (size_t k = coupled; k < i; ++k) {
       const uint64_t common = Overlap(slot, order_[k]);
       if (common > 0 && common >= best) {
         parent = k;
@@ -222,6 +373,20 @@ void DependentPlanner::Round(std::span<const JobHandle> participants,
     Take(id, takers_);
     begin = end;
   }
+  // Remember each pick, with its label and |R| before it, for the jobs that
+  // may couple to it later.
+  for (size_t i = 0; i < order_.size(); ++i) {
+    Job& job = slots_[order_[i]];
+    job.shared_picks += shared_[order_[i]];
+    shared_[order_[i]] = 0;
+    job.history.push_back(
+        {draw_[i], label_[i], job.remaining_count + 1, job.epoch_picks});
+    job.last_label = label_[i];
+    ++job.epoch_picks;
+    if (job.history.size() > std::max<uint64_t>(coupling_horizon_, 1)) {
+      job.history.pop_front();
+    }
+  }
 
   for (JobHandle job : participants) {
     const uint32_t slot = SlotOf(job);
@@ -256,7 +421,7 @@ void DependentPlanner::Take(SampleId id, std::span<const uint32_t> takers) {
     job.remaining.remove(id);
     --job.remaining_count;
     pick_of_[slot] = id;
-    if (shared) ++job.shared_picks;
+    if (shared) shared_[slot] = 1;
   }
   if (shared) stats_.shared_picks += takers.size();
 }
@@ -291,8 +456,9 @@ size_t DependentPlanner::MemoryBytes() const {
   return bytes;
 }
 
-std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed) {
-  return std::make_unique<DependentPlanner>(seed);
+std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed,
+                                             uint64_t coupling_horizon) {
+  return std::make_unique<DependentPlanner>(seed, coupling_horizon);
 }
 
 }  // namespace joaderfs

@@ -41,6 +41,7 @@ struct PlannerStats {
   uint64_t rounds = 0;        // calls of Round() that picked at least one id
   uint64_t picks = 0;         // ids handed to jobs
   uint64_t shared_picks = 0;  // picks whose id went to more than one job in the same round
+  uint64_t coupled_picks = 0;  // picks that took the id of another job's earlier pick
 };
 
 class Planner {
@@ -71,7 +72,8 @@ class Planner {
   // RefCnt of the JOADER paper).
   virtual uint32_t RefCount(SampleId id) const = 0;
 
-  // Picks this job received that went to another job in the same round too.
+  // Picks this job received that went to another job in the same round too,
+  // or that repeated another job's earlier pick.
   virtual uint64_t SharedPicks(JobHandle job) const = 0;
 
   virtual PlannerStats Stats() const = 0;
@@ -83,8 +85,12 @@ std::unique_ptr<Planner> NewIndependentPlanner(uint64_t seed);
 
 // Dependent sampling (DSA) over arbitrary overlaps: the same guarantees, and
 // the participants of a round pick the same id as often as uniform orders
-// allow for two jobs or nested subsets (see dependent_planner.h).
-std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed);
+// allow for two jobs or nested subsets; a job a little behind another copies
+// its picks index by index (see dependent_planner.h). `coupling_horizon`:
+// how many picks ahead another job may be for that.
+inline constexpr uint64_t kDefaultCouplingHorizon = 256;
+std::unique_ptr<Planner> NewDependentPlanner(
+    uint64_t seed, uint64_t coupling_horizon = kDefaultCouplingHorizon);
 
 }  // namespace joaderfs
 

@@ -248,7 +248,7 @@ TEST_P(PlannerPropertyTest, ExhaustedParticipantGetsNothingUntilNextEpoch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Planners, PlannerPropertyTest,
-    ::testing::Values(PlannerKind{"Dependent", &NewDependentPlanner},
+    ::testing::Values(PlannerKind{"Dependent", [](uint64_t seed) { return NewDependentPlanner(seed); }},
                       PlannerKind{"Independent", &NewIndependentPlanner}),
     [](const ::testing::TestParamInfo<PlannerKind>& info) {
       return std::string(info.param.name);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/random.h"
+
 namespace joaderfs {
 
 void RunAtSpeeds(
@@ -38,6 +40,51 @@ void RunAtSpeeds(
           planner.RemoveJob(j);
           --active;
         }
+      }
+    }
+  }
+}
+
+void RunJittered(Planner& planner, std::span<const SpeedJob> jobs,
+                 uint32_t lookahead, uint64_t schedule_seed,
+                 const PickObserver& on_pick) {
+  Rng rng(schedule_seed);
+  const size_t n = jobs.size();
+  std::vector<uint32_t> epoch(n, 0);
+  std::vector<uint64_t> planned(n, 0);  // picks ahead of the reader
+  int max_speed = 0;
+  for (size_t j = 0; j < n; ++j) {
+    planner.AddJob(static_cast<JobHandle>(j), jobs[j].subset);
+    max_speed = std::max(max_speed, jobs[j].speed);
+  }
+  size_t active = n;
+  std::vector<JobHandle> participants;
+  std::vector<Pick> picks;
+  while (active > 0) {
+    for (size_t j = 0; j < n; ++j) {
+      const double p = 0.6 * jobs[j].speed / max_speed;
+      if (planned[j] > 0 && rng.Unit() < p) --planned[j];
+    }
+    participants.clear();
+    for (size_t j = 0; j < n; ++j) {
+      if (epoch[j] < jobs[j].epochs && planned[j] < lookahead) {
+        participants.push_back(static_cast<JobHandle>(j));
+      }
+    }
+    if (participants.empty()) continue;
+    picks.clear();
+    planner.Round(participants, &picks);
+    for (const Pick& p : picks) {
+      on_pick(p.job, epoch[p.job], p.id);
+      ++planned[p.job];
+    }
+    for (JobHandle j : participants) {
+      if (planner.Remaining(j) > 0) continue;
+      if (++epoch[j] < jobs[j].epochs) {
+        planner.StartEpoch(j);
+      } else {
+        planner.RemoveJob(j);
+        --active;
       }
     }
   }

@@ -36,6 +36,17 @@ void RunAtSpeeds(
     const PickObserver& on_pick,
     const std::function<void(const std::vector<Pick>&)>& after_round = nullptr);
 
+// Plays `jobs` the way the daemon's readers drive planning, with jitter:
+// each job keeps up to `lookahead` picks planned ahead of its reader; in
+// each step every reader with a planned pick consumes one with probability
+// speed / max speed * 0.6 (so equal-speed jobs drift apart and back like
+// real readers), and a round runs over every job below its lookahead. The
+// schedule depends only on `schedule_seed`, never on the ids. Epochs and
+// departures as in RunAtSpeeds.
+void RunJittered(Planner& planner, std::span<const SpeedJob> jobs,
+                 uint32_t lookahead, uint64_t schedule_seed,
+                 const PickObserver& on_pick);
+
 }  // namespace joaderfs
 
 #endif  // JOADERFS_SAMPLING_PLANNER_TESTING_H_

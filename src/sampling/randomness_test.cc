@@ -131,7 +131,10 @@ struct Rejections {
 // Runs `jobs` through the dependent planner, each for kEpochs epochs times
 // its speed (so that they keep their relative speeds until the end), and
 // returns both families' rejections for every job.
-Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed) {
+// With `jitter`, the jobs run under RunJittered's reader-driven schedule
+// (lookahead 8), which makes them couple to each other's earlier picks.
+Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed,
+                       bool jitter) {
   std::vector<OrderStats> stats;
   std::vector<SpeedJob> runs(jobs.begin(), jobs.end());
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -139,8 +142,14 @@ Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed) {
     runs[j].epochs = kEpochs * static_cast<uint32_t>(jobs[j].speed);
   }
   auto planner = NewDependentPlanner(seed);
-  RunAtSpeeds(*planner, runs,
-              [&](size_t job, uint32_t, SampleId id) { stats[job].Add(id); });
+  const PickObserver observe = [&](size_t job, uint32_t, SampleId id) {
+    stats[job].Add(id);
+  };
+  if (jitter) {
+    RunJittered(*planner, runs, 8, MixSeed(seed, 7), observe);
+  } else {
+    RunAtSpeeds(*planner, runs, observe);
+  }
   Rejections rejections;
   for (size_t j = 0; j < jobs.size(); ++j) {
     EXPECT_EQ(stats[j].epochs(), runs[j].epochs);
@@ -152,13 +161,15 @@ Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed) {
 
 // A family that rejects is tested again on an independent seed, and fails
 // only if it rejects there too (see the file comment).
-void ExpectUniformOrders(std::span<const SpeedJob> jobs, uint64_t seed) {
-  const Rejections first = RunFamilies(jobs, seed);
+void ExpectUniformOrders(std::span<const SpeedJob> jobs, uint64_t seed,
+                         bool jitter = false) {
+  const Rejections first = RunFamilies(jobs, seed, jitter);
   if (!first.any()) return;
   std::printf("a family rejected with seed %llu: replicating\n",
               static_cast<unsigned long long>(seed));
   constexpr uint64_t kReplicationSeed = 1000;
-  const Rejections second = RunFamilies(jobs, seed + kReplicationSeed);
+  const Rejections second =
+      RunFamilies(jobs, seed + kReplicationSeed, jitter);
   for (size_t j = 0; j < jobs.size(); ++j) {
     SCOPED_TRACE(testing::Message() << "job " << j);
     EXPECT_TRUE(first.positions[j] == 0 || second.positions[j] == 0)
@@ -191,6 +202,27 @@ TEST(DependentPlannerRandomness, FourRandomJobsAtSpeedsOneToFour) {
                            {IdSample(0, 1332, 1000, 13), 3},
                            {IdSample(0, 1332, 1000, 14), 4}};
   ExpectUniformOrders(jobs, 4);
+}
+
+// Under jitter, jobs copy each other's picks index by index (and a job
+// planning alone copies another's newest pick): their orders must stay
+// uniform.
+TEST(DependentPlannerRandomness, TwoIdenticalJobsWithJitter) {
+  const SpeedJob jobs[] = {{IdRange(0, 999), 1}, {IdRange(0, 999), 1}};
+  ExpectUniformOrders(jobs, 21, /*jitter=*/true);
+}
+
+TEST(DependentPlannerRandomness, TwoJobsOverlappingHalfWithJitter) {
+  const SpeedJob jobs[] = {{IdRange(0, 999), 1}, {IdRange(500, 1499), 1}};
+  ExpectUniformOrders(jobs, 22, /*jitter=*/true);
+}
+
+TEST(DependentPlannerRandomness, FourRandomJobsWithJitterAtSpeedsOneToFour) {
+  const SpeedJob jobs[] = {{IdSample(0, 1332, 1000, 31), 1},
+                           {IdSample(0, 1332, 1000, 32), 2},
+                           {IdSample(0, 1332, 1000, 33), 3},
+                           {IdSample(0, 1332, 1000, 34), 4}};
+  ExpectUniformOrders(jobs, 23, /*jitter=*/true);
 }
 
 TEST(DependentPlannerRandomness, NegativeControlCatchesASmallBias) {
