@@ -7,14 +7,9 @@
 
 namespace joaderfs {
 SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk,
-                         uint64_t budget_bytes)
-    : catalog_(catalog), pool_(pool), disk_(disk), budget_(budget_bytes) {
+                         const RefCounts* counts, uint64_t budget_bytes)
+    : catalog_(catalog), pool_(pool), disk_(disk), ref_counts_(counts), budget_(budget_bytes) {
   stats_.budget = budget_bytes;
-}
-
-void SampleCache::SetNeedCounts(NeedCounts need_counts) {
-  std::lock_guard lock(mu_);
-  need_counts_ = std::move(need_counts);
 }
 
 void SampleCache::Acquire(SampleKey key, Callback done) {
@@ -68,7 +63,7 @@ EvictionPolicy* SampleCache::Policy(uint32_t size) {
   if (!policy) {
     policy = NewRefCntPolicy([this, size](SampleId id) {
       uint32_t count = 0;
-      if (need_counts_) need_counts_(size, std::span(&id, 1), std::span(&count, 1));
+      ref_counts_->Counts(size, std::span(&id, 1), std::span(&count, 1));
       return count;
     });
   }

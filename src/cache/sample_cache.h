@@ -10,8 +10,8 @@
 //
 // Unpinned entries are kept within the byte budget by the RefCnt policy of
 // the JOADER paper (eviction_policy.h, the same code the simulator runs):
-// the entry the fewest jobs still need this epoch (the NeedCounts callback,
-// answered by the planners) goes first; among equal counts, the one that
+// the entry the fewest jobs still need this epoch (RefCounts, answered by
+// the planning groups) goes first; among equal counts, the one that
 // was released first. A count only changes when a job picks the sample
 // (and then holds it pinned, so it is re-read on release) or when a job
 // starts an epoch, arrives or leaves: the job manager then calls
@@ -23,8 +23,8 @@
 //
 // Thread-safe. Callbacks run without the cache's lock: at once on the
 // caller's thread when the sample is ready, else on a loader thread.
-// NeedCounts is called with the cache's lock held, so whoever answers it must
-// never call into the cache while holding its own lock.
+// RefCounts is asked under the cache's lock, which ranks above it
+// (common/ranked_mutex.h).
 
 #ifndef JOADERFS_CACHE_SAMPLE_CACHE_H_
 #define JOADERFS_CACHE_SAMPLE_CACHE_H_
@@ -41,6 +41,8 @@
 
 #include "cache/disk_cache.h"
 #include "cache/eviction_policy.h"
+#include "cache/ref_counts.h"
+#include "common/ranked_mutex.h"
 #include "catalog/catalog.h"
 #include "loader/decoded_sample.h"
 #include "loader/loader_pool.h"
@@ -70,14 +72,9 @@ class SampleCache {
  public:
   // `sample` is null when the image could not be decoded.
   using Callback = std::function<void(const SamplePtr& sample)>;
-  // Fills counts[i] with how many jobs still need (size, ids[i]) this epoch.
-  using NeedCounts =
-      std::function<void(uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts)>;
-
-  // `disk` may be null (cache_dir=none).
-  SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, uint64_t budget_bytes);
-
-  void SetNeedCounts(NeedCounts need_counts);
+  // `disk` may be null (cache_dir=none). `counts` outlives the cache.
+  SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, const RefCounts* counts,
+              uint64_t budget_bytes);
 
   // Pins the entry for `key` and calls `done` exactly once with its sample.
   void Acquire(SampleKey key, Callback done);
@@ -85,7 +82,7 @@ class SampleCache {
   void Release(SampleKey key);
 
   // Re-reads every unpinned entry's count: call after a job starts an
-  // epoch, arrives or leaves. Calls NeedCounts once per entry.
+  // epoch, arrives or leaves. Asks RefCounts once per entry.
   void RefreshNeeds();
 
   // Bytes that pinned samples hold or will hold once loaded: the job
@@ -124,15 +121,15 @@ class SampleCache {
   const Catalog* catalog_;
   LoaderPool* pool_;
   DiskCache* disk_;
+  const RefCounts* ref_counts_;
   const uint64_t budget_;
   std::atomic<uint64_t> committed_{0};
   std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 
-  mutable std::mutex mu_;
+  mutable RankedMutex<LockRank::kSampleCache> mu_;
   std::unordered_map<SampleKey, Entry, KeyHash> entries_;  // GUARDED_BY(mu_)
   std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_;  // GUARDED_BY(mu_)
   std::unordered_set<SampleKey, KeyHash> bad_;            // GUARDED_BY(mu_)
-  NeedCounts need_counts_;                                // GUARDED_BY(mu_)
   CacheStats stats_;                                      // GUARDED_BY(mu_)
 };
 

@@ -33,6 +33,21 @@ constexpr uint32_t kSize = 32;
 constexpr uint64_t kBytes = kSize * kSize * 3;
 constexpr SampleId kBad = 4;
 
+// The jobs' needs, as the planning groups would answer them: the input of
+// the eviction order under test (0 for ids not listed; sizes other than
+// kSize are needed by nobody).
+class NeededCounts final : public RefCounts {
+ public:
+  void Counts(uint32_t size, std::span<const SampleId> ids,
+              std::span<uint32_t> counts) const override {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = size == kSize ? needed.find(ids[i]) : needed.end();
+      counts[i] = it == needed.end() ? 0 : it->second;
+    }
+  }
+  std::map<SampleId, uint32_t> needed;
+};
+
 class SampleCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -69,12 +84,13 @@ class SampleCacheTest : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<Catalog> catalog_;
+  NeededCounts counts_;
 };
 
 TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
   LoaderPool pool(2);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   EXPECT_EQ(cache.budget(), uint64_t{1} << 20);
   EXPECT_EQ(cache.disk(), nullptr);
   const SamplePtr first = AcquireSync(&cache, {kSize, 0});
@@ -120,7 +136,7 @@ TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
 TEST_F(SampleCacheTest, MatchesDecodeImage) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   const SamplePtr s = AcquireSync(&cache, {kSize, 2});
   ASSERT_NE(s, nullptr);
   DecodedSample direct;
@@ -132,7 +148,7 @@ TEST_F(SampleCacheTest, MatchesDecodeImage) {
 TEST_F(SampleCacheTest, SingleFlight) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   PoolGate gate(&pool, 1);  // the decode cannot finish before every Acquire is in
 
   constexpr int kCallers = 16;
@@ -178,7 +194,7 @@ TEST_F(SampleCacheTest, SingleFlight) {
 TEST_F(SampleCacheTest, KeysDifferBySize) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   const SamplePtr small = Touch(&cache, {16, 0});
   const SamplePtr large = Touch(&cache, {kSize, 0});
   const SamplePtr original = Touch(&cache, {0, 0});
@@ -197,7 +213,7 @@ TEST_F(SampleCacheTest, KeysDifferBySize) {
 TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes);  // room for one
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes);  // room for one
   const SamplePtr a = AcquireSync(&cache, {kSize, 0});
   const SamplePtr b = AcquireSync(&cache, {kSize, 1});
   const SamplePtr c = AcquireSync(&cache, {kSize, 2});
@@ -232,7 +248,7 @@ TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
 TEST_F(SampleCacheTest, UnpinnedSamplesStayWithinBudget) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 2 * kBytes);
   for (int round = 0; round < 3; ++round) {
     for (SampleId id = 0; id < 4; ++id) {
       ASSERT_NE(Touch(&cache, {kSize, id}), nullptr);
@@ -251,7 +267,7 @@ TEST_F(SampleCacheTest, UnpinnedSamplesStayWithinBudget) {
 TEST_F(SampleCacheTest, LeastRecentlyUsedGoesFirstAmongEqualCounts) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 2 * kBytes);
   const SamplePtr a = Touch(&cache, {kSize, 0});
   Touch(&cache, {kSize, 1});
   EXPECT_EQ(Touch(&cache, {kSize, 0}), a);  // 0 is now the most recent
@@ -270,13 +286,8 @@ TEST_F(SampleCacheTest, LeastRecentlyUsedGoesFirstAmongEqualCounts) {
 TEST_F(SampleCacheTest, FewestNeedingJobsGoesFirst) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 2 * kBytes);
-  std::map<SampleId, uint32_t> needed = {{0, 0}, {1, 3}, {2, 1}, {3, 0}};
-  cache.SetNeedCounts(
-      [&](uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) {
-        EXPECT_EQ(size, kSize);
-        for (size_t i = 0; i < ids.size(); ++i) counts[i] = needed.at(ids[i]);
-      });
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 2 * kBytes);
+  counts_.needed = {{0, 0}, {1, 3}, {2, 1}, {3, 0}};
   Touch(&cache, {kSize, 1});  // needed by 3 jobs, the oldest
   Touch(&cache, {kSize, 0});  // needed by none
   Touch(&cache, {kSize, 2});  // over budget: 0 goes although 1 is older
@@ -292,7 +303,7 @@ TEST_F(SampleCacheTest, FewestNeedingJobsGoesFirst) {
 TEST_F(SampleCacheTest, EvictedSampleStaysValidForItsHolders) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes);
   const SamplePtr a = Touch(&cache, {kSize, 0});
   ASSERT_NE(a, nullptr);
   const std::vector<uint8_t> copy(a->pixels.get(), a->pixels.get() + a->bytes());
@@ -305,7 +316,7 @@ TEST_F(SampleCacheTest, EvictedSampleStaysValidForItsHolders) {
 TEST_F(SampleCacheTest, SampleLargerThanBudgetIsDeliveredNotKept) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes - 1);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes - 1);
   const SamplePtr s = Touch(&cache, {kSize, 3});
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->bytes(), kBytes);
@@ -321,7 +332,7 @@ TEST_F(SampleCacheTest, SampleLargerThanBudgetIsDeliveredNotKept) {
 TEST_F(SampleCacheTest, ReleasedWhileLoadingIsKeptUnpinned) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   std::promise<SamplePtr> got;
   {
     PoolGate gate(&pool, 1);
@@ -344,7 +355,7 @@ TEST_F(SampleCacheTest, ReleasedWhileLoadingIsKeptUnpinned) {
 TEST_F(SampleCacheTest, ExtraReleaseIsHarmless) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, kBytes);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes);
   cache.Release({kSize, 3});  // never acquired
   const SamplePtr a = AcquireSync(&cache, {kSize, 0});
   cache.Release({kSize, 0});
@@ -360,7 +371,7 @@ TEST_F(SampleCacheTest, ExtraReleaseIsHarmless) {
 TEST_F(SampleCacheTest, BadImageIsRemembered) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   PoolGate gate(&pool, 1);
   constexpr int kCallers = 8;
   std::atomic<int> calls{0}, nulls{0};
@@ -405,7 +416,7 @@ TEST_F(SampleCacheTest, BadImageIsRemembered) {
 TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
   LoaderPool pool(4);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   constexpr int kThreads = 8, kRounds = 20;
   std::atomic<int> calls{0};
   std::promise<void> all_called;

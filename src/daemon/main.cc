@@ -26,6 +26,7 @@
 #include "jobs/job_manager.h"
 #include "loader/decoder.h"
 #include "loader/loader_pool.h"
+#include "sampling/plan_groups.h"
 
 namespace joaderfs {
 namespace {
@@ -102,25 +103,24 @@ int Run(int argc, char** argv) {
     s = DiskCache::Open(o.cache_dir, catalog.get(), o.disk_cache, &disk);
     if (!s.ok()) return Fail(s.message());
   }
-  // Decode threads call into the cache tiers: the pool is stopped first at
-  // shutdown (see below), so it is declared last among them.
+  // The planning groups answer the tiers' RefCounts; decode threads call
+  // into the tiers, so the pool is stopped first at shutdown (see below).
+  PlanGroupsOptions go;
+  go.cadence.lookahead = o.lookahead;
+  go.cadence.min_lookahead = 4 * o.threads;
+  go.seed = o.seed;
+  go.dependent_sampling = o.dependent_sampling;
+  PlanGroups groups(go);
   auto pool = std::make_unique<LoaderPool>(o.threads);
-  SampleCache cache(catalog.get(), pool.get(), disk.get(), o.ram_cache);
+  SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache);
   JobManagerOptions jo;
   jo.default_size = o.size;
-  jo.lookahead = o.lookahead;
-  jo.min_lookahead = 4 * o.threads;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
-  jo.seed = o.seed;
-  jo.dependent_sampling = o.dependent_sampling;
-  JobManager jobs(catalog.get(), &cache, pool.get(), jo);
-  auto need_counts = [&jobs](uint32_t size, std::span<const SampleId> ids,
-                             std::span<uint32_t> counts) { jobs.NeedCounts(size, ids, counts); };
-  cache.SetNeedCounts(need_counts);
+  JobManager jobs(catalog.get(), &cache, pool.get(), &groups, jo);
   if (disk) {
-    disk->SetNeedCount([&jobs](uint32_t size, SampleId id) {
+    disk->SetNeedCount([&groups](uint32_t size, SampleId id) {
       uint32_t count = 0;
-      jobs.NeedCounts(size, std::span(&id, 1), std::span(&count, 1));
+      groups.Counts(size, std::span(&id, 1), std::span(&count, 1));
       return count;
     });
   }

@@ -50,6 +50,7 @@ struct Piece {
 
 const std::array<uint8_t, kRecordAlignment> kZeros{};
 
+
 // The bytes of one reply, kept alive until the reply has been sent.
 struct ReplyData {
   std::vector<SamplePtr> samples;
@@ -79,21 +80,6 @@ struct ReplyData {
 
 }  // namespace
 
-struct JobManager::Group {
-  uint32_t size = 0;  // the output size all its jobs share
-  std::unique_ptr<Planner> planner;
-  std::set<Job*> jobs;  // registered with the planner
-  JobHandle next_handle = 0;
-  // Slots planned and not yet done, by id: needs the planner no longer
-  // counts.
-  std::unordered_map<SampleId, uint32_t> planned;
-
-  void Unplan(SampleId id) {
-    auto it = planned.find(id);
-    if (it != planned.end() && --it->second == 0) planned.erase(it);
-  }
-};
-
 struct JobManager::Job {
   std::string name;
   uint32_t uid = 0;
@@ -103,7 +89,7 @@ struct JobManager::Job {
   Roaring subset;
   bool started = false;  // read from at least once: the spec is fixed
 
-  Group* group = nullptr;  // set at the first epoch
+  PlanGroup* group = nullptr;  // set at the first epoch
   JobHandle handle = 0;
 
   // The current epoch, or the next one while !running.
@@ -157,10 +143,11 @@ struct JobManager::Reader {
 };
 
 JobManager::JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool,
-                       JobManagerOptions options)
+                       PlanGroups* groups, JobManagerOptions options)
     : catalog_(catalog),
       cache_(cache),
       pool_(pool),
+      groups_(groups),
       options_(options),
       default_spec_([&] {
         JobSpec spec;
@@ -200,11 +187,8 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
   if (!job) return Status::NotFound("no job " + name);
   if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
   if (job->group) {
-    job->group->planner->RemoveJob(job->handle);
-    job->group->jobs.erase(job);
-    for (const Slot& slot : job->slots) {
-      if (slot.state != SlotState::kDone) job->group->Unplan(slot.id);
-    }
+    job->group->RemoveJob(job->handle);
+    planning_.erase({job->group, job->handle});
   }
   ReleaseSlots(job, &actions);
   actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
@@ -363,6 +347,7 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
     if (!job->running) StartEpoch(job, &actions);
     if (job->released) {
       job->released = false;
+      job->group->SetPaused(job->handle, false);
       spdlog::info("job {} is read again: fetching its {} planned samples", job->name,
                    job->slots.size());
       for (uint64_t p = job->window_start; p < job->window_start + job->slots.size(); ++p) {
@@ -453,35 +438,19 @@ void JobManager::ServeWaiters(Job* job, Actions* actions) {
   }
 }
 
-uint64_t JobManager::EffectiveLookahead(const Job* job) const {
-  // A whole window must be in flight for completion-order delivery to help.
-  return std::max<uint64_t>(options_.lookahead, job->spec.window);
+uint64_t JobManager::SampleBytes(uint32_t size) const {
+  // Size 0 keeps each image's own size: the mean of those loaded so far.
+  return size > 0 ? uint64_t{size} * size * 3 : cache_->AverageSampleBytes();
 }
 
 void JobManager::StartEpoch(Job* job, Actions* actions) {
   if (!job->group) {
-    auto& group = groups_[job->spec.size];
-    if (!group) {
-      group = std::make_unique<Group>();
-      group->size = job->spec.size;
-      const uint64_t seed = MixSeed(options_.seed, job->spec.size);
-      uint64_t horizon = options_.coupling_horizon;
-      if (horizon == 0) {
-        const uint64_t per_sample = group->size > 0
-                                        ? uint64_t{group->size} * group->size * 3
-                                        : cache_->AverageSampleBytes();
-        horizon = std::clamp<uint64_t>(cache_->budget() / std::max<uint64_t>(per_sample, 1) / 2,
-                                       16, 4096);
-      }
-      group->planner = options_.dependent_sampling ? NewDependentPlanner(seed, horizon)
-                                                   : NewIndependentPlanner(seed);
-    }
-    job->group = group.get();
-    job->handle = group->next_handle++;
-    group->planner->AddJob(job->handle, job->subset);
-    group->jobs.insert(job);
+    const uint64_t per_sample = SampleBytes(job->spec.size);
+    job->group = groups_->Get(job->spec.size, cache_->budget() / per_sample);
+    job->handle = job->group->AddJob(job->subset, job->spec.window);
+    planning_[{job->group, job->handle}] = job;
   } else {
-    job->group->planner->StartEpoch(job->handle);
+    job->group->StartEpoch(job->handle);
   }
   job->running = true;
   job->slots.clear();
@@ -494,63 +463,16 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
   Plan(job->group, actions);
 }
 
-// Tops up the planned queues of the group's jobs. A round is run only when
-// some job has fallen to half its lookahead, and then every job below its
-// lookahead takes part: jobs reading at the same pace thus plan in the same
-// rounds (which is what lets dependent sampling share picks), while a slow
-// job with a full queue stays out (partial sampling) and holds nobody back.
-//
-// How far ahead a job plans starts small each epoch and doubles with what
-// it has read (like TCP's slow start): a job that starts a moment before
-// another would otherwise plan a whole lookahead alone, and those picks
-// could not be shared. Planned samples are pinned in the RAM cache until
-// delivered, so when the pinned bytes reach the cache's budget jobs plan
-// only a minimum ahead (enough to keep the decode threads busy) instead of
-// thrashing the cache.
-void JobManager::Plan(Group* group, Actions* actions) {
-  // What planned samples pin, as the cache last saw it, plus this call's picks.
-  uint64_t committed = cache_->CommittedBytes();
-  const uint64_t per_sample =
-      group->size > 0 ? uint64_t{group->size} * group->size * 3 : cache_->AverageSampleBytes();
-  auto limit = [&](const Job* j) {
-    const uint64_t floor = std::min<uint64_t>(options_.min_lookahead, EffectiveLookahead(j));
-    if (committed >= cache_->budget()) return floor;
-    return std::clamp<uint64_t>(2 * j->done, floor, EffectiveLookahead(j));
-  };
-  auto wants = [](const Job* j, uint64_t below) {
-    return j->running && !j->released && j->planned < j->subset.cardinality() &&
-           j->planned - j->done < below;
-  };
-  bool low = false;
-  for (const Job* j : group->jobs) {
-    if (wants(j, limit(j) / 2 + 1)) low = true;
-  }
-  if (!low) return;
-  std::vector<JobHandle> participants;
-  std::unordered_map<JobHandle, Job*> by_handle;
+// Tops up the planned queues of the group's jobs; the group decides who
+// plans when (sampling/plan_group.h).
+void JobManager::Plan(PlanGroup* group, Actions* actions) {
+  const BudgetView budget{cache_->CommittedBytes(), cache_->budget(), SampleBytes(group->size())};
   std::vector<Pick> picks;
-  std::unordered_set<SampleId> distinct;
-  for (;;) {
-    participants.clear();
-    for (Job* j : group->jobs) {
-      if (wants(j, limit(j))) {
-        participants.push_back(j->handle);
-        by_handle[j->handle] = j;
-      }
-    }
-    if (participants.empty()) return;
-    picks.clear();
-    group->planner->Round(participants, &picks);
-    if (picks.empty()) return;
-    distinct.clear();
-    for (const Pick& pick : picks) {
-      Job* j = by_handle[pick.job];
-      j->slots.push_back({pick.id, SlotState::kPlanned, nullptr});
-      ++group->planned[pick.id];
-      RequestSlot(j, j->planned++, actions);
-      distinct.insert(pick.id);
-    }
-    committed += distinct.size() * per_sample;
+  group->Plan(budget, &picks);
+  for (const Pick& pick : picks) {
+    Job* j = planning_.at({group, pick.job});
+    j->slots.push_back({pick.id, SlotState::kPlanned, nullptr});
+    RequestSlot(j, j->planned++, actions);
   }
 }
 
@@ -613,7 +535,7 @@ void JobManager::MarkDone(Job* job, uint64_t position, Actions* actions) {
   Slot& slot = job->slots[position - job->window_start];
   slot.state = SlotState::kDone;
   slot.sample.reset();
-  job->group->Unplan(slot.id);
+  job->group->Done(job->handle, slot.id);
   actions->Add([this, key = SampleKey{job->spec.size, slot.id}] { cache_->Release(key); });
   ++job->done;
   if (position < job->window_end()) ++job->done_in_window;
@@ -664,21 +586,9 @@ void JobManager::ReleaseIdleJobs() {
     }
     ReleaseSlots(job.get(), &actions);
     job->released = true;
+    job->group->SetPaused(job->handle, true);
     spdlog::info("job {} has had no reader for {}s: released its {} planned samples", name,
                  options_.idle_timeout.count(), job->slots.size());
-  }
-}
-
-void JobManager::NeedCounts(uint32_t size, std::span<const SampleId> ids,
-                            std::span<uint32_t> counts) const {
-  std::lock_guard lock(mu_);
-  auto it = groups_.find(size);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    counts[i] = 0;
-    if (it == groups_.end()) continue;
-    const Group& group = *it->second;
-    counts[i] = group.planner->RefCount(ids[i]);
-    if (auto p = group.planned.find(ids[i]); p != group.planned.end()) counts[i] += p->second;
   }
 }
 
@@ -695,7 +605,7 @@ Status JobManager::JobStatusJson(const std::string& name, std::string* json) con
       .Field("delivered_total", job->delivered_total)
       .Field("size", job->spec.size)
       .Field("window", job->spec.window)
-      .Field("shared_picks", job->group ? job->group->planner->SharedPicks(job->handle) : 0)
+      .Field("shared_picks", job->group ? job->group->SharedPicks(job->handle) : 0)
       .Field("owner", job->uid);
   w.EndObject();
   *json = w.Finish();
@@ -731,13 +641,13 @@ std::string JobManager::StatsJson() const {
       .Field("decode_queue", static_cast<uint64_t>(pool_->queue_depth()))
       .Field("decode_busy_seconds", pool_->busy_seconds());
   PlannerStats planner;
-  for (const auto& [size, group] : groups_) {
-    const PlannerStats s = group->planner->Stats();
+  groups_->ForEach([&](const PlanGroup& group) {
+    const PlannerStats s = group.Stats();
     planner.rounds += s.rounds;
     planner.picks += s.picks;
     planner.shared_picks += s.shared_picks;
     planner.coupled_picks += s.coupled_picks;
-  }
+  });
   w.BeginObject("planner")
       .Field("rounds", planner.rounds)
       .Field("picks", planner.picks)

@@ -1,9 +1,10 @@
 // JobManager: every job of the mount, its spec, its readers and its stream.
 //
 // A job reads a subset of the catalog epoch after epoch. Its order comes
-// from the planner of its group (jobs with the same output size); planned
-// ids are requested from the cache ahead of the readers (up to `lookahead`
-// positions), and delivered to whichever open reader asks next. Within
+// from the planning group of its output size (sampling/plan_group.h), which
+// also decides how far ahead it plans; planned ids are requested from the
+// cache ahead of the readers, and delivered to whichever open reader asks
+// next. Within
 // each window of `window` consecutive positions samples are delivered in the
 // order they become ready (RINAS), so one slow image does not stall the rest.
 //
@@ -12,7 +13,8 @@
 //
 // Thread-safe. Read() never blocks: it replies at once, or later from the
 // thread that makes data ready. Replies and cache calls run without the
-// manager's lock (the cache calls back into NeedCounts under its own).
+// manager's lock; the planning groups are called under it (they rank below
+// it, common/ranked_mutex.h).
 
 #ifndef JOADERFS_JOBS_JOB_MANAGER_H_
 #define JOADERFS_JOBS_JOB_MANAGER_H_
@@ -35,24 +37,14 @@
 #include "common/status.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
-#include "sampling/planner.h"
+#include "common/ranked_mutex.h"
+#include "sampling/plan_groups.h"
 
 namespace joaderfs {
 
 struct JobManagerOptions {
   uint32_t default_size = 224;
-  uint32_t lookahead = 128;
-  // What a job may always plan ahead, even when planned samples fill the
-  // RAM budget: enough to keep the decode threads busy.
-  uint32_t min_lookahead = 8;
-  bool dependent_sampling = true;  // false: independent shuffles (baseline)
-  // How many picks ahead another job of its group may be for a job to copy
-  // its picks index by index (sampling/dependent_planner.h). 0: half of
-  // what the RAM budget holds at the group's size, within [16, 4096], so
-  // that the copied picks are still cached when the follower wants them.
-  uint64_t coupling_horizon = 0;
   std::chrono::seconds idle_timeout{600};
-  uint64_t seed = 0;
 };
 
 class JobManager {
@@ -62,8 +54,9 @@ class JobManager {
   using ReadReply = std::function<void(const Status& status, std::span<const iovec> data)>;
   using ReaderId = uint64_t;
 
+  // `groups` outlives the manager; the cache tiers evict by its counts.
   JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool,
-             JobManagerOptions options);
+             PlanGroups* groups, JobManagerOptions options);
   ~JobManager();
 
   Status CreateJob(const std::string& name, uint32_t uid);
@@ -99,21 +92,15 @@ class JobManager {
   // the idle timeout. Called periodically.
   void ReleaseIdleJobs();
 
-  // How many jobs still need each of `ids` at output size `size` in their
-  // current epoch, counting samples planned and not yet delivered: the cache
-  // tiers' eviction priority. Never calls the cache.
-  void NeedCounts(uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) const;
-
  private:
   struct Job;
   struct Reader;
-  struct Group;
   class Actions;
 
   Job* FindJob(const std::string& name) const;
   Status CheckWritableLocked(const Job* job, uint32_t uid) const;
   void StartEpoch(Job* job, Actions* actions);
-  void Plan(Group* group, Actions* actions);
+  void Plan(PlanGroup* group, Actions* actions);
   void RequestSlot(Job* job, uint64_t position, Actions* actions);
   void ReleaseSlots(Job* job, Actions* actions);
   void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
@@ -123,19 +110,22 @@ class JobManager {
   bool TryServe(Reader* reader, Actions* actions);
   void EndEpoch(Job* job);
   bool ReaderAtEof(const Reader* reader) const;
-  uint64_t EffectiveLookahead(const Job* job) const;
+  // Bytes of one sample at output size `size`.
+  uint64_t SampleBytes(uint32_t size) const;
 
   const Catalog* catalog_;
   SampleCache* cache_;
   const LoaderPool* pool_;
+  PlanGroups* groups_;
   const JobManagerOptions options_;
   const JobSpec default_spec_;
 
-  mutable std::mutex mu_;
+  mutable RankedMutex<LockRank::kJobManager> mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;        // GUARDED_BY(mu_)
   std::unordered_map<uint64_t, Job*> jobs_by_serial_;       // GUARDED_BY(mu_)
   std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_;  // GUARDED_BY(mu_)
-  std::map<uint32_t, std::unique_ptr<Group>> groups_;       // GUARDED_BY(mu_), by size
+  // Jobs taking part in planning, by group and handle.
+  std::map<std::pair<const PlanGroup*, JobHandle>, Job*> planning_;  // GUARDED_BY(mu_)
   uint64_t next_serial_ = 1;                                // GUARDED_BY(mu_)
   ReaderId next_reader_ = 1;                                // GUARDED_BY(mu_)
   uint64_t delivered_ = 0;                                  // GUARDED_BY(mu_)

@@ -262,20 +262,20 @@ class JobManagerTest : public ::testing::Test {
   JobManagerOptions Options() const {
     JobManagerOptions o;
     o.default_size = kSize;
-    o.lookahead = 256;
-    o.seed = 5;
     return o;
   }
 
   void Build(JobManagerOptions options, unsigned threads = 2, uint64_t budget = 64 << 20) {
     Shutdown();
+    PlanGroupsOptions g;
+    g.cadence.lookahead = 256;
+    g.seed = 5;
+    groups_ = std::make_unique<PlanGroups>(g);
     pool_ = std::make_unique<LoaderPool>(threads);
-    cache_ = std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, budget);
-    jobs_ = std::make_unique<JobManager>(catalog_.get(), cache_.get(), pool_.get(), options);
-    cache_->SetNeedCounts(
-        [this](uint32_t size, std::span<const SampleId> ids, std::span<uint32_t> counts) {
-          jobs_->NeedCounts(size, ids, counts);
-        });
+    cache_ = std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, groups_.get(),
+                                           budget);
+    jobs_ = std::make_unique<JobManager>(catalog_.get(), cache_.get(), pool_.get(), groups_.get(),
+                                         options);
     pool_->Start();
   }
   void Build() { Build(Options()); }
@@ -286,6 +286,7 @@ class JobManagerTest : public ::testing::Test {
     pool_.reset();
     jobs_.reset();
     cache_.reset();
+    groups_.reset();
   }
 
   // Loads `id` into the RAM cache and leaves it there unpinned.
@@ -398,6 +399,7 @@ class JobManagerTest : public ::testing::Test {
   static TempDir* dir_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<LoaderPool> pool_;
+  std::unique_ptr<PlanGroups> groups_;
   std::unique_ptr<SampleCache> cache_;
   std::unique_ptr<JobManager> jobs_;
   std::atomic<uint64_t> next_token_{1};

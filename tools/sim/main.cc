@@ -7,6 +7,12 @@
 //   joaderfs-sim orders --jobs SPEC --epochs E [--sampler dsa|isa]
 //       [--speeds ..] [--starts ..] [--seed S]
 //     prints "JOB EPOCH id id ..." per epoch of every job, in delivery order.
+//   joaderfs-sim cadence --jobs SPEC --ram N [--sampler dsa|isa]
+//       [--lookahead L] [--min-lookahead M] [--window W]
+//       [--read-probability P] [--speeds ..] [--starts R,..] [--seed S]
+//     replays the daemon's planning cadence with jittered readers and a RAM
+//     tier of N samples (starts: samples job 0 has read when each arrives);
+//     prints "misses=M requests=R union=U" for one epoch of every job.
 //
 // Bad arguments: one line on stderr, exit status 2.
 
@@ -29,7 +35,9 @@ constexpr char kUsage[] =
     "usage: joaderfs-sim misses --jobs SPEC --cache N [--sampler dsa|isa] "
     "[--policy refcnt|lru|fifo|random] [--speeds X,..] [--starts T,..] "
     "[--seed S] | joaderfs-sim orders --jobs SPEC --epochs E [--sampler "
-    "dsa|isa] [--speeds X,..] [--starts T,..] [--seed S]";
+    "dsa|isa] [--speeds X,..] [--starts T,..] [--seed S] | joaderfs-sim cadence --jobs SPEC "
+    "--ram N [--sampler dsa|isa] [--lookahead L] [--min-lookahead M] [--window W] "
+    "[--read-probability P] [--speeds X,..] [--starts R,..] [--seed S]";
 
 [[noreturn]] void Fail(const std::string& message) {
   std::fprintf(stderr, "joaderfs-sim: %s\n", message.c_str());
@@ -70,16 +78,19 @@ uint64_t RequireUint(std::string_view name, const std::string& value,
 int Main(int argc, char** argv) {
   if (argc < 2) Fail(kUsage);
   const std::string_view mode = argv[1];
-  if (mode != "misses" && mode != "orders") {
+  if (mode != "misses" && mode != "orders" && mode != "cadence") {
     Fail("unknown mode '" + std::string(mode) + "'; " + kUsage);
   }
   const bool misses = mode == "misses";
-  const std::vector<std::string_view> allowed =
-      misses ? std::vector<std::string_view>{"jobs",   "cache",  "sampler",
-                                             "policy", "speeds", "starts",
-                                             "seed"}
-             : std::vector<std::string_view>{"jobs",   "epochs", "sampler",
-                                             "speeds", "starts", "seed"};
+  std::vector<std::string_view> allowed = {"jobs", "sampler", "speeds", "starts", "seed"};
+  if (misses) {
+    allowed.insert(allowed.end(), {"cache", "policy"});
+  } else if (mode == "orders") {
+    allowed.push_back("epochs");
+  } else {
+    allowed.insert(allowed.end(),
+                   {"ram", "lookahead", "min-lookahead", "window", "read-probability"});
+  }
   std::map<std::string, std::string, std::less<>> options;
   for (int i = 2; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -134,6 +145,31 @@ int Main(int argc, char** argv) {
     } else if (it->second != "dsa") {
       Fail("bad --sampler '" + it->second + "': expected dsa or isa");
     }
+  }
+
+  if (mode == "cadence") {
+    if (!options.contains("ram")) Fail("--ram is required");
+    CadenceSim sim;
+    sim.ram = RequireUint("ram", options["ram"], 1);
+    auto optional = [&](const char* name, uint64_t* value, uint64_t min) {
+      if (auto it = options.find(name); it != options.end()) {
+        *value = RequireUint(name, it->second, min);
+      }
+    };
+    optional("lookahead", &sim.lookahead, 1);
+    optional("min-lookahead", &sim.min_lookahead, 1);
+    optional("window", &sim.window, 1);
+    if (auto it = options.find("read-probability"); it != options.end()) {
+      const auto p = ParseDouble(it->second);
+      if (!p || !(*p > 0) || *p > 1) Fail("bad --read-probability '" + it->second + "'");
+      sim.read_probability = *p;
+    }
+    const MissCount count = SimulateCadence(jobs, sampler, sim, seed);
+    std::printf("misses=%llu requests=%llu union=%llu\n",
+                static_cast<unsigned long long>(count.misses),
+                static_cast<unsigned long long>(count.requests),
+                static_cast<unsigned long long>(count.union_size));
+    return 0;
   }
 
   if (misses) {

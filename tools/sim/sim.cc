@@ -1,14 +1,17 @@
 #include "sim/sim.h"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "common/parse.h"
 #include "common/random.h"
 #include "sampling/id_sets.h"
+#include "sampling/plan_groups.h"
 
 namespace joaderfs {
 namespace {
@@ -182,6 +185,117 @@ MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler,
         }
       },
       [&] { cache.RefreshAll(); });
+  count.misses = cache.misses();
+  return count;
+}
+
+namespace {
+
+// The RAM tier for SimulateCadence: `capacity` samples, planned samples
+// pinned (never evicted, and allowed past the capacity as in the daemon),
+// the others evicted by RefCnt.
+class PinningCache {
+ public:
+  PinningCache(uint64_t capacity, const PlanGroup& group)
+      : capacity_(capacity), policy_(NewRefCntPolicy([&group](SampleId id) {
+          uint32_t count = 0;
+          group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+          return count;
+        })) {}
+
+  void Acquire(SampleId id) {
+    auto [it, inserted] = pins_.try_emplace(id, 0);
+    if (inserted) {
+      ++misses_;
+    } else if (it->second == 0) {
+      policy_->Erase(id);
+    }
+    ++it->second;
+    ++pinned_;
+    Evict();
+  }
+
+  void Release(SampleId id) {
+    auto it = pins_.find(id);
+    --pinned_;
+    if (--it->second == 0) policy_->Insert(id);
+    Evict();
+  }
+
+  void RefreshAll() { policy_->RefreshAll(); }
+  uint64_t pinned() const { return pinned_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  void Evict() {
+    while (pins_.size() > capacity_ && policy_->size() > 0) pins_.erase(policy_->Evict());
+  }
+
+  const uint64_t capacity_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::unordered_map<SampleId, uint32_t> pins_;  // cached ids and their pins
+  uint64_t pinned_ = 0;                          // pins, counted per pick
+  uint64_t misses_ = 0;
+};
+
+}  // namespace
+
+MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler,
+                          const CadenceSim& sim, uint64_t seed) {
+  // The daemon's groups, so the planner and its coupling horizon are made
+  // from the RAM budget as the daemon makes them.
+  PlanGroupsOptions options;
+  options.cadence.lookahead = sim.lookahead;
+  options.cadence.min_lookahead = sim.min_lookahead;
+  options.dependent_sampling = sampler == Sampler::kDependent;
+  options.seed = seed;
+  PlanGroups groups(options);
+  PlanGroup& group = *groups.Get(0, sim.ram);
+  PinningCache cache(sim.ram, group);
+  Rng rng(MixSeed(seed, 2));
+  const size_t n = jobs.size();
+  double max_speed = 0;
+  for (const SimJob& job : jobs) max_speed = std::max(max_speed, job.speed);
+  std::vector<JobHandle> handle(n);
+  std::unordered_map<JobHandle, size_t> job_of;
+  std::vector<bool> arrived(n, false);
+  std::vector<std::deque<SampleId>> queue(n);  // planned, not yet read
+  std::vector<uint64_t> read(n, 0);
+  MissCount count;
+  Roaring all;
+  for (const SimJob& job : jobs) all |= job.subset;
+  count.union_size = all.cardinality();
+  size_t finished = 0;
+  std::vector<Pick> picks;
+  while (finished < n) {
+    bool arrivals = false;
+    for (size_t j = 0; j < n; ++j) {
+      if (!arrived[j] && (j == 0 || read[0] >= jobs[j].start)) {
+        handle[j] = group.AddJob(jobs[j].subset, sim.window);
+        job_of[handle[j]] = j;
+        arrived[j] = true;
+        arrivals = true;
+      }
+    }
+    if (arrivals) cache.RefreshAll();
+    for (size_t j = 0; j < n; ++j) {
+      if (!arrived[j] || queue[j].empty()) continue;
+      if (rng.Unit() >= sim.read_probability * jobs[j].speed / max_speed) continue;
+      const SampleId id = queue[j].front();
+      queue[j].pop_front();
+      cache.Release(id);
+      group.Done(handle[j], id);
+      if (++read[j] == jobs[j].subset.cardinality()) ++finished;
+    }
+    picks.clear();
+    group.Plan({cache.pinned(), sim.ram, 1}, &picks);
+    for (const Pick& pick : picks) {
+      const size_t j = job_of.at(pick.job);
+      queue[j].push_back(pick.id);
+      cache.Acquire(pick.id);
+      ++count.requests;
+    }
+  }
   count.misses = cache.misses();
   return count;
 }

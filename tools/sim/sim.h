@@ -54,6 +54,25 @@ struct MissCount {
 MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler,
                          EvictionKind policy, size_t cache_size, uint64_t seed);
 
+// The daemon's cadence (sampling/plan_group.h, the daemon's own code) for
+// one epoch of every job: each job's reader takes its oldest planned sample
+// with probability `read_probability` * speed / max speed per step (the
+// readers' jitter), the group plans after every step with the lookahead,
+// slow start and budget floor the daemon uses, and a RAM tier of `ram`
+// samples holds planned samples pinned and evicts the rest by RefCnt over
+// the group's need counts. A job's `start` is how many samples job 0 has
+// read when it arrives; a job stays in its group after its epoch, as the
+// daemon's jobs stay until removed. Misses are decodes.
+struct CadenceSim {
+  uint64_t ram = 1;  // samples
+  uint64_t lookahead = 128;
+  uint64_t min_lookahead = 8;
+  uint64_t window = 64;
+  double read_probability = 0.6;
+};
+MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler,
+                          const CadenceSim& cadence, uint64_t seed);
+
 // Every job's order for `epochs` epochs: result[job][epoch] lists the ids
 // in delivery order.
 std::vector<std::vector<std::vector<SampleId>>> SimulateOrders(

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Decode-once at scale: jobs as separate processes on a daemonized mount
+whose RAM tier holds 5-20% of the decoded set (issue 8).
+
+For each RAM fraction, schedule and sampler it mounts joaderfs the way users
+do (daemonized), starts one reader process per job, each reading one epoch
+of its own `/jobs/<id>/next`, and prints one table row: decodes per distinct
+sample, RAM and disk hits, aggregate samples/s the daemon's CPU per
+delivered sample, and beside the decodes the simulator's prediction for the
+same schedule (`joaderfs-sim cadence`: the daemon's planning cadence with
+jittered readers; no disk tier, so rows with one show "-").
+
+Schedules (4 jobs over the whole dataset):
+  same     all start together and read as fast as they can
+  stagger  job i starts when job 0 has delivered i/4 of its epoch
+  speeds   readers paced at 1:2:3:4 (a sleep per record)
+
+Run with Debian's interpreter:
+  /usr/bin/python3 bench/scale_bench.py --images 10000 --fractions 0.05,0.1,0.2
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
+RECORD_ALIGN = 64
+
+READER = r"""
+import os, sys, time
+path, record, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+fd = os.open(path, os.O_RDONLY)
+n = 0
+while True:
+    got = 0
+    while got < record:
+        chunk = os.read(fd, record - got)
+        if not chunk:
+            break
+        got += len(chunk)
+    if got < record:
+        break
+    n += 1
+    if delay:
+        time.sleep(delay)
+print(n)
+"""
+
+
+def record_bytes(size):
+    payload = size * size * 3
+    return 64 + (payload + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
+
+
+def daemon_pid(mountpoint):
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"joaderfs") and mountpoint.encode() in args:
+            return int(pid)
+    return None
+
+
+def process_gone(pid):
+    """True once the daemon has exited (a zombie waiting for init counts)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def run_case(args, source, fraction, schedule, sampler, disk):
+    size = args.size
+    decoded_set = args.images * size * size * 3
+    ram = max(1 << 20, int(decoded_set * fraction))
+    mnt = tempfile.mkdtemp(prefix="jfs-scale-mnt-")
+    cache_dir = tempfile.mkdtemp(prefix="jfs-scale-cache-") if disk else None
+    opts = ["ram_cache=%d" % ram, "size=%d" % size, "seed=7",
+            "cache_dir=%s" % (cache_dir or "none"),
+            "log=%s" % os.path.join(args.out, "daemon.log")]
+    if disk:
+        opts.append("disk_cache=%d" % (2 * decoded_set))
+    if sampler == "isa":
+        opts.append("sampler=isa")
+    cmd = [os.path.join(BUILD, "joaderfs"), source, mnt, "-o", ",".join(opts)]
+    subprocess.run(cmd, check=True)
+    pid = daemon_pid(mnt)
+    readers = []
+    try:
+        jobs = ["j%d" % i for i in range(4)]
+        for j in jobs:
+            os.mkdir(os.path.join(mnt, "jobs", j))
+            with open(os.path.join(mnt, "jobs", j, "spec"), "w") as f:
+                f.write("epochs=1")
+        cpu0 = cpu_seconds(pid)
+        t0 = time.monotonic()
+        rec = record_bytes(size)
+
+        def start(i):
+            delay = 0.0
+            if schedule == "speeds":
+                delay = args.pace / (i + 1)
+            readers.append(subprocess.Popen(
+                [sys.executable, "-c", READER,
+                 os.path.join(mnt, "jobs", jobs[i], "next"), str(rec), str(delay)],
+                stdout=subprocess.PIPE, text=True))
+
+        if schedule == "stagger":
+            start(0)
+            for i in range(1, 4):
+                target = args.images * i // 4
+                while read_json(os.path.join(mnt, "jobs", "j0", "status"))["delivered"] < target:
+                    time.sleep(0.05)
+                start(i)
+        else:
+            for i in range(4):
+                start(i)
+        counts = [int(r.communicate()[0]) for r in readers]
+        wall = time.monotonic() - t0
+        cpu = cpu_seconds(pid) - cpu0
+        stats = read_json(os.path.join(mnt, "stats"))
+    finally:
+        for r in readers:
+            if r.poll() is None:
+                r.kill()
+        subprocess.run(["fusermount3", "-u", mnt], check=False)
+        for _ in range(100):
+            if pid is None or process_gone(pid):
+                break
+            time.sleep(0.1)
+        os.rmdir(mnt)
+        if cache_dir:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    delivered = sum(counts)
+    predicted = None
+    if not disk:
+        sim = [os.path.join(BUILD, "joaderfs-sim"), "cadence",
+               "--jobs", ";".join(["0-%d" % (args.images - 1)] * 4),
+               "--ram", str(max(1, int(args.images * fraction))), "--sampler", sampler,
+               "--min-lookahead", str(4 * os.cpu_count())]
+        if schedule == "stagger":
+            sim += ["--starts", ",".join(str(args.images * i // 4) for i in range(4))]
+        if schedule == "speeds":
+            sim += ["--speeds", "1,2,3,4"]
+        out = subprocess.run(sim, check=True, capture_output=True, text=True).stdout
+        fields = dict(f.split("=") for f in out.split())
+        predicted = int(fields["misses"]) / int(fields["union"])
+    return {
+        "ram": "%d%%" % round(fraction * 100), "disk": "yes" if disk else "no",
+        "schedule": schedule, "sampler": sampler,
+        "decodes/distinct": stats["decoded"] / args.images,
+        "sim": "-" if predicted is None else "%.2f" % predicted,
+        "ram_hits": stats["ram_hits"], "disk_hits": stats["disk_hits"],
+        "samples/s": delivered / wall,
+        "cpu ms/sample": 1000 * cpu / max(delivered, 1),
+        "delivered": delivered,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--images", type=int, default=10000)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--fractions", default="0.05,0.1,0.2")
+    p.add_argument("--schedules", default="same,stagger,speeds")
+    p.add_argument("--samplers", default="dsa,isa")
+    p.add_argument("--disk", default="no,yes", help="no, yes or both")
+    p.add_argument("--pace", type=float, default=0.004,
+                   help="seconds per record of the slowest job in 'speeds'")
+    p.add_argument("--data", help="dataset folder (generated if missing)")
+    p.add_argument("--out", default=tempfile.gettempdir())
+    args = p.parse_args()
+    data = args.data or os.path.join(tempfile.gettempdir(), "jfs-scale-%d" % args.images)
+    if not os.path.isdir(data):
+        subprocess.run([os.path.join(BUILD, "joaderfs-gendata"), data, "--images",
+                        str(args.images), "--classes", "100"], check=True)
+    rows = []
+    columns = ["ram", "disk", "schedule", "sampler", "decodes/distinct", "sim", "ram_hits",
+               "disk_hits", "samples/s", "cpu ms/sample", "delivered"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for fraction in [float(f) for f in args.fractions.split(",")]:
+        for disk in args.disk.split(","):
+            for schedule in args.schedules.split(","):
+                for sampler in args.samplers.split(","):
+                    row = run_case(args, data, fraction, schedule, sampler, disk == "yes")
+                    rows.append(row)
+                    cells = []
+                    for c in columns:
+                        v = row[c]
+                        cells.append("%.2f" % v if isinstance(v, float) else str(v))
+                    print("| " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

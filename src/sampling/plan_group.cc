@@ -1,0 +1,118 @@
+#include "sampling/plan_group.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace joaderfs {
+
+PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options)
+    : size_(size), options_(options), planner_(std::move(planner)) {}
+
+JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window) {
+  std::lock_guard lock(mu_);
+  const JobHandle job = next_handle_++;
+  planner_->AddJob(job, subset);
+  Member& m = members_[job];
+  m.subset_size = subset.cardinality();
+  m.window = window;
+  return job;
+}
+
+void PlanGroup::RemoveJob(JobHandle job) {
+  std::lock_guard lock(mu_);
+  planner_->RemoveJob(job);
+  members_.erase(job);
+}
+
+void PlanGroup::StartEpoch(JobHandle job) {
+  std::lock_guard lock(mu_);
+  Member& m = members_.at(job);
+  assert(m.done == m.subset_size);
+  planner_->StartEpoch(job);
+  m.planned = m.done = 0;
+}
+
+void PlanGroup::SetPaused(JobHandle job, bool paused) {
+  std::lock_guard lock(mu_);
+  members_.at(job).paused = paused;
+}
+
+void PlanGroup::Done(JobHandle job, SampleId id) {
+  std::lock_guard lock(mu_);
+  Member& m = members_.at(job);
+  ++m.done;
+  auto it = m.outstanding.find(id);
+  if (it != m.outstanding.end() && --it->second == 0) m.outstanding.erase(it);
+}
+
+uint64_t PlanGroup::LookaheadLimit(const Member& m, bool budget_full) const {
+  const uint64_t lookahead = std::max(options_.lookahead, m.window);
+  const uint64_t floor = std::min(options_.min_lookahead, lookahead);
+  if (budget_full) return floor;
+  return std::clamp<uint64_t>(2 * m.done, floor, lookahead);
+}
+
+bool PlanGroup::Wants(const Member& m, uint64_t below) {
+  return !m.paused && m.planned < m.subset_size && m.planned - m.done < below;
+}
+
+void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
+  std::lock_guard lock(mu_);
+  // The committed bytes as the cache last saw them, plus this call's picks.
+  uint64_t committed = budget.committed;
+  bool low = false;
+  for (const auto& [job, m] : members_) {
+    if (Wants(m, LookaheadLimit(m, committed >= budget.budget) / 2 + 1)) low = true;
+  }
+  if (!low) return;
+  std::vector<JobHandle> participants;
+  std::vector<Pick> round;
+  std::vector<SampleId> distinct;
+  for (;;) {
+    participants.clear();
+    for (const auto& [job, m] : members_) {
+      if (Wants(m, LookaheadLimit(m, committed >= budget.budget))) participants.push_back(job);
+    }
+    if (participants.empty()) return;
+    round.clear();
+    planner_->Round(participants, &round);
+    if (round.empty()) return;
+    distinct.clear();
+    for (const Pick& pick : round) {
+      Member& m = members_.at(pick.job);
+      ++m.planned;
+      ++m.outstanding[pick.id];
+      picks->push_back(pick);
+      if (std::find(distinct.begin(), distinct.end(), pick.id) == distinct.end()) {
+        distinct.push_back(pick.id);
+      }
+    }
+    committed += distinct.size() * budget.per_sample;
+  }
+}
+
+void PlanGroup::NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> counts) const {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t count = planner_->RefCount(ids[i]);
+    for (const auto& [job, m] : members_) count += m.outstanding.count(ids[i]) ? 1 : 0;
+    counts[i] = count;
+  }
+}
+
+uint64_t PlanGroup::SharedPicks(JobHandle job) const {
+  std::lock_guard lock(mu_);
+  return planner_->SharedPicks(job);
+}
+
+PlannerStats PlanGroup::Stats() const {
+  std::lock_guard lock(mu_);
+  return planner_->Stats();
+}
+
+size_t PlanGroup::jobs() const {
+  std::lock_guard lock(mu_);
+  return members_.size();
+}
+
+}  // namespace joaderfs

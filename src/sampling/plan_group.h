@@ -1,0 +1,112 @@
+// PlanGroup: the jobs of one output size (they can share decoded samples),
+// the planner that orders them, and the cadence that decides when they plan.
+//
+// Cadence. Each job keeps up to `lookahead` picks planned ahead of its
+// readers (at least its window, so completion-order delivery has a whole
+// window in flight). A round runs only when some job has fallen to half its
+// lookahead, and then every job below its lookahead takes part: jobs at the
+// same pace plan in the same rounds, and the planner copies picks across
+// rounds for the jitter that remains (dependent_planner.h); a slow job with
+// a full queue stays out (partial sampling) and holds nobody back. How far
+// ahead a job plans starts small each epoch and doubles with what it has
+// read (like TCP's slow start): a job that starts a moment before another
+// would otherwise plan a whole lookahead alone. Planned samples are pinned
+// in the RAM tier until done, so once pinned bytes reach the budget jobs
+// plan only `min_lookahead` ahead, enough to keep the decode threads busy.
+//
+// The same class drives the daemon (jobs/job_manager.h) and the simulator
+// (tools/sim), so the simulator replays the daemon's real cadence.
+//
+// Thread-safe: one mutex of its own, a leaf of the lock order (it calls
+// nothing outside while holding it), so the cache tiers may ask NeedCounts
+// under their own locks.
+
+#ifndef JOADERFS_SAMPLING_PLAN_GROUP_H_
+#define JOADERFS_SAMPLING_PLAN_GROUP_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include <roaring/roaring.hh>
+
+#include "common/ranked_mutex.h"
+#include "sampling/planner.h"
+
+namespace joaderfs {
+
+struct CadenceOptions {
+  uint64_t lookahead = 128;
+  // What a job may always plan ahead, even when planned samples fill the
+  // RAM budget.
+  uint64_t min_lookahead = 8;
+};
+
+// What the RAM tier says about its budget when a group plans.
+struct BudgetView {
+  uint64_t committed = 0;   // bytes that planned samples pin
+  uint64_t budget = 0;      // the RAM tier's budget
+  uint64_t per_sample = 0;  // bytes of one sample of this group
+};
+
+class PlanGroup {
+ public:
+  PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options);
+  PlanGroup(const PlanGroup&) = delete;
+  PlanGroup& operator=(const PlanGroup&) = delete;
+
+  uint32_t size() const { return size_; }
+
+  // Adds a job needing every id of `subset` (not empty), in its epoch 0.
+  JobHandle AddJob(const Roaring& subset, uint64_t window);
+  // Removes the job: what it planned and what it still needed.
+  void RemoveJob(JobHandle job);
+  // Starts the job's next epoch. REQUIRES: its epoch is done.
+  void StartEpoch(JobHandle job);
+  // A paused job (no reader for a long time) takes part in no round.
+  void SetPaused(JobHandle job, bool paused);
+  // One planned sample of the job's epoch was delivered or skipped.
+  void Done(JobHandle job, SampleId id);
+
+  // Runs rounds while some job has fallen to half its lookahead and appends
+  // every pick, in order; each job's picks are its next positions.
+  void Plan(const BudgetView& budget, std::vector<Pick>* picks);
+
+  // How many jobs still need each id in their current epoch, counting picks
+  // planned and not yet done.
+  void NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> counts) const;
+
+  uint64_t SharedPicks(JobHandle job) const;
+  PlannerStats Stats() const;
+  size_t jobs() const;
+
+ private:
+  struct Member {
+    uint64_t subset_size = 0;
+    uint64_t window = 0;
+    uint64_t planned = 0;  // picks this epoch
+    uint64_t done = 0;     // delivered or skipped this epoch
+    bool paused = false;
+    // Picked and not yet done, by id (an id is picked once per epoch, but a
+    // new epoch may begin before the last one's samples are all done).
+    std::unordered_map<SampleId, uint32_t> outstanding;
+  };
+
+  uint64_t LookaheadLimit(const Member& m, bool budget_full) const;
+  static bool Wants(const Member& m, uint64_t below);
+
+  const uint32_t size_;
+  const CadenceOptions options_;
+
+  mutable RankedMutex<LockRank::kPlanGroup> mu_;
+  std::unique_ptr<Planner> planner_;                  // GUARDED_BY(mu_)
+  std::map<JobHandle, Member> members_;               // GUARDED_BY(mu_)
+  JobHandle next_handle_ = 0;                         // GUARDED_BY(mu_)
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_SAMPLING_PLAN_GROUP_H_
