@@ -99,5 +99,41 @@ TEST(SimOrders, SameSeedSameOrders) {
             SimulateOrders(jobs, Sampler::kDependent, 2, 10));
 }
 
+// The daemon's cadence with jittered readers and a RAM tier of 5% of the
+// ids: identical jobs decode each id once (rounds alone, without copying
+// picks across rounds, decoded each about twice here as in the daemon).
+TEST(SimCadence, IdenticalJobsDecodeOnceAtFivePercent) {
+  const auto jobs = Jobs("0-1999;0-1999;0-1999;0-1999");
+  CadenceSim sim;
+  sim.ram = 100;
+  const MissCount dsa = SimulateCadence(jobs, Sampler::kDependent, sim, 1);
+  EXPECT_EQ(dsa.requests, 8000u);
+  EXPECT_EQ(dsa.union_size, 2000u);
+  EXPECT_LE(dsa.misses, 2040u);
+  const MissCount isa = SimulateCadence(jobs, Sampler::kIndependent, sim, 1);
+  EXPECT_GT(isa.misses, 3 * dsa.misses);
+}
+
+TEST(SimCadence, StaggeredJobsMissBetweenUnionAndRequests) {
+  auto jobs = Jobs("0-999;0-999;0-999");
+  jobs[1].start = 300;
+  jobs[2].start = 600;
+  CadenceSim sim;
+  sim.ram = 50;
+  const MissCount count = SimulateCadence(jobs, Sampler::kDependent, sim, 2);
+  EXPECT_EQ(count.requests, 3000u);
+  EXPECT_GE(count.misses, count.union_size);
+  EXPECT_LT(count.misses, count.requests);
+}
+
+TEST(SimCadence, SameSeedSameMisses) {
+  auto jobs = Jobs("0-999;sample:0-1332:800:3");
+  jobs[1].speed = 2;
+  CadenceSim sim;
+  sim.ram = 40;
+  EXPECT_EQ(SimulateCadence(jobs, Sampler::kDependent, sim, 5).misses,
+            SimulateCadence(jobs, Sampler::kDependent, sim, 5).misses);
+}
+
 }  // namespace
 }  // namespace joaderfs

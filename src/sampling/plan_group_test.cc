@@ -1,0 +1,142 @@
+// The planning cadence (plan_group.h): when rounds run and who takes part,
+// slow start, the budget floor, and the need counts the cache tiers read.
+
+#include "sampling/plan_group.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "sampling/id_sets.h"
+
+namespace joaderfs {
+namespace {
+
+constexpr BudgetView kRoomy{0, 1000, 1};
+
+PlanGroup MakeGroup(uint64_t lookahead, uint64_t min_lookahead) {
+  CadenceOptions cadence;
+  cadence.lookahead = lookahead;
+  cadence.min_lookahead = min_lookahead;
+  return PlanGroup(32, NewDependentPlanner(1), cadence);
+}
+
+std::map<JobHandle, int> CountByJob(const std::vector<Pick>& picks) {
+  std::map<JobHandle, int> n;
+  for (const Pick& p : picks) ++n[p.job];
+  return n;
+}
+
+TEST(PlanGroup, SlowStartThenFullLookahead) {
+  PlanGroup group = MakeGroup(16, 2);
+  const JobHandle a = group.AddJob(IdRange(0, 999), 1);
+  std::vector<Pick> picks;
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(picks.size(), 2u) << "a fresh epoch plans only the floor";
+  for (const Pick& p : picks) group.Done(a, p.id);
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(picks.size(), 4u) << "then twice what it has read";
+  for (int i = 0; i < 10; ++i) {
+    for (const Pick& p : picks) group.Done(a, p.id);
+    picks.clear();
+    group.Plan(kRoomy, &picks);
+  }
+  EXPECT_EQ(picks.size(), 16u) << "and at most the lookahead";
+  // A window wider than the lookahead raises it: a whole window in flight.
+  const JobHandle wide = group.AddJob(IdRange(0, 999), 40);
+  for (int i = 0; i < 10; ++i) {
+    for (const Pick& p : picks) group.Done(p.job, p.id);
+    picks.clear();
+    group.Plan(kRoomy, &picks);
+  }
+  EXPECT_EQ(CountByJob(picks)[wide], 40);
+}
+
+TEST(PlanGroup, FullBudgetPlansOnlyTheFloor) {
+  PlanGroup group = MakeGroup(16, 3);
+  const JobHandle a = group.AddJob(IdRange(0, 99), 1);
+  std::vector<Pick> picks;
+  for (int i = 0; i < 5; ++i) {  // past slow start
+    for (const Pick& p : picks) group.Done(a, p.id);
+    picks.clear();
+    group.Plan(kRoomy, &picks);
+  }
+  for (const Pick& p : picks) group.Done(a, p.id);
+  picks.clear();
+  group.Plan({1000, 1000, 1}, &picks);
+  EXPECT_EQ(picks.size(), 3u);
+}
+
+TEST(PlanGroup, RoundsWaitForHalfTheLookaheadAndTakeEveryoneBelowIt) {
+  PlanGroup group = MakeGroup(8, 8);
+  const JobHandle a = group.AddJob(IdRange(0, 99), 1);
+  const JobHandle b = group.AddJob(IdRange(0, 99), 1);
+  std::vector<Pick> picks;
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 8}, {b, 8}}));
+  // a reads 3: above half its lookahead, no round.
+  std::vector<SampleId> a_ids, b_ids;
+  for (const Pick& p : picks) (p.job == a ? a_ids : b_ids).push_back(p.id);
+  for (int i = 0; i < 3; ++i) group.Done(a, a_ids[i]);
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_TRUE(picks.empty());
+  // a reads 2 more (at half): a round, which b (full) stays out of.
+  group.Done(a, a_ids[3]);
+  group.Done(a, a_ids[4]);
+  group.Done(b, b_ids[0]);
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 5}, {b, 1}}));
+}
+
+TEST(PlanGroup, PausedJobsDoNotPlan) {
+  PlanGroup group = MakeGroup(8, 8);
+  const JobHandle a = group.AddJob(IdRange(0, 99), 1);
+  group.SetPaused(a, true);
+  std::vector<Pick> picks;
+  group.Plan(kRoomy, &picks);
+  EXPECT_TRUE(picks.empty());
+  group.SetPaused(a, false);
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(picks.size(), 8u);
+}
+
+TEST(PlanGroup, NeedCountsIncludePlannedSamplesUntilDone) {
+  PlanGroup group = MakeGroup(4, 4);
+  const JobHandle a = group.AddJob(IdRange(0, 9), 1);
+  group.AddJob(IdRange(0, 9), 1);
+  std::vector<Pick> picks;
+  group.Plan(kRoomy, &picks);
+  const SampleId id = picks[0].id;
+  uint32_t count = 0;
+  group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+  EXPECT_EQ(count, 2u) << "picked by both, delivered to neither";
+  group.Done(a, id);
+  group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+  EXPECT_EQ(count, 1u);
+  const SampleId unknown = 77;
+  group.NeedCounts(std::span(&unknown, 1), std::span(&count, 1));
+  EXPECT_EQ(count, 0u);
+}
+
+TEST(PlanGroup, EpochsEndAndRestart) {
+  PlanGroup group = MakeGroup(64, 64);
+  const JobHandle a = group.AddJob(IdRange(0, 9), 1);
+  std::vector<Pick> picks;
+  group.Plan(kRoomy, &picks);
+  ASSERT_EQ(picks.size(), 10u);
+  std::vector<Pick> more;
+  group.Plan(kRoomy, &more);
+  EXPECT_TRUE(more.empty()) << "the epoch is planned";
+  for (const Pick& p : picks) group.Done(a, p.id);
+  group.StartEpoch(a);
+  group.Plan(kRoomy, &more);
+  EXPECT_EQ(more.size(), 10u);
+}
+
+}  // namespace
+}  // namespace joaderfs
