@@ -8,7 +8,7 @@
 #include <ctime>
 #include <vector>
 
-#include "common/json.h"
+#include "fs/render.h"
 #include "jobs/spec.h"
 
 namespace joaderfs {
@@ -384,11 +384,15 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
         s = Status::Permission("read-only file");
         break;
       }
-      if (file->node == Node::kReadme) file->content = RenderReadme();
-      if (file->node == Node::kStats) file->content = jobs_->StatsJson();
-      if (file->node == Node::kInfo) file->content = RenderInfo();
-      if (file->node == Node::kManifest) file->content = RenderManifest();
-      if (file->node == Node::kStatus) s = jobs_->JobStatusJson(file->job, &file->content);
+      if (file->node == Node::kReadme) file->content = RenderReadme(*catalog_);
+      if (file->node == Node::kStats) file->content = RenderStats(jobs_->Stats());
+      if (file->node == Node::kInfo) file->content = RenderInfo(*catalog_, default_size_);
+      if (file->node == Node::kManifest) file->content = RenderManifest(*catalog_);
+      if (file->node == Node::kStatus) {
+        JobStatus status;
+        s = jobs_->GetJobStatus(file->job, &status);
+        if (s.ok()) file->content = RenderJobStatus(status);
+      }
       break;
   }
   if (!s.ok()) {
@@ -478,60 +482,6 @@ void Filesystem::Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   std::unique_ptr<OpenFile> file(reinterpret_cast<OpenFile*>(fi->fh));
   if (file->reader) jobs_->CloseReader(file->reader);
   fuse_reply_err(req, 0);
-}
-
-std::string Filesystem::RenderInfo() const {
-  JsonWriter w;
-  w.BeginObject()
-      .Field("source", catalog_->source())
-      .Field("samples", static_cast<uint64_t>(catalog_->size()))
-      .Field("classes", catalog_->num_classes())
-      .Field("size", default_size_)
-      .EndObject();
-  return w.Finish();
-}
-
-std::string Filesystem::RenderManifest() const {
-  std::string out;
-  out.reserve(catalog_->size() * 40);
-  for (SampleId id = 0; id < catalog_->size(); ++id) {
-    out += std::to_string(id);
-    out += '\t';
-    out += std::to_string(catalog_->label(id));
-    out += '\t';
-    out += catalog_->relpath(id);
-    out += '\n';
-  }
-  return out;
-}
-
-std::string Filesystem::RenderReadme() const {
-  return "joaderfs " JOADERFS_VERSION " - decoded samples of " + catalog_->source() +
-         ", shared between training jobs.\n"
-         "\n"
-         "Make a job, optionally give it a spec, then read its stream:\n"
-         "\n"
-         "  mkdir jobs/myjob\n"
-         "  echo 'subset=classes:0-9 size=224 epochs=10' > jobs/myjob/spec\n"
-         "  python train.py --data jobs/myjob/next\n"
-         "\n"
-         "Spec keys (write before the first read of next; each write holds whole pairs):\n"
-         "  subset=all | classes:A-B[,C-D...] | range:A-B | random:F:SEED\n"
-         "  size=N     shorter side resized to N, centre crop N x N; 0 keeps the original\n"
-         "  epochs=N   EOF for good after N epochs (default unlimited)\n"
-         "  window=W   deliver in completion order within W positions (default 64, 1 = strict)\n"
-         "jobs/<id>/ids takes newline-separated sample ids or relative paths instead of subset=.\n"
-         "\n"
-         "Each open() of next is one reader; the job's samples are divided among its open\n"
-         "readers. A reader gets EOF when the epoch is over; the next open() starts the next\n"
-         "epoch. rmdir jobs/<id> ends the job.\n"
-         "\n"
-         "Records (joaderfs-stream(5)): a 64-byte little-endian header - magic JSF1, header\n"
-         "size, sample id, label, epoch, flags, height, width, channels, dtype (1 = uint8),\n"
-         "payload bytes - then HWC RGB uint8 pixels, zero-padded to a multiple of 64 bytes.\n"
-         "\n"
-         "Other files: stats (JSON counters), dataset/info, dataset/manifest (id, label, path),\n"
-         "jobs/<id>/status (JSON). See joaderfs(8).\n";
 }
 
 }  // namespace joaderfs

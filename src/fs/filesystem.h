@@ -47,9 +47,6 @@ class Filesystem {
   Node Resolve(fuse_ino_t ino, std::string* job) const;
   fuse_ino_t JobInode(const std::string& job);
   bool Attr(fuse_ino_t ino, struct stat* st) const;
-  std::string RenderReadme() const;
-  std::string RenderInfo() const;
-  std::string RenderManifest() const;
 
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
   void Getattr(fuse_req_t req, fuse_ino_t ino);

@@ -1,20 +1,21 @@
-// JobManager: every job of the mount, its spec, its readers and its stream.
+// JobManager: every job of the mount, its spec and its readers: the thin
+// layer that joins the parts of the data path.
 //
-// A job reads a subset of the catalog epoch after epoch. Its order comes
-// from the planning group of its output size (sampling/plan_group.h), which
-// also decides how far ahead it plans; planned ids are requested from the
-// cache ahead of the readers, and delivered to whichever open reader asks
-// next. Within
-// each window of `window` consecutive positions samples are delivered in the
-// order they become ready (RINAS), so one slow image does not stall the rest.
+// A job reads a subset of the catalog epoch after epoch. Its order and how
+// far ahead it plans come from the planning group of its output size
+// (sampling/plan_group.h); its epoch's positions, window and delivery state
+// are a JobStream (jobs/job_stream.h); planned samples are pinned in the
+// RAM tier (cache/sample_cache.h) until done; each reader's unread records
+// are a RecordQueue (jobs/record_queue.h), which frames replies.
 //
 // This is the FUSE-free core of the filesystem: the fs/ layer maps paths to
-// these calls and Status codes to errno.
+// these calls and Status codes to errno, and renders the snapshots below.
 //
 // Thread-safe. Read() never blocks: it replies at once, or later from the
-// thread that makes data ready. Replies and cache calls run without the
-// manager's lock; the planning groups are called under it (they rank below
-// it, common/ranked_mutex.h).
+// thread that makes data ready. Replies and cache calls run after the
+// manager's lock is dropped (the cache's callbacks re-enter the manager);
+// the planning groups are called under it (they rank below it,
+// common/ranked_mutex.h).
 
 #ifndef JOADERFS_JOBS_JOB_MANAGER_H_
 #define JOADERFS_JOBS_JOB_MANAGER_H_
@@ -34,10 +35,10 @@
 
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
-#include "common/ranked_mutex.h"
 #include "sampling/plan_groups.h"
 
 namespace joaderfs {
@@ -45,6 +46,35 @@ namespace joaderfs {
 struct JobManagerOptions {
   uint32_t default_size = 224;
   std::chrono::seconds idle_timeout{600};
+};
+
+// A job's `status` file. Between epochs it describes the epoch that ended.
+struct JobStatus {
+  uint64_t epoch = 0;
+  uint64_t delivered = 0;  // this epoch
+  uint64_t remaining = 0;  // this epoch
+  uint64_t subset_size = 0;
+  uint64_t readers = 0;
+  bool running = false;
+  uint64_t epochs_completed = 0;
+  uint64_t skipped = 0;  // this epoch
+  uint64_t delivered_total = 0;
+  uint32_t size = 0;
+  uint32_t window = 0;
+  uint64_t shared_picks = 0;
+  uint32_t owner = 0;
+};
+
+// Everything `/stats` shows, taken at one moment per part.
+struct MountStats {
+  CacheStats cache;
+  DiskCacheStats disk;
+  unsigned decode_threads = 0;
+  uint64_t decode_queue = 0;
+  double decode_busy_seconds = 0;
+  uint64_t delivered = 0;
+  PlannerStats planner;
+  std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
 };
 
 class JobManager {
@@ -85,8 +115,8 @@ class JobManager {
   // soon as it is issued if it has not reached Read() yet.
   void Interrupt(ReaderId reader, uint64_t token);
 
-  Status JobStatusJson(const std::string& name, std::string* json) const;
-  std::string StatsJson() const;
+  Status GetJobStatus(const std::string& name, JobStatus* status) const;
+  MountStats Stats() const;
 
   // Releases the planned samples of jobs without readers for longer than
   // the idle timeout. Called periodically.
@@ -99,16 +129,17 @@ class JobManager {
 
   Job* FindJob(const std::string& name) const;
   Status CheckWritableLocked(const Job* job, uint32_t uid) const;
+  JobStatus StatusLocked(const Job& job) const;
   void StartEpoch(Job* job, Actions* actions);
   void Plan(PlanGroup* group, Actions* actions);
-  void RequestSlot(Job* job, uint64_t position, Actions* actions);
-  void ReleaseSlots(Job* job, Actions* actions);
+  void RequestPosition(Job* job, uint64_t position, Actions* actions);
+  void ReleasePins(Job* job, Actions* actions);
   void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
-  void MarkDone(Job* job, uint64_t position, Actions* actions);
-  void AdvanceWindow(Job* job);
+  // Releases what the job's stream finished, reports it to the planner and
+  // tops up the plans.
+  void AfterDone(Job* job, Actions* actions);
   void ServeWaiters(Job* job, Actions* actions);
   bool TryServe(Reader* reader, Actions* actions);
-  void EndEpoch(Job* job);
   bool ReaderAtEof(const Reader* reader) const;
   // Bytes of one sample at output size `size`.
   uint64_t SampleBytes(uint32_t size) const;
@@ -121,14 +152,14 @@ class JobManager {
   const JobSpec default_spec_;
 
   mutable RankedMutex<LockRank::kJobManager> mu_;
-  std::map<std::string, std::unique_ptr<Job>> jobs_;        // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, Job*> jobs_by_serial_;       // GUARDED_BY(mu_)
+  std::map<std::string, std::unique_ptr<Job>> jobs_;               // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, Job*> jobs_by_serial_;              // GUARDED_BY(mu_)
   std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_;  // GUARDED_BY(mu_)
   // Jobs taking part in planning, by group and handle.
   std::map<std::pair<const PlanGroup*, JobHandle>, Job*> planning_;  // GUARDED_BY(mu_)
-  uint64_t next_serial_ = 1;                                // GUARDED_BY(mu_)
-  ReaderId next_reader_ = 1;                                // GUARDED_BY(mu_)
-  uint64_t delivered_ = 0;                                  // GUARDED_BY(mu_)
+  uint64_t next_serial_ = 1;                                       // GUARDED_BY(mu_)
+  ReaderId next_reader_ = 1;                                       // GUARDED_BY(mu_)
+  uint64_t delivered_ = 0;                                         // GUARDED_BY(mu_)
 };
 
 }  // namespace joaderfs

@@ -5,6 +5,7 @@
 #include "jobs/job_manager.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "fs/render.h"
 #include "jobs/record.h"
 #include "loader/decoder.h"
 #include "testing/test_util.h"
@@ -40,132 +42,13 @@ using testing::WriteNoiseImage;
 ::testing::Environment* const kDecoderEnvironment =
     testing::AddDecoderEnvironment("job_manager_test");
 
-// --- A minimal JSON reader for the status documents (objects, numbers,
-// strings, booleans, null), strict enough to catch malformed output.
-struct Json {
-  enum class Kind { kNull, kBool, kNumber, kString, kObject };
-  Kind kind = Kind::kNull;
-  bool boolean = false;
-  double number = 0;
-  std::string string;
-  std::map<std::string, Json> object;
-
-  bool Has(const std::string& key) const { return object.count(key) > 0; }
-  const Json& operator[](const std::string& key) const {
-    static const Json kMissing;
-    auto it = object.find(key);
-    return it == object.end() ? kMissing : it->second;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view text) : s_(text) {}
-  bool ParseDocument(Json* out) {
-    if (!Value(out)) return false;
-    Space();
-    return i_ == s_.size();
-  }
-
- private:
-  void Space() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool Literal(std::string_view word) {
-    if (s_.substr(i_, word.size()) != word) return false;
-    i_ += word.size();
-    return true;
-  }
-  bool String(std::string* out) {
-    if (i_ >= s_.size() || s_[i_] != '"') return false;
-    ++i_;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c == '\\') {
-        if (i_ >= s_.size()) return false;
-        c = s_[i_++];
-        if (c == 'u') {
-          if (i_ + 4 > s_.size()) return false;
-          out->push_back(static_cast<char>(std::stoi(std::string(s_.substr(i_, 4)), nullptr, 16)));
-          i_ += 4;
-          continue;
-        }
-        if (c == 'n')
-          c = '\n';
-        else if (c == 't')
-          c = '\t';
-        else if (c != '"' && c != '\\' && c != '/')
-          return false;
-      }
-      out->push_back(c);
-    }
-    if (i_ >= s_.size()) return false;
-    ++i_;
-    return true;
-  }
-  bool Value(Json* out) {
-    Space();
-    if (i_ >= s_.size()) return false;
-    const char c = s_[i_];
-    if (c == '{') {
-      ++i_;
-      out->kind = Json::Kind::kObject;
-      Space();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        return true;
-      }
-      for (;;) {
-        Space();
-        std::string key;
-        if (!String(&key)) return false;
-        Space();
-        if (i_ >= s_.size() || s_[i_++] != ':') return false;
-        if (out->object.count(key)) return false;  // duplicate key
-        if (!Value(&out->object[key])) return false;
-        Space();
-        if (i_ >= s_.size()) return false;
-        if (s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (s_[i_] == '}') {
-          ++i_;
-          return true;
-        }
-        return false;
-      }
-    }
-    if (c == '"') {
-      out->kind = Json::Kind::kString;
-      return String(&out->string);
-    }
-    if (Literal("true") || Literal("false")) {
-      out->kind = Json::Kind::kBool;
-      out->boolean = s_[i_ - 1 - 3] == 't';  // "true" is four letters long
-      return true;
-    }
-    if (Literal("null")) return true;
-    const size_t start = i_;
-    if (s_[i_] == '-') ++i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
-                              s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-')) {
-      ++i_;
-    }
-    if (i_ == start) return false;
-    out->kind = Json::Kind::kNumber;
-    out->number = std::stod(std::string(s_.substr(start, i_ - start)));
-    return true;
-  }
-
-  std::string_view s_;
-  size_t i_ = 0;
-};
+// The status documents, parsed by nlohmann-json (a parse error fails the
+// test with the text).
+using Json = nlohmann::json;
 
 Json ParseJsonOrFail(const std::string& text) {
-  Json j;
-  EXPECT_TRUE(JsonParser(text).ParseDocument(&j)) << "not JSON: " << text;
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << text;
   return j;
 }
 
@@ -384,11 +267,13 @@ class JobManagerTest : public ::testing::Test {
   }
 
   Json JobStatus(const std::string& name) {
-    std::string text;
-    const Status s = jobs_->JobStatusJson(name, &text);
+    joaderfs::JobStatus status;
+    const Status s = jobs_->GetJobStatus(name, &status);
     EXPECT_TRUE(s.ok()) << s.message();
-    return ParseJsonOrFail(text);
+    return ParseJsonOrFail(RenderJobStatus(status));
   }
+
+  Json Stats() { return ParseJsonOrFail(RenderStats(jobs_->Stats())); }
 
   // Waits until no decode is queued or running.
   void WaitForLoads() {
@@ -461,7 +346,7 @@ TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
   EXPECT_NE(text.find("subset=all\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("epochs=2"), std::string::npos) << text;
   EXPECT_NE(text.find("window=4\n"), std::string::npos) << text;
-  EXPECT_EQ(JobStatus("j")["subset_size"].number, 24);
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 24);
 }
 
 TEST_F(JobManagerTest, BadSpecIsRejectedAndKeepsTheOldOne) {
@@ -476,7 +361,7 @@ TEST_F(JobManagerTest, BadSpecIsRejectedAndKeepsTheOldOne) {
   std::string after;
   ASSERT_TRUE(jobs_->GetSpec("j", &after).ok());
   EXPECT_EQ(after, before);
-  EXPECT_EQ(JobStatus("j")["subset_size"].number, 8);
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 8);
 }
 
 TEST_F(JobManagerTest, UnknownJob) {
@@ -486,7 +371,8 @@ TEST_F(JobManagerTest, UnknownJob) {
   EXPECT_EQ(jobs_->SetSpec("x", kOwner, "size=8").code(), Status::Code::kNotFound);
   EXPECT_EQ(jobs_->SetIds("x", kOwner, "1\n").code(), Status::Code::kNotFound);
   EXPECT_EQ(jobs_->CheckWritable("x", kOwner).code(), Status::Code::kNotFound);
-  EXPECT_EQ(jobs_->JobStatusJson("x", &text).code(), Status::Code::kNotFound);
+  joaderfs::JobStatus status;
+  EXPECT_EQ(jobs_->GetJobStatus("x", &status).code(), Status::Code::kNotFound);
   JobManager::ReaderId reader;
   EXPECT_EQ(jobs_->OpenReader("x", &reader).code(), Status::Code::kNotFound);
 }
@@ -505,7 +391,8 @@ TEST_F(JobManagerTest, OnlyTheOwnerOrRootWritesTheSpec) {
   ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
   EXPECT_NE(text.find("size=12\n"), std::string::npos) << text;
   // Other users may still read.
-  EXPECT_TRUE(jobs_->JobStatusJson("j", &text).ok());
+  joaderfs::JobStatus status;
+  EXPECT_TRUE(jobs_->GetJobStatus("j", &status).ok());
 }
 
 TEST_F(JobManagerTest, SpecIsFixedAfterTheFirstRead) {
@@ -592,7 +479,7 @@ TEST_F(JobManagerTest, ReadsMayStopInsideARecord) {
     const auto records = ParseRecords(bytes);
     EXPECT_EQ(Sorted(IdsOf(records)), Iota(16, 23)) << "max " << max;
     if (max == 100) {
-      ASSERT_EQ(JobStatus("j")["epoch"].number, 0);
+      ASSERT_EQ(JobStatus("j")["epoch"].get<double>(), 0);
       jobs_->CloseReader(reader);
       const auto next = Open("j");
       // Continue with the next epoch on a fresh reader, one byte at a time.
@@ -618,7 +505,7 @@ TEST_F(JobManagerTest, SeveralReadersSplitTheEpoch) {
   constexpr int kReaders = 3;
   std::vector<JobManager::ReaderId> readers;
   for (int i = 0; i < kReaders; ++i) readers.push_back(Open("j"));
-  EXPECT_EQ(JobStatus("j")["readers"].number, kReaders);
+  EXPECT_EQ(JobStatus("j")["readers"].get<double>(), kReaders);
   std::vector<std::string> streams(kReaders);
   std::vector<int> eofs(kReaders, 0);
   std::vector<std::thread> threads;
@@ -640,8 +527,8 @@ TEST_F(JobManagerTest, SeveralReadersSplitTheEpoch) {
   }
   EXPECT_EQ(Sorted(all), Iota(0, 23)) << "every id exactly once over all readers";
   const Json status = JobStatus("j");
-  EXPECT_EQ(status["delivered"].number, 24);
-  EXPECT_EQ(status["remaining"].number, 0);
+  EXPECT_EQ(status["delivered"].get<double>(), 24);
+  EXPECT_EQ(status["remaining"].get<double>(), 0);
 }
 
 TEST_F(JobManagerTest, ClosedReaderLeavesThePositionToTheNext) {
@@ -651,7 +538,7 @@ TEST_F(JobManagerTest, ClosedReaderLeavesThePositionToTheNext) {
   const auto head = ReadRecords(first, 3);
   ASSERT_EQ(head.size(), 3u);
   jobs_->CloseReader(first);
-  EXPECT_EQ(JobStatus("j")["readers"].number, 0);
+  EXPECT_EQ(JobStatus("j")["readers"].get<double>(), 0);
   const auto second = Open("j");
   const auto tail = ParseRecords(ReadToEof(second, kBig));
   std::vector<SampleId> all = IdsOf(head);
@@ -667,9 +554,9 @@ TEST_F(JobManagerTest, EofThenANewReaderStartsTheNextEpoch) {
   const auto epoch0 = ParseRecords(ReadToEof(r0, kBig));
   EXPECT_EQ(Sorted(IdsOf(epoch0)), Iota(8, 15));
   Json status = JobStatus("j");
-  EXPECT_EQ(status["epoch"].number, 0);
-  EXPECT_EQ(status["delivered"].number, 8);
-  EXPECT_EQ(status["remaining"].number, 0);
+  EXPECT_EQ(status["epoch"].get<double>(), 0);
+  EXPECT_EQ(status["delivered"].get<double>(), 8);
+  EXPECT_EQ(status["remaining"].get<double>(), 0);
 
   const auto r1 = Open("j");
   const auto epoch1 = ParseRecords(ReadToEof(r1, kBig));
@@ -686,8 +573,8 @@ TEST_F(JobManagerTest, EofThenANewReaderStartsTheNextEpoch) {
   EXPECT_EQ(Sorted(IdsOf(epoch2)), Iota(8, 15));
   for (const Record& r : epoch2) EXPECT_EQ(r.header.epoch, 2u);
   status = JobStatus("j");
-  EXPECT_EQ(status["epoch"].number, 2);
-  EXPECT_EQ(status["epochs_completed"].number, 3);
+  EXPECT_EQ(status["epoch"].get<double>(), 2);
+  EXPECT_EQ(status["epochs_completed"].get<double>(), 3);
 }
 
 TEST_F(JobManagerTest, EpochLimitGivesEofForGood) {
@@ -703,7 +590,7 @@ TEST_F(JobManagerTest, EpochLimitGivesEofForGood) {
     EXPECT_TRUE(reply->bytes.empty()) << "reader " << i << " after the last epoch";
     jobs_->CloseReader(r);
   }
-  EXPECT_EQ(JobStatus("j")["epochs_completed"].number, 1);
+  EXPECT_EQ(JobStatus("j")["epochs_completed"].get<double>(), 1);
 }
 
 TEST_F(JobManagerTest, TwoEpochsThenEof) {
@@ -722,7 +609,7 @@ TEST_F(JobManagerTest, IdsFileSubset) {
   EXPECT_EQ(jobs_->SetIds("j", kOwner, "").code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(jobs_->SetIds("j", kOwner, "3\n99\n").code(), Status::Code::kInvalidArgument);
   ASSERT_TRUE(jobs_->SetIds("j", kOwner, "3\nc2/img5.jpg\n\n17\n").ok());
-  EXPECT_EQ(JobStatus("j")["subset_size"].number, 3);
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 3);
   const auto records = ParseRecords(ReadToEof(Open("j"), kBig));
   EXPECT_EQ(Sorted(IdsOf(records)), (std::vector<SampleId>{3, 17, 21}));
 }
@@ -943,39 +830,39 @@ TEST_F(JobManagerTest, StatusJsonFields) {
   Build();
   MakeJob("j", "subset=classes:1 window=4");
   Json s = JobStatus("j");
-  ASSERT_EQ(s.kind, Json::Kind::kObject);
+  ASSERT_EQ(s.is_object(), true);
   for (const char* key : {"epoch", "delivered", "remaining", "subset_size", "readers"}) {
-    EXPECT_EQ(s[key].kind, Json::Kind::kNumber) << key;
+    EXPECT_EQ(s[key].is_number(), true) << key;
   }
-  EXPECT_EQ(s["epoch"].number, 0);
-  EXPECT_EQ(s["delivered"].number, 0);
-  EXPECT_EQ(s["remaining"].number, 8);
-  EXPECT_EQ(s["subset_size"].number, 8);
-  EXPECT_EQ(s["readers"].number, 0);
+  EXPECT_EQ(s["epoch"].get<double>(), 0);
+  EXPECT_EQ(s["delivered"].get<double>(), 0);
+  EXPECT_EQ(s["remaining"].get<double>(), 8);
+  EXPECT_EQ(s["subset_size"].get<double>(), 8);
+  EXPECT_EQ(s["readers"].get<double>(), 0);
 
   const auto reader = Open("j");
-  EXPECT_EQ(JobStatus("j")["readers"].number, 1);
+  EXPECT_EQ(JobStatus("j")["readers"].get<double>(), 1);
   ASSERT_EQ(ReadRecords(reader, 3).size(), 3u);
   s = JobStatus("j");
-  EXPECT_EQ(s["delivered"].number, 3);
-  EXPECT_EQ(s["remaining"].number, 5);
-  EXPECT_EQ(s["epoch"].number, 0);
+  EXPECT_EQ(s["delivered"].get<double>(), 3);
+  EXPECT_EQ(s["remaining"].get<double>(), 5);
+  EXPECT_EQ(s["epoch"].get<double>(), 0);
 
   ReadToEof(reader, kBig);
   s = JobStatus("j");
-  EXPECT_EQ(s["delivered"].number, 8);
-  EXPECT_EQ(s["remaining"].number, 0);
-  EXPECT_EQ(s["epoch"].number, 0);
+  EXPECT_EQ(s["delivered"].get<double>(), 8);
+  EXPECT_EQ(s["remaining"].get<double>(), 0);
+  EXPECT_EQ(s["epoch"].get<double>(), 0);
   jobs_->CloseReader(reader);
-  EXPECT_EQ(JobStatus("j")["readers"].number, 0);
+  EXPECT_EQ(JobStatus("j")["readers"].get<double>(), 0);
 
   const auto next = Open("j");
   ASSERT_EQ(ReadRecords(next, 1).size(), 1u);
   s = JobStatus("j");
-  EXPECT_EQ(s["epoch"].number, 1);
-  EXPECT_EQ(s["delivered"].number, 1);
-  EXPECT_EQ(s["remaining"].number, 7);
-  EXPECT_EQ(s["subset_size"].number, 8);
+  EXPECT_EQ(s["epoch"].get<double>(), 1);
+  EXPECT_EQ(s["delivered"].get<double>(), 1);
+  EXPECT_EQ(s["remaining"].get<double>(), 7);
+  EXPECT_EQ(s["subset_size"].get<double>(), 8);
 }
 
 TEST_F(JobManagerTest, StatsJsonFields) {
@@ -984,25 +871,25 @@ TEST_F(JobManagerTest, StatsJsonFields) {
   MakeJob("b", "subset=range:0-3");
   ReadToEof(Open("a"), kBig);
   ReadToEof(Open("b"), kBig);
-  const Json s = ParseJsonOrFail(jobs_->StatsJson());
+  const Json s = Stats();
   for (const char* key : {"decoded", "delivered", "ram_hits", "disk_hits", "ram_bytes",
                           "ram_budget", "disk_bytes", "skipped"}) {
-    EXPECT_EQ(s[key].kind, Json::Kind::kNumber) << key;
+    EXPECT_EQ(s[key].is_number(), true) << key;
   }
-  EXPECT_EQ(s["delivered"].number, 12);
-  EXPECT_EQ(s["decoded"].number, 8) << "ids 0-3 are shared by both jobs at the same size";
-  EXPECT_EQ(s["skipped"].number, 0);
-  EXPECT_EQ(s["ram_budget"].number, 64 << 20);
-  EXPECT_EQ(s["ram_bytes"].number, 8 * kSize * kSize * 3);
-  ASSERT_EQ(s["jobs"].kind, Json::Kind::kObject);
-  EXPECT_EQ(s["jobs"].object.size(), 2u);
+  EXPECT_EQ(s["delivered"].get<double>(), 12);
+  EXPECT_EQ(s["decoded"].get<double>(), 8) << "ids 0-3 are shared by both jobs at the same size";
+  EXPECT_EQ(s["skipped"].get<double>(), 0);
+  EXPECT_EQ(s["ram_budget"].get<double>(), 64 << 20);
+  EXPECT_EQ(s["ram_bytes"].get<double>(), 8 * kSize * kSize * 3);
+  ASSERT_EQ(s["jobs"].is_object(), true);
+  EXPECT_EQ(s["jobs"].size(), 2u);
   const Json& a = s["jobs"]["a"];
-  EXPECT_EQ(a["epoch"].number, 0);
-  EXPECT_EQ(a["delivered"].number, 8);
-  EXPECT_EQ(a["remaining"].number, 0);
-  EXPECT_EQ(a["subset_size"].number, 8);
-  EXPECT_EQ(a["readers"].number, 1);
-  EXPECT_EQ(s["jobs"]["b"]["subset_size"].number, 4);
+  EXPECT_EQ(a["epoch"].get<double>(), 0);
+  EXPECT_EQ(a["delivered"].get<double>(), 8);
+  EXPECT_EQ(a["remaining"].get<double>(), 0);
+  EXPECT_EQ(a["subset_size"].get<double>(), 8);
+  EXPECT_EQ(a["readers"].get<double>(), 1);
+  EXPECT_EQ(s["jobs"]["b"]["subset_size"].get<double>(), 4);
 }
 
 TEST_F(JobManagerTest, IdleJobReleasesItsSamplesAndKeepsItsPosition) {
@@ -1064,9 +951,9 @@ class JobManagerSkipTest : public JobManagerTest {
         problems += " (expected 0-5 then the end); ";
         break;
       }
-      if (JobStatus("j")["skipped"].number != 2) problems += "status: skipped != 2; ";
+      if (JobStatus("j")["skipped"].get<double>() != 2) problems += "status: skipped != 2; ";
     }
-    if (ParseJsonOrFail(jobs_->StatsJson())["skipped"].number != 2) {
+    if (Stats()["skipped"].get<double>() != 2) {
       problems += "stats: skipped != 2; ";
     }
     return problems;

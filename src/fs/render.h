@@ -1,0 +1,27 @@
+// The small files of the tree, rendered from snapshots: /README,
+// /dataset/info, /dataset/manifest, /stats and /jobs/<id>/status
+// (DESIGN.md 2.2, 2.5). JSON through nlohmann-json, keys in a fixed order.
+//
+// Pure functions of their arguments; no FUSE, so tests render without a
+// mount.
+
+#ifndef JOADERFS_FS_RENDER_H_
+#define JOADERFS_FS_RENDER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "catalog/catalog.h"
+#include "jobs/job_manager.h"
+
+namespace joaderfs {
+
+std::string RenderReadme(const Catalog& catalog);
+std::string RenderInfo(const Catalog& catalog, uint32_t default_size);
+std::string RenderManifest(const Catalog& catalog);
+std::string RenderJobStatus(const JobStatus& status);
+std::string RenderStats(const MountStats& stats);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_FS_RENDER_H_

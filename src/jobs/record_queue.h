@@ -1,0 +1,60 @@
+// RecordQueue: the records handed to one reader of a job stream and not yet
+// read, and the framing of replies: a read may stop anywhere inside a
+// record and the next read continues it.
+//
+// A reply is a list of iovecs over the queue's headers, the samples' pixels
+// (never copied) and a shared block of zero padding; the Reply keeps all of
+// them alive until it is sent.
+//
+// Not thread-safe: its owner serialises calls.
+
+#ifndef JOADERFS_JOBS_RECORD_QUEUE_H_
+#define JOADERFS_JOBS_RECORD_QUEUE_H_
+
+#include <sys/uio.h>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "jobs/record.h"
+#include "loader/decoded_sample.h"
+
+namespace joaderfs {
+
+class RecordQueue {
+ public:
+  // The bytes of one reply, alive as long as this object.
+  struct Reply {
+    std::vector<SamplePtr> samples;
+    std::deque<std::array<uint8_t, kRecordHeaderSize>> headers;
+    std::vector<iovec> iov;
+  };
+
+  // Appends a whole record of `sample` under `header`.
+  void Push(SamplePtr sample, const RecordHeader& header);
+  bool empty() const { return pieces_.empty(); }
+  size_t records() const { return pieces_.size(); }
+
+  // Moves up to `max_bytes` (> 0) of the queue's front into a reply.
+  // REQUIRES: !empty().
+  std::shared_ptr<Reply> Take(uint64_t max_bytes);
+
+ private:
+  struct Piece {
+    SamplePtr sample;
+    std::array<uint8_t, kRecordHeaderSize> header;
+    uint64_t total = 0;   // header + payload + padding
+    uint64_t offset = 0;  // bytes already read
+  };
+  // Appends bytes [from, from + n) of `piece` to `reply`.
+  static void Append(const Piece& piece, uint64_t from, uint64_t n, Reply* reply);
+
+  std::deque<Piece> pieces_;
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_JOBS_RECORD_QUEUE_H_
