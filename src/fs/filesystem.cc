@@ -8,6 +8,7 @@
 #include <ctime>
 #include <vector>
 
+#include "common/printable.h"
 #include "fs/render.h"
 #include "jobs/spec.h"
 
@@ -59,11 +60,20 @@ void* PackInterrupt(uint64_t reader, uint64_t token) {
 struct Filesystem::OpenFile {
   Node node = Node::kNone;
   std::string job;
-  std::string content;        // rendered files; written bytes of spec and ids
+  std::string content;  // rendered files; spec: the bytes written; ids: a partial last line
   JobManager::ReaderId reader = 0;
-  size_t ids_checked = 0;     // ids: bytes of `content` already validated
+  Roaring ids;          // ids: the complete lines written so far
   bool wrote = false;
+  bool rejected = false;  // a write failed: the handle changes nothing any more
 };
+
+namespace {
+
+// What one handle of a control file may hold: specs are a few keys, an ids
+// line is one id or path.
+constexpr size_t kMaxIdsLine = 4096;
+
+}  // namespace
 
 // Trampolines from libfuse's C callbacks to the Filesystem.
 struct Ops {
@@ -78,6 +88,17 @@ struct Ops {
   }
   static void Mkdir(fuse_req_t r, fuse_ino_t p, const char* n, mode_t) { Fs(r)->Mkdir(r, p, n); }
   static void Rmdir(fuse_req_t r, fuse_ino_t p, const char* n) { Fs(r)->Rmdir(r, p, n); }
+  // The tree's shape is fixed but for mkdir and rmdir in /jobs.
+  static void Mknod(fuse_req_t r, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(r, EPERM); }
+  static void Unlink(fuse_req_t r, fuse_ino_t, const char*) { fuse_reply_err(r, EPERM); }
+  static void Symlink(fuse_req_t r, const char*, fuse_ino_t, const char*) { fuse_reply_err(r, EPERM); }
+  static void Rename(fuse_req_t r, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
+    fuse_reply_err(r, EPERM);
+  }
+  static void Link(fuse_req_t r, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(r, EPERM); }
+  static void Create(fuse_req_t r, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
+    fuse_reply_err(r, EPERM);
+  }
   static void Open(fuse_req_t r, fuse_ino_t i, fuse_file_info* f) { Fs(r)->Open(r, i, f); }
   static void Read(fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* f) {
     Fs(r)->Read(r, i, s, o, f);
@@ -120,6 +141,12 @@ const fuse_lowlevel_ops* Filesystem::Operations() {
     o.readdir = Ops::Readdir;
     o.mkdir = Ops::Mkdir;
     o.rmdir = Ops::Rmdir;
+    o.mknod = Ops::Mknod;
+    o.unlink = Ops::Unlink;
+    o.symlink = Ops::Symlink;
+    o.rename = Ops::Rename;
+    o.link = Ops::Link;
+    o.create = Ops::Create;
     o.open = Ops::Open;
     o.read = Ops::Read;
     o.write = Ops::Write;
@@ -320,7 +347,7 @@ void Filesystem::Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   }
   const Status s = jobs_->CreateJob(name, fuse_req_ctx(req)->uid);
   if (!s.ok()) {
-    spdlog::warn("mkdir jobs/{}: {}", name, s.message());
+    spdlog::warn("mkdir jobs/{}: {}", Printable(name), Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -376,7 +403,8 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
                            : jobs_->CheckWritable(file->job, uid);
       break;
     case Node::kNext:
-      s = writing ? Status::Permission("next is read-only") : jobs_->OpenReader(file->job, &file->reader);
+      s = writing ? Status::Permission("next is read-only")
+                  : jobs_->OpenReader(file->job, uid, &file->reader);
       fi->nonseekable = 1;
       break;
     default:
@@ -432,35 +460,42 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
                        fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
   const uint32_t uid = fuse_req_ctx(req)->uid;
+  const std::string_view data(buf, size);
   Status s;
-  if (file->node == Node::kSpec) {
+  if (file->rejected) {
+    s = Status::InvalidArgument("an earlier write to this handle was rejected");
+  } else if (file->node == Node::kSpec) {
     // Each write holds whole key=value pairs and replaces the spec with
     // everything written through this handle so far.
-    std::string candidate = file->content + std::string(buf, size);
+    std::string candidate = file->content + std::string(data);
     s = jobs_->SetSpec(file->job, uid, candidate);
     if (s.ok()) file->content = std::move(candidate);
   } else if (file->node == Node::kIds) {
-    // Lines are checked as they complete; the subset is set on close.
-    file->content.append(buf, size);
-    const size_t end = file->content.rfind('\n');
-    if (end != std::string::npos && end + 1 > file->ids_checked) {
-      Roaring ignored;
-      s = ParseIdList(std::string_view(file->content).substr(file->ids_checked, end + 1 - file->ids_checked),
-                      *catalog_, &ignored);
+    // Complete lines are parsed as they come; the subset is set on close.
+    const size_t end = data.rfind('\n');
+    if (end == std::string_view::npos) {
+      if (file->content.size() + size > kMaxIdsLine) s = Status::InvalidArgument("ids: line too long");
+    } else {
+      const std::string lines = file->content + std::string(data.substr(0, end + 1));
+      Roaring ids;
+      s = ParseIdList(lines, *catalog_, &ids);
       if (s.ok()) s = jobs_->CheckWritable(file->job, uid);
+      if (s.ok() && size - end - 1 > kMaxIdsLine) s = Status::InvalidArgument("ids: line too long");
       if (s.ok()) {
-        file->ids_checked = end + 1;
-      } else {
-        file->content.resize(file->content.size() - size);
+        file->ids |= ids;
+        file->content.assign(data.substr(end + 1));
       }
     }
+    if (s.ok() && end == std::string_view::npos) file->content.append(data);
     if (s.ok()) file->wrote = true;
   } else {
     s = Status::Permission("not writable");
   }
   if (!s.ok()) {
+    // Nothing of a rejected write, and nothing after it, reaches the job.
+    file->rejected = true;
     spdlog::warn("write to jobs/{}/{}: {}", file->job, file->node == Node::kSpec ? "spec" : "ids",
-                 s.message());
+                 Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -470,10 +505,16 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
 void Filesystem::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
   Status s;
-  if (file->node == Node::kIds && file->wrote) {
+  if (file->node == Node::kIds && file->wrote && !file->rejected) {
     file->wrote = false;
-    s = jobs_->SetIds(file->job, fuse_req_ctx(req)->uid, file->content);
-    if (!s.ok()) spdlog::warn("write to jobs/{}/ids: {}", file->job, s.message());
+    // A last line without a newline counts.
+    Roaring last;
+    s = ParseIdList(file->content, *catalog_, &last);
+    if (s.ok()) s = jobs_->SetIdSubset(file->job, fuse_req_ctx(req)->uid, file->ids | last);
+    if (!s.ok()) {
+      file->rejected = true;
+      spdlog::warn("write to jobs/{}/ids: {}", file->job, Printable(s.message()));
+    }
   }
   fuse_reply_err(req, ToErrno(s));
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "common/printable.h"
 #include "jobs/job_stream.h"
 #include "jobs/record.h"
 #include "jobs/record_queue.h"
@@ -162,17 +163,39 @@ Status JobManager::CheckWritable(const std::string& name, uint32_t uid) const {
 }
 
 Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_view text) {
+  if (text.size() > kMaxSpecBytes) {
+    return Status::InvalidArgument("spec: " + std::to_string(text.size()) + " bytes, at most " +
+                                   std::to_string(kMaxSpecBytes));
+  }
+  // Parse and resolve before taking the lock: a long spec must not stall
+  // the other jobs. The base's subset is a marker: a spec that names no
+  // subset keeps one set through the ids file.
+  JobSpec base = default_spec_;
+  base.subset.kind = SubsetSpec::Kind::kIds;
+  JobSpec spec;
+  Status s = ParseJobSpec(text, *catalog_, base, &spec);
+  if (!s.ok()) return s;
+  const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
+  Roaring subset;
+  if (names_subset) {
+    subset = ResolveSubset(spec.subset, *catalog_);
+  } else {
+    spec.subset = default_spec_.subset;
+  }
   std::lock_guard lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  Status s = CheckWritableLocked(job, uid);
+  s = CheckWritableLocked(job, uid);
   if (!s.ok()) return s;
-  JobSpec spec;
-  s = ParseJobSpec(text, *catalog_, default_spec_, &spec);
-  if (!s.ok()) return s;
+  if (names_subset) {
+    job->subset = std::move(subset);
+  } else if (job->spec.subset.kind == SubsetSpec::Kind::kIds) {
+    spec.subset = job->spec.subset;  // the ids file's subset stays
+  } else {
+    job->subset = ResolveSubset(spec.subset, *catalog_);  // all: one range
+  }
   job->spec = std::move(spec);
-  job->subset = ResolveSubset(job->spec.subset, *catalog_);
-  spdlog::info("job {} spec: {} ({} samples)", name, text, job->subset.cardinality());
+  spdlog::info("job {} spec: {} ({} samples)", name, Printable(text), job->subset.cardinality());
   return Status::Ok();
 }
 
@@ -180,13 +203,17 @@ Status JobManager::SetIds(const std::string& name, uint32_t uid, std::string_vie
   Roaring ids;
   Status s = ParseIdList(text, *catalog_, &ids);
   if (!s.ok()) return s;
+  return SetIdSubset(name, uid, std::move(ids));
+}
+
+Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring ids) {
   if (ids.isEmpty()) return Status::InvalidArgument("ids: no sample listed");
+  ids.runOptimize();
   std::lock_guard lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  s = CheckWritableLocked(job, uid);
+  Status s = CheckWritableLocked(job, uid);
   if (!s.ok()) return s;
-  ids.runOptimize();
   job->subset = std::move(ids);
   job->spec.subset.kind = SubsetSpec::Kind::kIds;
   job->spec.subset.text = "ids";  // what was written to the ids file
@@ -194,10 +221,12 @@ Status JobManager::SetIds(const std::string& name, uint32_t uid, std::string_vie
   return Status::Ok();
 }
 
-Status JobManager::OpenReader(const std::string& name, ReaderId* id) {
+Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* id) {
   std::lock_guard lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
+  // Reading consumes the job's samples: only its owner (or root) may.
+  if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
   auto reader = std::make_unique<Reader>();
   reader->id = next_reader_++;
   reader->job = job;

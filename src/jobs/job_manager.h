@@ -43,6 +43,9 @@
 
 namespace joaderfs {
 
+// The longest spec a write may hold: specs are a few keys.
+inline constexpr size_t kMaxSpecBytes = 64 << 10;
+
 struct JobManagerOptions {
   uint32_t default_size = 224;
   std::chrono::seconds idle_timeout{600};
@@ -98,15 +101,21 @@ class JobManager {
   Status JobOwner(const std::string& name, uint32_t* uid) const;
 
   Status GetSpec(const std::string& name, std::string* text) const;
-  // Replaces the spec with `text` parsed over the defaults. Busy once the
-  // job has been read from; Permission unless `uid` owns the job or is 0.
+  // Replaces the spec with `text` parsed over the defaults (a subset set
+  // through the ids file stays unless `text` names one). InvalidArgument
+  // past kMaxSpecBytes. Busy once the job has been read from; Permission
+  // unless `uid` owns the job or is 0. Parses without holding the lock.
   Status SetSpec(const std::string& name, uint32_t uid, std::string_view text);
   // Sets the subset to the ids or relative paths listed in `text`.
   Status SetIds(const std::string& name, uint32_t uid, std::string_view text);
+  // Sets the subset to `ids` (parsed already, e.g. line by line).
+  Status SetIdSubset(const std::string& name, uint32_t uid, Roaring ids);
   // Busy or Permission as SetSpec would fail, else Ok.
   Status CheckWritable(const std::string& name, uint32_t uid) const;
 
-  Status OpenReader(const std::string& name, ReaderId* reader);
+  // A new reader of the job's stream. Permission unless `uid` owns the job
+  // or is 0: reading consumes the job's samples.
+  Status OpenReader(const std::string& name, uint32_t uid, ReaderId* reader);
   void CloseReader(ReaderId reader);
   // Up to `max_bytes` of the reader's stream. `token` names this read for
   // Interrupt(); it must differ from the reader's previous reads'.

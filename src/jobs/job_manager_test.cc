@@ -253,7 +253,7 @@ class JobManagerTest : public ::testing::Test {
 
   JobManager::ReaderId Open(const std::string& job) {
     JobManager::ReaderId reader = 0;
-    const Status s = jobs_->OpenReader(job, &reader);
+    const Status s = jobs_->OpenReader(job, kOwner, &reader);
     EXPECT_TRUE(s.ok()) << s.message();
     return reader;
   }
@@ -324,7 +324,7 @@ TEST_F(JobManagerTest, RemoveJobRules) {
   MakeJob("j");  // the name is free again
   EXPECT_TRUE(jobs_->RemoveJob("j", 0).ok()) << "root may remove any job";
   JobManager::ReaderId reader;
-  EXPECT_EQ(jobs_->OpenReader("j", &reader).code(), Status::Code::kNotFound);
+  EXPECT_EQ(jobs_->OpenReader("j", kOwner, &reader).code(), Status::Code::kNotFound);
 }
 
 TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
@@ -374,7 +374,7 @@ TEST_F(JobManagerTest, UnknownJob) {
   joaderfs::JobStatus status;
   EXPECT_EQ(jobs_->GetJobStatus("x", &status).code(), Status::Code::kNotFound);
   JobManager::ReaderId reader;
-  EXPECT_EQ(jobs_->OpenReader("x", &reader).code(), Status::Code::kNotFound);
+  EXPECT_EQ(jobs_->OpenReader("x", kOwner, &reader).code(), Status::Code::kNotFound);
 }
 
 TEST_F(JobManagerTest, OnlyTheOwnerOrRootWritesTheSpec) {
@@ -393,6 +393,38 @@ TEST_F(JobManagerTest, OnlyTheOwnerOrRootWritesTheSpec) {
   // Other users may still read.
   joaderfs::JobStatus status;
   EXPECT_TRUE(jobs_->GetJobStatus("j", &status).ok());
+}
+
+TEST_F(JobManagerTest, OnlyTheOwnerOrRootReadsTheStream) {
+  // Reading consumes the job's samples: another user must not take them.
+  Build();
+  MakeJob("j", "subset=classes:0");
+  JobManager::ReaderId reader = 0;
+  EXPECT_EQ(jobs_->OpenReader("j", kOwner + 1, &reader).code(), Status::Code::kPermission);
+  EXPECT_TRUE(jobs_->OpenReader("j", 0, &reader).ok());
+  jobs_->CloseReader(reader);
+  EXPECT_TRUE(jobs_->SetSpec("j", kOwner, "size=8").ok()) << "nobody has read it";
+}
+
+TEST_F(JobManagerTest, ASpecWithoutSubsetKeepsTheIdsSubset) {
+  Build();
+  MakeJob("j");
+  ASSERT_TRUE(jobs_->SetIds("j", kOwner, "1\n3\n").ok());
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "epochs=2").ok());
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 2);
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "subset=range:0-4").ok());
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 5);
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "epochs=1").ok());
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 24) << "a replaced spec: all again";
+}
+
+TEST_F(JobManagerTest, OversizedSpecIsRefusedAndChangesNothing) {
+  Build();
+  MakeJob("j", "subset=classes:0");
+  std::string huge = "epochs=3";
+  huge.append(kMaxSpecBytes, ' ');
+  EXPECT_EQ(jobs_->SetSpec("j", kOwner, huge).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(JobStatus("j")["subset_size"].get<double>(), 8);
 }
 
 TEST_F(JobManagerTest, SpecIsFixedAfterTheFirstRead) {
