@@ -72,6 +72,10 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, uint64_t 
     rocksdb::DestroyDB(c->path_, rocksdb::Options());
     s = c->OpenDatabase();
   }
+  if (!s.ok() && s.message().find("lock") != std::string::npos) {
+    // RocksDB's LOCK file: another daemon serves this SOURCE from this folder.
+    return Status::Busy("cache_dir " + dir + " is in use by another joaderfs (" + s.message() + ")");
+  }
   if (!s.ok()) return s;
   c->stats_.entries = c->index_.size();
   c->stats_.budget = budget_bytes;

@@ -1,8 +1,14 @@
 // joaderfs: mount a dataset and serve decoded samples to training jobs.
 //
-// Start-up order matters: everything that can fail with a user error is
-// checked before mounting (a one-line message and exit status 1), and the
-// decode threads start only after fuse_daemonize() has forked.
+// Start-up order matters. Unless -f, the process forks first, before any
+// thread exists (libvips, RocksDB, the disk tier's writer, the decode pool):
+// a fork keeps only the forking thread, and locks taken before it belong to
+// the parent. The parent waits until the child has mounted and then exits
+// 0, or exits with the child's status if it failed. The child checks
+// everything that can fail with a user error before mounting (a one-line
+// message on the caller's stderr and exit status 1), and only then detaches
+// from the terminal. So daemonized and -f run the same code with the same
+// threads (DESIGN.md 2.1).
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -11,9 +17,16 @@
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -36,18 +49,69 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-std::shared_ptr<spdlog::logger> MakeLogger(const DaemonOptions& o) {
-  std::shared_ptr<spdlog::logger> logger;
-  if (o.log == "syslog" || (o.log.empty() && !o.foreground)) {
-    logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
-  } else if (!o.log.empty()) {
-    logger = spdlog::basic_logger_mt("joaderfs", o.log);
-  } else {
-    logger = spdlog::stderr_logger_mt("joaderfs");
+// Opens the log sink; a sink that cannot be opened is a start-up error.
+Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) {
+  try {
+    std::shared_ptr<spdlog::logger> logger;
+    if (o.log == "syslog" || (o.log.empty() && !o.foreground)) {
+      logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
+    } else if (!o.log.empty()) {
+      logger = spdlog::basic_logger_mt("joaderfs", o.log);
+    } else {
+      logger = spdlog::stderr_logger_mt("joaderfs");
+    }
+    logger->set_level(spdlog::level::from_str(o.log_level));
+    logger->flush_on(spdlog::level::info);
+    *out = std::move(logger);
+    return Status::Ok();
+  } catch (const spdlog::spdlog_ex& e) {
+    return Status::InvalidArgument("cannot open log " + o.log + ": " + e.what());
   }
-  logger->set_level(spdlog::level::from_str(o.log_level));
-  logger->flush_on(spdlog::level::info);
-  return logger;
+}
+
+// Forks the daemon. Returns in the child, with the write end of a pipe on
+// which it reports a successful mount (ReportMounted); the parent never
+// returns: it exits 0 once the child has mounted, else with the child's
+// status.
+int ForkDaemon() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    std::exit(Fail(std::string("cannot create a pipe: ") + std::strerror(errno)));
+  }
+  const pid_t child = fork();
+  if (child < 0) std::exit(Fail(std::string("cannot fork: ") + std::strerror(errno)));
+  if (child == 0) {
+    close(fds[0]);
+    setsid();
+    return fds[1];
+  }
+  close(fds[1]);
+  char byte;
+  ssize_t n;
+  do {
+    n = read(fds[0], &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n == 1) std::_Exit(0);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::_Exit(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1);
+}
+
+// Tells the waiting parent that the mount is up, then detaches from the
+// terminal as fuse_daemonize() would.
+void ReportMounted(int fd) {
+  if (chdir("/") != 0) spdlog::warn("cannot chdir to /: {}", std::strerror(errno));
+  const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    dup2(null, STDIN_FILENO);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    if (null > STDERR_FILENO) close(null);
+  }
+  const char byte = 0;
+  if (write(fd, &byte, 1) != 1) spdlog::warn("cannot report the mount: {}", std::strerror(errno));
+  close(fd);
 }
 
 // Calls JobManager::ReleaseIdleJobs() every second until stopped.
@@ -92,6 +156,11 @@ int Run(int argc, char** argv) {
     std::printf("joaderfs %s (libfuse %s)\n", JOADERFS_VERSION, fuse_pkgversion());
     return 0;
   }
+  const int mounted_fd = o.foreground ? -1 : ForkDaemon();
+  std::shared_ptr<spdlog::logger> logger;
+  s = MakeLogger(o, &logger);
+  if (!s.ok()) return Fail(s.message());
+  spdlog::set_default_logger(logger);
   std::string error;
   if (!InitDecoder(argv[0], &error)) return Fail("cannot start libvips: " + error);
   std::unique_ptr<Catalog> catalog;
@@ -151,9 +220,8 @@ int Run(int argc, char** argv) {
     fuse_session_destroy(se);
     return 1;
   }
-  fuse_daemonize(o.foreground ? 1 : 0);
+  if (mounted_fd >= 0) ReportMounted(mounted_fd);
 
-  spdlog::set_default_logger(MakeLogger(o));
   std::string argline;
   for (int i = 0; i < argc; ++i) argline += std::string(i ? " " : "") + argv[i];
   spdlog::info("joaderfs {} started: {}", JOADERFS_VERSION, argline);

@@ -185,6 +185,8 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
   std::error_code ec;
   if (!fs::exists(o.source, ec)) return Status::NotFound("SOURCE " + o.source + " does not exist");
   o.source = fs::absolute(o.source, ec).lexically_normal().string();
+  // The daemon works from "/" once mounted, and unmounts by this path.
+  o.mountpoint = fs::absolute(o.mountpoint, ec).lexically_normal().string();
   if (o.ram_cache == 0) o.ram_cache = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4;
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
   if (!st.seed_given) o.seed = std::random_device()();

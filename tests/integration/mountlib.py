@@ -7,6 +7,7 @@ the expected pixels come from an independent PIL decode.
 The daemon binary is $JOADERFS_BIN (CTest sets it), else build/joaderfs.
 """
 
+import ctypes
 import errno
 import json
 import os
@@ -334,10 +335,82 @@ def is_mounted(path):
     return False
 
 
-class Mount:
-    """One joaderfs instance run with -f in a subprocess."""
+def become_subreaper():
+    """Makes this process adopt its orphaned descendants (PR_SET_CHILD_SUBREAPER),
+    so that a daemonized joaderfs, whose launcher exits once it has mounted,
+    is still this process's to wait for, with its exit status."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
-    def __init__(self, source, workdir, options=None, extra_args=()):
+
+become_subreaper()
+
+
+def daemon_pid(mountpoint, timeout=10.0):
+    """The pid of our adopted joaderfs daemon serving `mountpoint`."""
+    mountpoint = os.path.abspath(mountpoint).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    args = f.read().split(b"\0")
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == os.getpid() and any(
+                    os.path.abspath(a) == mountpoint for a in args if a):
+                return int(pid)
+        if time.monotonic() > deadline:
+            raise AssertionError("no joaderfs daemon found for %s" % mountpoint)
+        time.sleep(0.05)
+
+
+class DaemonProcess:
+    """A daemonized joaderfs: not our child but our orphan (we are a
+    subreaper), so it can be waited for like a Popen."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -255  # reaped elsewhere: gone, status lost
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("joaderfs", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+class Mount:
+    """One joaderfs instance, daemonized as users run it (`foreground`: run
+    with -f as a child instead, for tests about the foreground process)."""
+
+    def __init__(self, source, workdir, options=None, extra_args=(),
+                 foreground=False):
         self.source = source
         self.workdir = workdir
         self.mnt = os.path.join(workdir, "mnt")
@@ -349,8 +422,10 @@ class Mount:
         if options:
             opts.update(options)
         self.options = {k: v for k, v in opts.items() if v is not False}
-        self.argv = [BIN, "-f", "-o", format_options(self.options)] + list(
-            extra_args) + [source, self.mnt]
+        self.foreground = foreground
+        self.argv = [BIN] + (["-f"] if foreground else []) + [
+            "-o", format_options(self.options)] + list(extra_args) + [
+            source, self.mnt]
         self.proc = None
         self.returncode = None
         self.saved_log = ""
@@ -359,9 +434,24 @@ class Mount:
 
     def start(self):
         self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(self.argv, stdout=self._stderr,
-                                     stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        if self.foreground:
+            self.proc = subprocess.Popen(self.argv, stdout=self._stderr,
+                                         stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        else:
+            # The launcher returns once the daemon has mounted.
+            r = subprocess.run(self.argv, stdout=self._stderr,
+                               stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=MOUNT_TIMEOUT)
+            if r.returncode != 0:
+                self.returncode = r.returncode
+                raise AssertionError(
+                    "joaderfs exited with status %d before mounting\n%s"
+                    % (r.returncode, self.diagnostics()))
+            if not is_mounted(self.mnt):
+                raise AssertionError("joaderfs exited 0 but %s is not mounted"
+                                     "\n%s" % (self.mnt, self.diagnostics()))
+            self.proc = DaemonProcess(daemon_pid(self.mnt))
         deadline = time.monotonic() + MOUNT_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -416,6 +506,9 @@ class Mount:
         elif self.proc is not None:
             self.returncode = self.proc.returncode
             self._finish()
+        elif is_mounted(self.mnt):  # start() failed half-way
+            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt],
+                           capture_output=True)
 
     def diagnostics(self, tail=200):
         parts = ["argv: %s" % " ".join(self.argv)]
@@ -525,8 +618,9 @@ class JoaderTestCase(unittest.TestCase):
         self.addCleanup(shutil.rmtree, d, True)
         return d
 
-    def mount(self, source, options=None, extra_args=(), start=True):
-        m = Mount(source, self.tempdir(), options, extra_args)
+    def mount(self, source, options=None, extra_args=(), start=True,
+              foreground=False):
+        m = Mount(source, self.tempdir(), options, extra_args, foreground)
         self._mounts.append(m)
         self.addCleanup(m.cleanup)
         return m.start() if start else m

@@ -78,6 +78,12 @@ def fstab_cycle(fstab, mnt, bind_src=None, bind_dst=None):
         out["daemons"] = len(pids)
         with open(os.path.join(mnt, "dataset", "info")) as f:
             out["info"] = json.load(f)
+        # Read one epoch, so that disk writes are queued at the umount.
+        os.mkdir(os.path.join(mnt, "jobs", "f"))
+        with open(os.path.join(mnt, "jobs", "f", "spec"), "w") as f:
+            f.write("epochs=1")
+        with open(os.path.join(mnt, "jobs", "f", "next"), "rb") as f:
+            out["records"] = len(mountlib.parse_records(f.read()))
         u = subprocess.run(["umount", mnt], capture_output=True, text=True)
         out.update(umount_rc=u.returncode, umount_stderr=u.stderr,
                    unmounted=not is_mounted(mnt))
@@ -200,9 +206,11 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
         mnt = os.path.join(d, "mnt")
         os.mkdir(mnt)
         log = os.path.join(d, "log.txt")
-        opts = format_options({"cache_dir": "none", "ram_cache": "64M",
-                               "size": "64", "seed": "1", "log": log,
-                               "log_level": "debug"})
+        # With a disk tier: its writer thread must survive daemonizing and
+        # be drained before the daemon exits after umount.
+        opts = format_options({"cache_dir": os.path.join(d, "cache"),
+                               "ram_cache": "64M", "size": "64", "seed": "1",
+                               "log": log, "log_level": "debug"})
         fstab = os.path.join(d, "fstab")
         with open(fstab, "w") as f:
             f.write(line_format.format(bin=BIN, source=self.source, mnt=mnt,
@@ -235,6 +243,7 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
         self.assertNotIn("error", result, what)
         self.assertEqual(result["daemons"], 1, what)
         self.assertEqual(result["info"]["samples"], len(self.order), what)
+        self.assertEqual(result["records"], len(self.order), what)
         self.assertEqual(result["info"]["size"], 64, what)
         self.assertEqual(result["umount_rc"], 0, what)
         self.assertTrue(result["unmounted"], what)
@@ -313,6 +322,96 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
             self.fail("daemon still running 15s after SIGTERM")
         self.assertFalse(is_mounted(m.mnt), "SIGTERM left the mount behind")
         self.assertEqual(rc, 0, "daemon exit status after SIGTERM")
+
+
+class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
+    """The default (daemonized) mode with a disk tier, as users run it: the
+    daemon forks before any thread starts, so its disk tier writes, it holds
+    the cache_dir's lock, and it exits after unmount or SIGTERM with the tier
+    closed cleanly. Each of these failed when the daemon forked after
+    opening the disk tier (issue 8)."""
+
+    LAYOUT = {c: ["%s%d.jpg" % (c, i) for i in range(6)] for c in "abc"}
+
+    def disk_mount(self, cache_dir, **options):
+        opts = {"cache_dir": cache_dir, "ram_cache": "1M"}
+        opts.update(options)
+        return self.mount(self.source, opts)
+
+    def wait_disk_entries(self, m, n):
+        ok = wait_until(lambda: m.stats()["disk_entries"] >= n, 15)
+        self.assertTrue(ok, "disk tier holds %s of %d samples: %s"
+                        % (m.stats()["disk_entries"], n, m.stats()))
+
+    def read_one_epoch(self, m, job):
+        records = mountlib.read_epoch(m.mkjob(job, spec="epochs=1"))[0]
+        self.assertEqual(sorted(r.id for r in records),
+                         list(range(len(self.order))))
+
+    def test_disk_tier_writes_and_serves_after_remount(self):
+        cache = self.tempdir()
+        n = len(self.order)
+        m = self.disk_mount(cache)
+        self.read_one_epoch(m, "a")
+        self.wait_disk_entries(m, n)
+        stats = m.stats()
+        self.assertEqual(stats["disk_writes"], n, stats)
+        self.assertEqual(stats["disk_write_drops"], 0, stats)
+        self.assertEqual(m.unmount(), 0, "daemon exit status after unmount")
+        m2 = self.disk_mount(cache)
+        self.read_one_epoch(m2, "b")
+        stats = m2.stats()
+        self.assertEqual(stats["decoded"], 0, stats)
+        self.assertEqual(stats["disk_hits"], n, stats)
+
+    def test_second_daemon_on_the_cache_dir_exits_1(self):
+        cache = self.tempdir()
+        self.disk_mount(cache)
+        d = self.tempdir()
+        mnt = os.path.join(d, "mnt")
+        os.mkdir(mnt)
+        r = subprocess.run([BIN, "-o", "cache_dir=%s,ram_cache=1M" % cache,
+                            self.source, mnt], capture_output=True, text=True,
+                           timeout=30)
+        if is_mounted(mnt):
+            subprocess.run([FUSERMOUNT, "-u", "-z", mnt])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertFalse(is_mounted(mnt))
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("in use by another joaderfs", lines[0])
+
+    def end_and_reopen(self, end):
+        """Ends a daemon with `end` right after an epoch (its disk writes
+        may still be queued), checks it is gone within 10 s with status 0,
+        and that a new daemon opens the same cache_dir and serves every
+        sample from it: the tier was closed cleanly."""
+        cache = self.tempdir()
+        m = self.disk_mount(cache)
+        self.read_one_epoch(m, "a")
+        start = time.monotonic()
+        end(m)
+        try:
+            rc = m.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.fail("daemon still running 10 s after it was told to end")
+        self.assertEqual(rc, 0)
+        self.assertFalse(is_mounted(m.mnt))
+        self.assertLess(time.monotonic() - start, 10)
+        m2 = self.disk_mount(cache)
+        self.read_one_epoch(m2, "b")
+        self.assertEqual(m2.stats()["decoded"], 0, m2.stats())
+
+    def test_fusermount_ends_the_daemon(self):
+        self.end_and_reopen(lambda m: subprocess.run(
+            [FUSERMOUNT, "-u", m.mnt], check=True))
+
+    def test_lazy_umount_ends_the_daemon(self):
+        self.end_and_reopen(lambda m: subprocess.run(
+            ["umount", "-l", m.mnt], check=True))
+
+    def test_sigterm_ends_the_daemon(self):
+        self.end_and_reopen(lambda m: m.proc.send_signal(signal.SIGTERM))
 
 
 def in_fuse_wait(pid):
