@@ -18,6 +18,7 @@
 
 #include "thread_cpu.h"
 #include "cache/disk_cache.h"
+#include "sampling/plan_groups.h"
 #include "catalog/catalog.h"
 #include "loader/decoder.h"
 
@@ -48,7 +49,8 @@ int Run(int argc, char** argv) {
   std::unique_ptr<Catalog> catalog;
   Status s = Catalog::Open(argv[1], &catalog);
   std::unique_ptr<DiskCache> disk;
-  if (s.ok()) s = DiskCache::Open(argv[2], catalog.get(), uint64_t{1} << 40, &disk);
+  const PlanGroups no_jobs({});
+  if (s.ok()) s = DiskCache::Open(argv[2], catalog.get(), &no_jobs, uint64_t{1} << 40, &disk);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;

@@ -46,10 +46,11 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 }  // namespace
 
-Status DiskCache::Open(const std::string& dir, const Catalog* catalog, uint64_t budget_bytes,
-                       std::unique_ptr<DiskCache>* out) {
+Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
+                       uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
   std::unique_ptr<DiskCache> c(new DiskCache());
   c->catalog_ = catalog;
+  c->ref_counts_ = counts;
   char folder[17];
   std::snprintf(folder, sizeof folder, "%016llx",
                 static_cast<unsigned long long>(
@@ -161,11 +162,6 @@ DiskCache::~DiskCache() {
   CloseDatabase();
 }
 
-void DiskCache::SetNeedCount(NeedCount need_count) {
-  std::lock_guard lock(mu_);
-  need_count_ = std::move(need_count);
-}
-
 // Output size, then what identifies the source file's content, then its
 // path (so that two files can never share a key).
 std::string DiskCache::Key(uint32_t size, SampleId id) const {
@@ -203,18 +199,17 @@ Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
     good = Crc(pixels, out->bytes()) == Load<uint32_t>(value->data() + 16);
     if (good) out->pixels = std::shared_ptr<uint8_t>(value, pixels);
   }
-  std::lock_guard lock(mu_);
-  if (good) {
-    ++stats_.hits;
-    return Status::Ok();
+  {
+    std::lock_guard lock(mu_);
+    if (good) {
+      ++stats_.hits;
+      return Status::Ok();
+    }
+    Unindex(key);
+    ++(s.IsNotFound() ? stats_.misses : stats_.corrupt);
   }
-  if (s.IsNotFound()) {
-    ++stats_.misses;
-    Drop(key);
-    return Status::NotFound("not on disk");
-  }
-  ++stats_.corrupt;
-  Drop(key);
+  Delete(key);
+  if (s.IsNotFound()) return Status::NotFound("not on disk");
   spdlog::warn("disk cache: dropped corrupt entry for sample {} ({}): {}", id,
                catalog_->relpath(id), s.ok() ? "bad checksum" : s.ToString());
   return Status::Corruption("corrupt disk cache entry");
@@ -234,8 +229,7 @@ void DiskCache::Unindex(const std::string& key) {
   stats_.entries = index_.size();
 }
 
-void DiskCache::Drop(const std::string& key) {
-  Unindex(key);
+void DiskCache::Delete(const std::string& key) {
   rocksdb::WriteBatch batch;
   batch.Delete(samples_, key);
   batch.Delete(meta_, key);
@@ -271,7 +265,8 @@ void DiskCache::EvictLocked(std::vector<std::string>* victims) {
     for (int i = 0; i < kEvictionSamples; ++i) {
       const std::string& key = keys_[rng_.Below(keys_.size())];
       const IndexEntry& e = index_[key];
-      const uint32_t need = need_count_ ? need_count_(e.size, e.id) : 0;
+      uint32_t need = 0;
+      ref_counts_->Counts(e.size, std::span(&e.id, 1), std::span(&need, 1));
       if (need < victim_need) {
         victim = &key;
         victim_need = need;
@@ -334,11 +329,15 @@ void DiskCache::WriteLoop() {
     rocksdb::WriteOptions wo;
     wo.disableWAL = true;
     rocksdb::Status s = db_->Write(wo, &batch);
-    std::lock_guard lock(mu_);
     if (!s.ok()) {
       spdlog::warn("disk cache write failed: {}", s.ToString());
-      Drop(key);
+      {
+        std::lock_guard lock(mu_);
+        Unindex(key);
+      }
+      Delete(key);
     }
+    std::lock_guard lock(mu_);
     writing_ = false;
     if (queue_.empty()) drained_.notify_all();
   }

@@ -18,9 +18,11 @@
 //
 // Writes go through one background thread so they stay off the read path;
 // when the byte budget is exceeded, entries that fewer jobs still need
-// (the caller's NeedCount) are dropped first.
+// (RefCounts, from the planning groups) are dropped first.
 //
-// Thread-safe.
+// Thread-safe. RocksDB is called without the tier's lock held; the lock
+// ranks below the RAM tier's and above the planning groups'
+// (common/ranked_mutex.h).
 
 #ifndef JOADERFS_CACHE_DISK_CACHE_H_
 #define JOADERFS_CACHE_DISK_CACHE_H_
@@ -37,8 +39,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/ref_counts.h"
 #include "catalog/catalog.h"
 #include "common/random.h"
+#include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "loader/decoded_sample.h"
 
@@ -63,17 +67,12 @@ struct DiskCacheStats {
 
 class DiskCache {
  public:
-  // How many jobs still need (size, id) this epoch: entries needed by fewer
-  // jobs are dropped first when the budget is exceeded.
-  using NeedCount = std::function<uint32_t(uint32_t size, SampleId id)>;
-
   // Opens (creating) the database for `catalog`'s SOURCE under `dir`.
-  // Fails when another daemon holds it or the folder is unusable.
-  static Status Open(const std::string& dir, const Catalog* catalog, uint64_t budget_bytes,
-                     std::unique_ptr<DiskCache>* out);
+  // Fails when another daemon holds it or the folder is unusable. `counts`
+  // (entries needed by fewer jobs are dropped first) outlives the tier.
+  static Status Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
+                     uint64_t budget_bytes, std::unique_ptr<DiskCache>* out);
   ~DiskCache();  // finishes queued writes
-
-  void SetNeedCount(NeedCount need_count);
 
   // Ok and the sample; NotFound; or Corruption (the entry has been dropped).
   Status Get(uint32_t size, SampleId id, DecodedSample* out);
@@ -107,27 +106,28 @@ class DiskCache {
   void CloseDatabase();
   std::string Key(uint32_t size, SampleId id) const;
   void Unindex(const std::string& key);  // REQUIRES: mu_ held
-  void Drop(const std::string& key);     // REQUIRES: mu_ held; also deletes it from RocksDB
+  // Deletes the entry from RocksDB. REQUIRES: mu_ not held; unindexed.
+  void Delete(const std::string& key);
   void WriteLoop();
   void EvictLocked(std::vector<std::string>* victims);
 
   const Catalog* catalog_ = nullptr;
+  const RefCounts* ref_counts_ = nullptr;
   std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* samples_ = nullptr;  // blob-backed values
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;     // default family: id and bytes
   std::vector<uint64_t> fingerprints_;              // per sample id
 
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::condition_variable drained_;
+  mutable RankedMutex<LockRank::kDiskCache> mu_;
+  std::condition_variable_any wake_;
+  std::condition_variable_any drained_;
   std::deque<Write> queue_;                                // GUARDED_BY(mu_)
   bool writing_ = false;                                   // GUARDED_BY(mu_)
   bool stopping_ = false;                                  // GUARDED_BY(mu_)
   std::unordered_map<std::string, IndexEntry> index_;      // GUARDED_BY(mu_)
   std::vector<std::string> keys_;                          // GUARDED_BY(mu_), for sampling victims
   Rng rng_{0x6a6f61646572ULL};                             // GUARDED_BY(mu_)
-  NeedCount need_count_;                                   // GUARDED_BY(mu_)
   DiskCacheStats stats_;                                   // GUARDED_BY(mu_)
   std::thread writer_;
 };

@@ -28,9 +28,21 @@ class DiskCacheTest : public ::testing::Test {
   void ReopenCatalog() { ASSERT_TRUE(Catalog::Open(root_ / "src", &catalog_).ok()); }
   std::string cache_dir() const { return root_ / "cache"; }
 
+  // The jobs' needs, as the planning groups would answer them: the input of
+  // the eviction order under test.
+  struct NeededCounts final : RefCounts {
+    void Counts(uint32_t, std::span<const SampleId> ids,
+                std::span<uint32_t> counts) const override {
+      for (size_t i = 0; i < ids.size(); ++i) counts[i] = ids[i] < two_jobs_need_below ? 2 : 0;
+    }
+    bool NeededLater(uint32_t, SampleId) const override { return false; }
+    SampleId two_jobs_need_below = 0;
+  };
+  NeededCounts counts_;
+
   std::unique_ptr<DiskCache> OpenCache(uint64_t budget = 1 << 30) {
     std::unique_ptr<DiskCache> cache;
-    Status s = DiskCache::Open(cache_dir(), catalog_.get(), budget, &cache);
+    Status s = DiskCache::Open(cache_dir(), catalog_.get(), &counts_, budget, &cache);
     EXPECT_TRUE(s.ok()) << s.message();
     return cache;
   }
@@ -106,7 +118,7 @@ TEST_F(DiskCacheTest, ModifiedSourceFileIsAMissOthersStay) {
 TEST_F(DiskCacheTest, SecondDaemonOnTheSameSourceIsRefused) {
   auto first = OpenCache();
   std::unique_ptr<DiskCache> second;
-  const Status s = DiskCache::Open(cache_dir(), catalog_.get(), 1 << 30, &second);
+  const Status s = DiskCache::Open(cache_dir(), catalog_.get(), &counts_, 1 << 30, &second);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("in use"), std::string::npos) << s.message();
 }
@@ -154,7 +166,7 @@ TEST_F(DiskCacheTest, OverBudgetDropsWhatFewestJobsNeed) {
   const uint64_t one = 16 * 16 * 3;
   auto cache = OpenCache(4 * one);
   // Ids 0-3 are needed by two jobs, ids 4-7 by none.
-  cache->SetNeedCount([](uint32_t, SampleId id) { return id < 4 ? 2u : 0u; });
+  counts_.two_jobs_need_below = 4;
   for (SampleId id = 4; id < 8; ++id) cache->PutAsync(16, id, Sample(1));
   cache->Flush();
   for (SampleId id = 0; id < 4; ++id) {

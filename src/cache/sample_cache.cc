@@ -94,7 +94,12 @@ void SampleCache::Load(SampleKey key) {
   if (!from_disk) s = DecodeImage(catalog_->path(key.id), key.size, loaded.get());
   SamplePtr sample;
   if (s.ok()) sample = std::move(loaded);
-  if (sample && !from_disk && disk_) disk_->PutAsync(key.size, key.id, sample);
+  // The disk tier keeps what a job will want after this tier drops it: a
+  // sample a later epoch needs is written now, with its pixels at hand;
+  // one needed only in the current epoch when it is evicted before then.
+  if (sample && !from_disk && disk_ && ref_counts_->NeededLater(key.size, key.id)) {
+    disk_->PutAsync(key.size, key.id, sample);
+  }
 
   std::vector<Callback> waiters;
   {
@@ -141,6 +146,11 @@ void SampleCache::EvictLocked() {
     if (!largest) return;
     const SampleKey key{largest->first, largest->second->Evict()};
     auto it = entries_.find(key);
+    if (disk_) {
+      uint32_t count = 0;
+      ref_counts_->Counts(key.size, std::span(&key.id, 1), std::span(&count, 1));
+      if (count > 0) disk_->PutAsync(key.size, key.id, it->second.sample);
+    }
     stats_.bytes -= it->second.sample->bytes();
     --stats_.entries;
     ++stats_.evictions;

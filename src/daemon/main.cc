@@ -167,32 +167,26 @@ int Run(int argc, char** argv) {
   s = Catalog::Open(o.source, &catalog);
   if (!s.ok()) return Fail(s.message());
 
-  std::unique_ptr<DiskCache> disk;
-  if (!o.cache_dir.empty()) {
-    s = DiskCache::Open(o.cache_dir, catalog.get(), o.disk_cache, &disk);
-    if (!s.ok()) return Fail(s.message());
-  }
-  // The planning groups answer the tiers' RefCounts; decode threads call
-  // into the tiers, so the pool is stopped first at shutdown (see below).
+  // The planning groups answer both tiers' RefCounts: made first, gone last.
   PlanGroupsOptions go;
   go.cadence.lookahead = o.lookahead;
   go.cadence.min_lookahead = 4 * o.threads;
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;
   PlanGroups groups(go);
+  std::unique_ptr<DiskCache> disk;
+  if (!o.cache_dir.empty()) {
+    s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);
+    if (!s.ok()) return Fail(s.message());
+  }
+  // Decode threads call into the tiers: the pool is stopped first at
+  // shutdown (see below).
   auto pool = std::make_unique<LoaderPool>(o.threads);
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache);
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
   JobManager jobs(catalog.get(), &cache, pool.get(), &groups, jo);
-  if (disk) {
-    disk->SetNeedCount([&groups](uint32_t size, SampleId id) {
-      uint32_t count = 0;
-      groups.Counts(size, std::span(&id, 1), std::span(&count, 1));
-      return count;
-    });
-  }
   Filesystem filesystem(catalog.get(), &jobs, o.size);
 
   // Show as "SOURCE on MNT type fuse.joaderfs" in /proc/mounts, as mounts
@@ -245,10 +239,7 @@ int Run(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  if (disk) {
-    disk->Flush();
-    disk->SetNeedCount(nullptr);  // the jobs go before the disk tier
-  }
+  if (disk) disk->Flush();
   spdlog::shutdown();
   // libfuse reports the signal that ended the loop; being asked to stop is
   // a clean exit.
