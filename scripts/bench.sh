@@ -5,8 +5,12 @@
 # torch DataLoader over torchvision's ImageFolder; prints a Markdown table and
 # writes CSV files and plots.
 #
-# usage: scripts/bench.sh [--quick] [--no-setup] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
+# usage: scripts/bench.sh [--quick] [--scale] [--no-setup] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
 #   --quick     a ~3-minute smoke run: 200 images, fewer cases and repetitions
+#   --scale     instead, the decode-once suite at scale (bench/scale_bench.py):
+#               10000 images, RAM at 5/10/20% of the decoded set with and
+#               without a disk tier, S3/S4/S5 schedules, DSA and ISA, the
+#               simulator's prediction beside the daemon's figures (~30 min)
 #   --no-setup  skip scripts/setup.sh (packages and build already there)
 #   --out DIR   where table.md, runs.csv, jobs.csv, s3.png, s6.png go
 #               (default build/bench-out/full or build/bench-out/quick)
@@ -23,6 +27,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quick=0
+scale=0
 setup=1
 out=
 dataset=
@@ -30,10 +35,11 @@ driver_args=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
+    --scale) scale=1 ;;
     --no-setup) setup=0 ;;
     --out) out=$2; shift ;;
     --out=*) out=${1#--out=} ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; driver_args=("$@"); break ;;
     -*) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     *) dataset=$1 ;;
@@ -55,6 +61,13 @@ python=/usr/bin/python3
 if ! "$python" -c 'import torch, torchvision, PIL, numpy' 2>/dev/null; then
   echo "bench.sh: $python lacks torch/torchvision/PIL/numpy (scripts/setup.sh installs them)" >&2
   exit 1
+fi
+
+if ((scale)); then
+  out=${out:-$build/bench-out/scale}
+  mkdir -p "$out"
+  exec "$python" "$repo/bench/scale_bench.py" --images 10000 \
+    --data "$build/bench-data/scale-10000" --out "$out" "${driver_args[@]}" | tee "$out/table.md"
 fi
 
 if ((quick)); then
