@@ -1,27 +1,38 @@
 #include "cache/disk_cache.h"
 
+#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
-#include <zlib.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
+#include "common/crc32c.h"
 #include "common/hash.h"
 
 namespace joaderfs {
 namespace {
 
-// Bump when the key or value layout changes: old databases are then left
+namespace fs = std::filesystem;
+
+// Bump when the key, index or slot layout changes: old tiers are then left
 // alone in their own folder.
-constexpr char kFormat[] = "v1";
-constexpr uint32_t kValueMagic = 0x3143444a;  // "JDC1"
-constexpr size_t kValueHeader = 20;           // magic, height, width, channels, crc32
-constexpr size_t kMetaBytes = 12;             // id, bytes
-constexpr int kEvictionSamples = 8;           // candidates compared per eviction
+constexpr char kFormat[] = "v2";
+constexpr char kSlotFilePrefix[] = "slots-";
+constexpr uint32_t kSlotMagic = 0x3253444a;  // "JDS2"
+// Slot header: magic, height, width, channels, key hash (8), crc, reserved.
+constexpr size_t kSlotHeader = 32;
+constexpr size_t kIndexValue = 32;  // id, slot bytes, slot, bytes, crc
+constexpr int kEvictionSamples = 8;  // candidates compared per eviction
 constexpr size_t kMaxQueuedWrites = 512;
 
 template <typename T>
@@ -30,21 +41,37 @@ void Put(std::string* out, T v) {
 }
 
 template <typename T>
-T Load(const char* at) {
+void Store(uint8_t* at, T v) {
+  std::memcpy(at, &v, sizeof v);
+}
+
+template <typename T>
+T Load(const void* at) {
   T v;
   std::memcpy(&v, at, sizeof v);
   return v;
 }
 
-uint32_t Crc(const uint8_t* data, uint64_t n) {
-  return static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), data, n));
-}
+uint64_t KeyHash(const std::string& key) { return Fnv1a(kFnv1aBasis, key.data(), key.size()); }
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   return Status::IOError(what + ": " + s.ToString());
 }
 
 }  // namespace
+
+// Samples of one output size all have one size: their slot is exact (to 64
+// bytes). Original-size samples (size 0) vary: slots in steps of 1/8 of a
+// power of two waste at most 12% and keep the number of slot files small.
+uint64_t DiskCache::SlotBytes(uint32_t size, uint64_t bytes) {
+  uint64_t need = kSlotHeader + bytes;
+  if (size == 0) {
+    uint64_t step = 64;
+    while (step * 16 < need) step *= 2;
+    return (need + step - 1) / step * step;
+  }
+  return (need + 63) / 64 * 64;
+}
 
 Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
                        uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
@@ -57,26 +84,25 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const Ref
                     Fnv1a(kFnv1aBasis, catalog->source().data(), catalog->source().size())));
   c->path_ = dir + "/" + folder + "-" + kFormat;
   std::error_code ec;
-  std::filesystem::create_directories(c->path_, ec);
+  fs::create_directories(c->path_, ec);
   if (ec) return Status::IOError("cannot create " + c->path_ + ": " + ec.message());
 
   c->fingerprints_.resize(catalog->size());
   for (SampleId id = 0; id < catalog->size(); ++id) c->fingerprints_[id] = catalog->fingerprint(id);
-  Status s = c->OpenDatabase();
+  Status s = c->OpenIndex();
   if (s.code() == Status::Code::kCorruption) {
     // The tier only holds what can be decoded again: rather than serve from
-    // (or give up on) a damaged database, start an empty one.
+    // (or give up on) a damaged index, start afresh.
     spdlog::warn("disk cache {} is damaged ({}); starting it afresh", c->path_, s.message());
+    c->db_.reset();
     c->index_.clear();
     c->keys_.clear();
     c->stats_ = {};
-    rocksdb::DestroyDB(c->path_, rocksdb::Options());
-    s = c->OpenDatabase();
+    fs::remove_all(c->path_, ec);
+    fs::create_directories(c->path_, ec);
+    s = c->OpenIndex();
   }
-  if (!s.ok() && s.message().find("lock") != std::string::npos) {
-    // RocksDB's LOCK file: another daemon serves this SOURCE from this folder.
-    return Status::Busy("cache_dir " + dir + " is in use by another joaderfs (" + s.message() + ")");
-  }
+  if (s.ok()) s = c->OpenSlotFiles();
   if (!s.ok()) return s;
   c->stats_.entries = c->index_.size();
   c->stats_.budget = budget_bytes;
@@ -87,79 +113,100 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const Ref
   return Status::Ok();
 }
 
-// Opens the RocksDB database at path_ and rebuilds the index from the
-// metadata records (no pixel is read). Corruption when RocksDB finds the
-// files damaged.
-Status DiskCache::OpenDatabase() {
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
-  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db_options.keep_log_file_num = 2;
-  // Samples and their metadata are written without a WAL; flushing the two
-  // families together keeps them consistent across a crash.
-  db_options.atomic_flush = true;
-  rocksdb::ColumnFamilyOptions meta_options;
-  rocksdb::ColumnFamilyOptions sample_options;
-  sample_options.enable_blob_files = true;
-  sample_options.min_blob_size = 0;
-  sample_options.blob_compression_type = rocksdb::kNoCompression;
-  sample_options.enable_blob_garbage_collection = true;
-  sample_options.compression = rocksdb::kNoCompression;
-  sample_options.write_buffer_size = 16 << 20;  // keys only: values go to blob files
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, meta_options}, {"samples", sample_options}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+// Opens the RocksDB index at path_ and rebuilds the in-memory index from it
+// (no pixel is read). Corruption when RocksDB finds its files damaged.
+Status DiskCache::OpenIndex() {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.max_background_jobs = 1;
+  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  options.keep_log_file_num = 2;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, path_, families, &handles, &db);
+  rocksdb::Status s = rocksdb::DB::Open(options, path_ + "/index", &db);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return Status::IOError("disk cache " + path_ + " is in use by another joaderfs");
+      return Status::Busy("disk cache " + path_ + " is in use by another joaderfs");
     }
     if (s.IsCorruption()) return Status::Corruption(s.ToString());
     return FromRocks(s, "cannot open disk cache " + path_);
   }
   db_.reset(db);
-  meta_ = handles[0];
-  samples_ = handles[1];
-
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  // Two entries naming one slot (a crash lost an eviction's delete before
+  // the slot was reused) are both dropped: neither can be trusted.
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::string>> owners;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (it->value().size() != kMetaBytes) continue;
-    const SampleId id = Load<uint32_t>(it->value().data());
-    const uint64_t bytes = Load<uint64_t>(it->value().data() + 4);
+    if (it->value().size() != kIndexValue || it->key().size() < 12) continue;
+    const char* v = it->value().data();
+    Location where{Load<uint64_t>(v + 4), Load<uint64_t>(v + 12), Load<uint64_t>(v + 20),
+                   Load<uint32_t>(v + 28)};
     const std::string key = it->key().ToString();
-    index_[key] = IndexEntry{id, Load<uint32_t>(key.data()), bytes, keys_.size()};
+    index_[key] = IndexEntry{Load<uint32_t>(v), Load<uint32_t>(key.data()), where, keys_.size()};
     keys_.push_back(key);
-    stats_.bytes += bytes;
+    stats_.bytes += where.slot_bytes;
+    owners[{where.slot_bytes, where.slot}].push_back(key);
   }
   if (!it->status().ok()) {
     const std::string reason = it->status().ToString();
     it.reset();
-    CloseDatabase();
+    db_.reset();
     return Status::Corruption(reason);
+  }
+  it.reset();
+  std::vector<std::string> shared;
+  for (const auto& [slot, keys] : owners) {
+    if (keys.size() > 1) shared.insert(shared.end(), keys.begin(), keys.end());
+  }
+  for (const std::string& key : shared) Unindex(key);
+  DeleteKeys(shared);
+  return Status::Ok();
+}
+
+// Opens every slot file the index uses (and any other left behind), and
+// rebuilds their free lists: what the index does not name is free.
+Status DiskCache::OpenSlotFiles() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kSlotFilePrefix, 0) != 0) continue;
+    const uint64_t slot_bytes = std::strtoull(name.c_str() + sizeof(kSlotFilePrefix) - 1, nullptr, 10);
+    if (slot_bytes > 0) File(slot_bytes);
+  }
+  std::map<uint64_t, std::set<uint64_t>> used;
+  std::vector<std::string> orphans;
+  for (const auto& [key, entry] : index_) {
+    if (!File(entry.where.slot_bytes)) {
+      orphans.push_back(key);
+    } else {
+      used[entry.where.slot_bytes].insert(entry.where.slot);
+    }
+  }
+  for (const std::string& key : orphans) Unindex(key);
+  DeleteKeys(orphans);
+  for (auto& [slot_bytes, file] : files_) {
+    struct stat st {};
+    const uint64_t on_disk = fstat(file.fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) / slot_bytes : 0;
+    const std::set<uint64_t>& in_use = used[slot_bytes];
+    file.high_water = std::max(on_disk, in_use.empty() ? 0 : *in_use.rbegin() + 1);
+    file.free.clear();
+    for (uint64_t slot = file.high_water; slot-- > 0;) {
+      if (!in_use.count(slot)) file.free.push_back(slot);
+    }
   }
   return Status::Ok();
 }
 
-void DiskCache::CloseDatabase() {
-  if (!db_) return;
-  db_->DestroyColumnFamilyHandle(samples_);
-  db_->DestroyColumnFamilyHandle(meta_);
-  db_->Close();
-  db_.reset();
-}
-
 DiskCache::~DiskCache() {
-  if (!db_) return;
   {
     std::unique_lock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
   if (writer_.joinable()) writer_.join();
-  CloseDatabase();
+  for (auto& [slot_bytes, file] : files_) {
+    if (file.fd >= 0) close(file.fd);
+  }
+  if (db_) db_->Close();
 }
 
 // Output size, then what identifies the source file's content, then its
@@ -172,76 +219,110 @@ std::string DiskCache::Key(uint32_t size, SampleId id) const {
   return key;
 }
 
+DiskCache::SlotFile* DiskCache::File(uint64_t slot_bytes) {
+  auto [it, inserted] = files_.try_emplace(slot_bytes);
+  if (inserted) {
+    const std::string name = path_ + "/" + kSlotFilePrefix + std::to_string(slot_bytes);
+    it->second.fd = open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (it->second.fd < 0) {
+      spdlog::warn("disk cache: cannot open {}: {}", name, std::strerror(errno));
+    }
+  }
+  return it->second.fd >= 0 ? &it->second : nullptr;
+}
+
+uint64_t DiskCache::AllocateSlot(uint64_t slot_bytes) {
+  SlotFile* file = File(slot_bytes);
+  if (!file->free.empty()) {
+    const uint64_t slot = file->free.back();
+    file->free.pop_back();
+    return slot;
+  }
+  return file->high_water++;
+}
+
 Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
   const std::string key = Key(size, id);
+  Location where;
+  int fd = -1;
   {
     std::lock_guard lock(mu_);
-    if (!index_.count(key)) {
+    auto it = index_.find(key);
+    if (it == index_.end()) {
       ++stats_.misses;
       return Status::NotFound("not on disk");
     }
+    where = it->second.where;
+    fd = files_.at(where.slot_bytes).fd;
   }
-  // The sample's pixels stay where RocksDB read them: the slice is kept
-  // alive by the sample instead of copied out.
-  auto value = std::make_shared<rocksdb::PinnableSlice>();
-  rocksdb::ReadOptions read_options;
-  read_options.verify_checksums = true;
-  rocksdb::Status s = db_->Get(read_options, samples_, key, value.get());
-  bool good = s.ok() && value->size() >= kValueHeader && Load<uint32_t>(value->data()) == kValueMagic;
+  // Read into a buffer the sample then owns: no further copy.
+  const uint64_t length = kSlotHeader + where.bytes;
+  std::shared_ptr<uint8_t> buffer(new uint8_t[length], std::default_delete<uint8_t[]>());
+  const ssize_t n = pread(fd, buffer.get(), length, static_cast<off_t>(where.slot * where.slot_bytes));
+  const uint8_t* h = buffer.get();
+  bool good = n == static_cast<ssize_t>(length) && Load<uint32_t>(h) == kSlotMagic &&
+              Load<uint64_t>(h + 16) == KeyHash(key) && Load<uint32_t>(h + 24) == where.crc;
   if (good) {
-    out->height = Load<uint32_t>(value->data() + 4);
-    out->width = Load<uint32_t>(value->data() + 8);
-    out->channels = Load<uint32_t>(value->data() + 12);
-    good = value->size() == kValueHeader + out->bytes();
+    out->height = Load<uint32_t>(h + 4);
+    out->width = Load<uint32_t>(h + 8);
+    out->channels = Load<uint32_t>(h + 12);
+    good = out->bytes() == where.bytes && Crc32c(h + kSlotHeader, where.bytes) == where.crc;
   }
   if (good) {
-    auto* pixels = reinterpret_cast<uint8_t*>(const_cast<char*>(value->data() + kValueHeader));
-    good = Crc(pixels, out->bytes()) == Load<uint32_t>(value->data() + 16);
-    if (good) out->pixels = std::shared_ptr<uint8_t>(value, pixels);
+    out->pixels = std::shared_ptr<uint8_t>(buffer, buffer.get() + kSlotHeader);
+    std::lock_guard lock(mu_);
+    ++stats_.hits;
+    return Status::Ok();
   }
   {
     std::lock_guard lock(mu_);
-    if (good) {
-      ++stats_.hits;
-      return Status::Ok();
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.where.slot_bytes != where.slot_bytes ||
+        it->second.where.slot != where.slot) {
+      // Evicted while it was read, and its slot reused: a plain miss.
+      ++stats_.misses;
+      return Status::NotFound("not on disk");
     }
     Unindex(key);
-    ++(s.IsNotFound() ? stats_.misses : stats_.corrupt);
+    ++stats_.corrupt;
   }
-  Delete(key);
-  if (s.IsNotFound()) return Status::NotFound("not on disk");
-  spdlog::warn("disk cache: dropped corrupt entry for sample {} ({}): {}", id,
-               catalog_->relpath(id), s.ok() ? "bad checksum" : s.ToString());
+  DeleteKeys({key});
+  spdlog::warn("disk cache: dropped corrupt entry for sample {} ({})", id, catalog_->relpath(id));
   return Status::Corruption("corrupt disk cache entry");
 }
 
 void DiskCache::Unindex(const std::string& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
-  const size_t slot = it->second.slot;
-  stats_.bytes -= it->second.bytes;
-  if (slot + 1 != keys_.size()) {
-    keys_[slot] = std::move(keys_.back());
-    index_[keys_[slot]].slot = slot;
+  const size_t at = it->second.at;
+  const Location where = it->second.where;
+  stats_.bytes -= where.slot_bytes;
+  if (SlotFile* file = File(where.slot_bytes)) file->free.push_back(where.slot);
+  if (at + 1 != keys_.size()) {
+    keys_[at] = std::move(keys_.back());
+    index_[keys_[at]].at = at;
   }
   keys_.pop_back();
   index_.erase(it);
   stats_.entries = index_.size();
 }
 
-void DiskCache::Delete(const std::string& key) {
+void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
+  if (keys.empty() || !db_) return;
   rocksdb::WriteBatch batch;
-  batch.Delete(samples_, key);
-  batch.Delete(meta_, key);
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = true;  // a lost delete only leaves a stale index record
-  db_->Write(wo, &batch);
+  for (const std::string& key : keys) batch.Delete(key);
+  const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+  // A lost delete leaves a stale entry, which the slot header check refuses.
+  if (!s.ok()) spdlog::warn("disk cache: index delete failed: {}", s.ToString());
 }
 
 void DiskCache::PutAsync(uint32_t size, SampleId id, SamplePtr sample) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || sample->bytes() > stats_.budget || index_.count(Key(size, id))) return;
+    if (stopping_ || SlotBytes(size, sample->bytes()) > stats_.budget ||
+        index_.count(Key(size, id))) {
+      return;
+    }
     if (queue_.size() >= kMaxQueuedWrites) {
       ++stats_.write_drops;
       return;
@@ -291,53 +372,65 @@ void DiskCache::WriteLoop() {
     }
     const std::string key = Key(w.size, w.id);
     const DecodedSample& sample = *w.sample;
-    std::string value;
-    value.reserve(kValueHeader + sample.bytes());
-    Put<uint32_t>(&value, kValueMagic);
-    Put<uint32_t>(&value, sample.height);
-    Put<uint32_t>(&value, sample.width);
-    Put<uint32_t>(&value, sample.channels);
-    Put<uint32_t>(&value, Crc(sample.pixels.get(), sample.bytes()));
-    value.append(reinterpret_cast<const char*>(sample.pixels.get()), sample.bytes());
-    std::string meta;
-    Put<uint32_t>(&meta, w.id);
-    Put<uint64_t>(&meta, sample.bytes());
-
+    Location where;
+    where.bytes = sample.bytes();
+    where.slot_bytes = SlotBytes(w.size, where.bytes);
+    where.crc = Crc32c(sample.pixels.get(), where.bytes);
     std::vector<std::string> victims;
+    int fd = -1;
     {
       std::lock_guard lock(mu_);
       if (!index_.count(key)) {
-        index_[key] = {w.id, w.size, sample.bytes(), keys_.size()};
-        keys_.push_back(key);
-        stats_.bytes += sample.bytes();
-        stats_.entries = index_.size();
-        ++stats_.writes;
-        EvictLocked(&victims);
+        if (SlotFile* file = File(where.slot_bytes)) {
+          fd = file->fd;
+          where.slot = AllocateSlot(where.slot_bytes);
+          stats_.bytes += where.slot_bytes;
+          EvictLocked(&victims);
+        }
       }
     }
-    // The sample and its metadata land together or not at all. Without a
-    // WAL a crash loses the newest writes, which are only cache misses.
-    rocksdb::WriteBatch batch;
-    for (const std::string& v : victims) {
-      batch.Delete(samples_, v);
-      batch.Delete(meta_, v);
-    }
-    if (std::find(victims.begin(), victims.end(), key) == victims.end()) {
-      batch.Put(samples_, key, value);
-      batch.Put(meta_, key, meta);
-    }
-    rocksdb::WriteOptions wo;
-    wo.disableWAL = true;
-    rocksdb::Status s = db_->Write(wo, &batch);
-    if (!s.ok()) {
-      spdlog::warn("disk cache write failed: {}", s.ToString());
-      {
-        std::lock_guard lock(mu_);
-        Unindex(key);
+    bool stored = false;
+    if (fd >= 0) {
+      std::array<uint8_t, kSlotHeader> header{};
+      Store<uint32_t>(&header[0], kSlotMagic);
+      Store<uint32_t>(&header[4], sample.height);
+      Store<uint32_t>(&header[8], sample.width);
+      Store<uint32_t>(&header[12], sample.channels);
+      Store<uint64_t>(&header[16], KeyHash(key));
+      Store<uint32_t>(&header[24], where.crc);
+      iovec iov[2] = {{header.data(), kSlotHeader}, {sample.pixels.get(), where.bytes}};
+      const ssize_t n =
+          pwritev(fd, iov, 2, static_cast<off_t>(where.slot * where.slot_bytes));
+      if (n != static_cast<ssize_t>(kSlotHeader + where.bytes)) {
+        spdlog::warn("disk cache write failed: {}", n < 0 ? std::strerror(errno) : "short write");
+      } else {
+        // The index entry goes in after its slot: a crash between the two
+        // leaves a slot nobody names, which the next open counts as free.
+        std::string value;
+        Put<uint32_t>(&value, w.id);
+        Put<uint64_t>(&value, where.slot_bytes);
+        Put<uint64_t>(&value, where.slot);
+        Put<uint64_t>(&value, where.bytes);
+        Put<uint32_t>(&value, where.crc);
+        rocksdb::WriteBatch batch;
+        for (const std::string& v : victims) batch.Delete(v);
+        batch.Put(key, value);
+        const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+        stored = s.ok();
+        if (!stored) spdlog::warn("disk cache index write failed: {}", s.ToString());
       }
-      Delete(key);
     }
+    if (!stored) DeleteKeys(victims);  // they are gone from the index all the same
     std::lock_guard lock(mu_);
+    if (stored) {
+      index_[key] = {w.id, w.size, where, keys_.size()};
+      keys_.push_back(key);
+      stats_.entries = index_.size();
+      ++stats_.writes;
+    } else if (fd >= 0) {
+      stats_.bytes -= where.slot_bytes;
+      files_.at(where.slot_bytes).free.push_back(where.slot);
+    }
     writing_ = false;
     if (queue_.empty()) drained_.notify_all();
   }

@@ -1,39 +1,43 @@
-// The disk tier: decoded samples kept under cache_dir in RocksDB, so that a
-// RAM miss, a later epoch, or a restarted daemon need not decode again.
+// The disk tier: decoded samples kept under cache_dir, so that a RAM miss, a
+// later epoch, or a restarted daemon need not decode again.
 //
-// Storage: one RocksDB database per SOURCE (cache_dir/<hash of SOURCE>/).
-// Sample values live in RocksDB's integrated blob files (BlobDB): they are
-// large (150 KB at 224x224) and written once, so keeping them out of the
-// LSM tree means compactions move only keys. We chose this over our own
-// segment files because RocksDB then owns atomicity and crash recovery; a
-// small metadata record per sample (id, bytes) sits in the default column
-// family, written in the same batch, so the in-memory index can be rebuilt
-// at open without reading any pixels.
+// Storage: one folder per SOURCE (cache_dir/<hash of SOURCE>-v2/) holding
+// slot files and a RocksDB index. A sample's bytes go to a slot of a slot
+// file: every sample of one output size has the same byte size, so a file
+// per slot size (`slots-<bytes>`) reuses freed slots exactly and never
+// fragments; original-size samples use slot sizes in steps of 1/8 of a
+// power of two. A write is one pwrite() of the slot, a read one pread():
+// the values RocksDB's blob files used to hold were copied into a write
+// batch, the memtable and, at flush, the blob file (0.43 CPU ms per 224x224
+// write, 0.28 ms per read, against 1.3 ms for the decode they save).
 //
-// Keys: the output size and a fingerprint of the source file (its relative
-// path, size, mtime and inode), so a changed file is simply a miss while
-// every unchanged sample stays valid. Values carry a CRC32 of their pixels;
-// an entry that fails it (or that RocksDB reports corrupt) is deleted and
-// reported as Corruption, never served.
+// The index (RocksDB, WAL on, not synced) maps a key to the sample's slot,
+// byte size and CRC32C. Keys: the output size and a fingerprint of the
+// source file (its relative path, size, mtime and inode), so a changed file
+// is simply a miss while every unchanged sample stays valid. Each slot
+// starts with a header naming its key's hash, the image's dimensions and
+// the CRC of its pixels; a read whose slot does not match its index entry,
+// or whose pixels fail the CRC, is never served: the entry is dropped and
+// reported as Corruption. That covers a crash between a slot's write and
+// its index entry's, a slot reused after an eviction whose index delete was
+// lost, and damaged files.
 //
 // Writes go through one background thread so they stay off the read path;
 // when the byte budget is exceeded, entries that fewer jobs still need
 // (RefCounts, from the planning groups) are dropped first.
 //
-// Thread-safe. RocksDB is called without the tier's lock held; the lock
-// ranks below the RAM tier's and above the planning groups'
-// (common/ranked_mutex.h).
+// Thread-safe. Files and RocksDB are read and written without the tier's
+// lock held; the lock ranks below the RAM tier's and above the planning
+// groups' (common/ranked_mutex.h).
 
 #ifndef JOADERFS_CACHE_DISK_CACHE_H_
 #define JOADERFS_CACHE_DISK_CACHE_H_
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -48,7 +52,6 @@
 
 namespace rocksdb {
 class DB;
-class ColumnFamilyHandle;
 }  // namespace rocksdb
 
 namespace joaderfs {
@@ -56,19 +59,19 @@ namespace joaderfs {
 struct DiskCacheStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
-  uint64_t corrupt = 0;     // entries that failed their checksum, dropped
-  uint64_t writes = 0;
+  uint64_t corrupt = 0;      // entries that failed their checks, dropped
+  uint64_t writes = 0;       // samples written to the tier
   uint64_t write_drops = 0;  // writes skipped because the queue was full
   uint64_t evictions = 0;
-  uint64_t bytes = 0;       // pixel bytes stored
+  uint64_t bytes = 0;  // slot bytes in use
   uint64_t budget = 0;
   uint64_t entries = 0;
 };
 
 class DiskCache {
  public:
-  // Opens (creating) the database for `catalog`'s SOURCE under `dir`.
-  // Fails when another daemon holds it or the folder is unusable. `counts`
+  // Opens (creating) the tier for `catalog`'s SOURCE under `dir`. Fails
+  // when another daemon holds it or the folder is unusable. `counts`
   // (entries needed by fewer jobs are dropped first) outlives the tier.
   static Status Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
                      uint64_t budget_bytes, std::unique_ptr<DiskCache>* out);
@@ -85,15 +88,31 @@ class DiskCache {
 
   DiskCacheStats Stats() const;
 
-  // The database folder (for tests that damage it on purpose).
+  // The tier's folder (for tests that damage it on purpose).
   const std::string& path() const { return path_; }
 
+  // Disk bytes a sample of `bytes` pixels at output size `size` takes: its
+  // slot, which is what the budget counts.
+  static uint64_t SlotBytes(uint32_t size, uint64_t bytes);
+
  private:
+  // Where a sample is, and what it must look like there.
+  struct Location {
+    uint64_t slot_bytes = 0;  // selects the slot file
+    uint64_t slot = 0;
+    uint64_t bytes = 0;  // pixel bytes
+    uint32_t crc = 0;    // of the pixels
+  };
   struct IndexEntry {
     SampleId id;
     uint32_t size;
-    uint64_t bytes;
-    size_t slot;  // position in keys_
+    Location where;
+    size_t at;  // position in keys_
+  };
+  struct SlotFile {
+    int fd = -1;
+    uint64_t high_water = 0;       // slots ever used
+    std::vector<uint64_t> free;    // freed slots below high_water
   };
   struct Write {
     uint32_t size;
@@ -102,33 +121,36 @@ class DiskCache {
   };
 
   DiskCache() = default;
-  Status OpenDatabase();
-  void CloseDatabase();
+  Status OpenIndex();
+  Status OpenSlotFiles();
   std::string Key(uint32_t size, SampleId id) const;
-  void Unindex(const std::string& key);  // REQUIRES: mu_ held
-  // Deletes the entry from RocksDB. REQUIRES: mu_ not held; unindexed.
-  void Delete(const std::string& key);
-  void WriteLoop();
+  // REQUIRES for these: mu_ held.
+  SlotFile* File(uint64_t slot_bytes);
+  uint64_t AllocateSlot(uint64_t slot_bytes);
+  void Unindex(const std::string& key);  // frees its slot
   void EvictLocked(std::vector<std::string>* victims);
+  // Deletes index keys from RocksDB. REQUIRES: mu_ not held; unindexed.
+  void DeleteKeys(const std::vector<std::string>& keys);
+  void WriteLoop();
 
   const Catalog* catalog_ = nullptr;
   const RefCounts* ref_counts_ = nullptr;
   std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
-  rocksdb::ColumnFamilyHandle* samples_ = nullptr;  // blob-backed values
-  rocksdb::ColumnFamilyHandle* meta_ = nullptr;     // default family: id and bytes
-  std::vector<uint64_t> fingerprints_;              // per sample id
+  std::vector<uint64_t> fingerprints_;  // per sample id
 
   mutable RankedMutex<LockRank::kDiskCache> mu_;
   std::condition_variable_any wake_;
   std::condition_variable_any drained_;
-  std::deque<Write> queue_;                                // GUARDED_BY(mu_)
-  bool writing_ = false;                                   // GUARDED_BY(mu_)
-  bool stopping_ = false;                                  // GUARDED_BY(mu_)
-  std::unordered_map<std::string, IndexEntry> index_;      // GUARDED_BY(mu_)
-  std::vector<std::string> keys_;                          // GUARDED_BY(mu_), for sampling victims
-  Rng rng_{0x6a6f61646572ULL};                             // GUARDED_BY(mu_)
-  DiskCacheStats stats_;                                   // GUARDED_BY(mu_)
+  std::deque<Write> queue_;                            // GUARDED_BY(mu_)
+  bool writing_ = false;                               // GUARDED_BY(mu_)
+  bool stopping_ = false;                              // GUARDED_BY(mu_)
+  std::unordered_map<std::string, IndexEntry> index_;  // GUARDED_BY(mu_)
+  std::vector<std::string> keys_;                      // GUARDED_BY(mu_), for sampling victims
+  // Slot files by slot size; a file's fd stays open until the tier closes.
+  std::map<uint64_t, SlotFile> files_;  // GUARDED_BY(mu_)
+  Rng rng_{0x6a6f61646572ULL};          // GUARDED_BY(mu_)
+  DiskCacheStats stats_;                // GUARDED_BY(mu_)
   std::thread writer_;
 };
 

@@ -84,7 +84,7 @@ TEST_F(DiskCacheTest, StoresAndServesSamples) {
   EXPECT_EQ(stats.hits, 1u);
   EXPECT_EQ(stats.misses, 2u);
   EXPECT_EQ(stats.entries, 1u);
-  EXPECT_EQ(stats.bytes, 16u * 16 * 3);
+  EXPECT_EQ(stats.bytes, DiskCache::SlotBytes(16, 16 * 16 * 3));
 }
 
 TEST_F(DiskCacheTest, SurvivesReopen) {
@@ -128,12 +128,12 @@ TEST_F(DiskCacheTest, CorruptBytesAreNeverServed) {
     auto cache = OpenCache();
     for (SampleId id = 0; id < 8; ++id) cache->PutAsync(16, id, Sample(200));
   }
-  // Flip bytes in the middle of every blob file: the pixels live there.
+  // Flip bytes in the middle of every slot file: the pixels live there.
   std::string db;
   for (const auto& e : fs::directory_iterator(cache_dir())) db = e.path().string();
   int damaged = 0;
   for (const auto& e : fs::directory_iterator(db)) {
-    if (e.path().extension() != ".blob") continue;
+    if (e.path().filename().string().rfind("slots-", 0) != 0) continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     const auto size = fs::file_size(e.path());
     for (uint64_t at = size / 4; at < size * 3 / 4; at += 97) {
@@ -162,8 +162,45 @@ TEST_F(DiskCacheTest, CorruptBytesAreNeverServed) {
   EXPECT_EQ(cache->Stats().corrupt, static_cast<uint64_t>(refused));
 }
 
+TEST_F(DiskCacheTest, ASlotHoldingAnotherSamplesBytesIsNeverServed) {
+  // What a reused slot looks like after a crash lost the eviction's index
+  // delete: the slot header names another key.
+  const uint64_t slot = DiskCache::SlotBytes(16, 16 * 16 * 3);
+  std::string slots;
+  {
+    auto cache = OpenCache();
+    cache->PutAsync(16, 0, Sample(10));
+    cache->Flush();
+    cache->PutAsync(16, 1, Sample(11));
+    cache->Flush();
+    slots = cache->path() + "/slots-" + std::to_string(slot);
+  }
+  const auto size = fs::file_size(slots);  // two slots, the last unpadded
+  ASSERT_GT(size, slot);
+  {
+    std::fstream f(slots, std::ios::in | std::ios::out | std::ios::binary);
+    std::string second(size - slot, '\0');
+    f.seekg(static_cast<std::streamoff>(slot));
+    ASSERT_TRUE(f.read(second.data(), static_cast<std::streamsize>(second.size())));
+    f.seekp(0);
+    ASSERT_TRUE(f.write(second.data(), static_cast<std::streamsize>(second.size())));
+  }
+  auto cache = OpenCache();
+  DecodedSample out;
+  EXPECT_EQ(cache->Get(16, 0, &out).code(), Status::Code::kCorruption);
+  EXPECT_EQ(cache->Get(16, 0, &out).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(cache->Get(16, 1, &out).ok());
+  EXPECT_TRUE(AllPixels(out, 11));
+  // The freed slot is used again.
+  cache->PutAsync(16, 2, Sample(12));
+  cache->Flush();
+  EXPECT_EQ(fs::file_size(slots), size);
+  ASSERT_TRUE(cache->Get(16, 2, &out).ok());
+  EXPECT_TRUE(AllPixels(out, 12));
+}
+
 TEST_F(DiskCacheTest, OverBudgetDropsWhatFewestJobsNeed) {
-  const uint64_t one = 16 * 16 * 3;
+  const uint64_t one = DiskCache::SlotBytes(16, 16 * 16 * 3);
   auto cache = OpenCache(4 * one);
   // Ids 0-3 are needed by two jobs, ids 4-7 by none.
   counts_.two_jobs_need_below = 4;

@@ -6,8 +6,8 @@
   independent reference (a cache_dir=none mount: decoding is deterministic).
   Done twice in a row, at two different points of the writing.
 - after a clean run has filled the tier, flip bytes in the middle of its
-  blob files (then, separately, of its .sst files), remount, read an epoch:
-  no record differs from the reference.
+  slot files (then, separately, of its index's .sst and .log files),
+  remount, read an epoch: no record differs from the reference.
 """
 
 import os
@@ -173,16 +173,16 @@ class CrashTest(TierTestCase):
         self.clean_unmount(m)
         return st
 
-    def test_corrupt_blob_files(self):
+    def test_corrupt_slot_files(self):
         cache_dir = self.tempdir()
         self.fill_tier(cache_dir)
-        blobs = tierlib.cache_files(cache_dir, ".blob")
-        self.assertTrue(blobs, "no .blob files under %s" % cache_dir)
+        blobs = tierlib.cache_files(cache_dir, prefix="slots-")
+        self.assertTrue(blobs, "no slot files under %s" % cache_dir)
         for b in blobs:
             offs = tierlib.flip_bytes(b)
             log("flipped 3x64 bytes of %s (%d bytes) at %s",
                 os.path.basename(b), os.path.getsize(b), offs)
-        st = self.read_after_damage(cache_dir, "damaged blob files")
+        st = self.read_after_damage(cache_dir, "damaged slot files")
         # A second remount: the dropped entries were rewritten.
         ref = self.ref(self.small_source, tierlib.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
@@ -194,16 +194,17 @@ class CrashTest(TierTestCase):
                          "entries dropped as corrupt (%d) should have been "
                          "stored again: %s" % (st.get("disk_corrupt", -1), st2))
 
-    def test_corrupt_sst_files(self):
+    def test_corrupt_index_files(self):
         cache_dir = self.tempdir()
         self.fill_tier(cache_dir)
-        ssts = tierlib.cache_files(cache_dir, ".sst")
-        self.assertTrue(ssts, "no .sst files under %s" % cache_dir)
+        ssts = (tierlib.cache_files(cache_dir, ".sst") +
+                tierlib.cache_files(cache_dir, ".log"))
+        self.assertTrue(ssts, "no index files under %s" % cache_dir)
         for f in ssts:
             offs = tierlib.flip_bytes(f, fractions=(0.5,), length=16)
             log("flipped 16 bytes of %s (%d bytes) at %s",
                 os.path.basename(f), os.path.getsize(f), offs)
-        st = self.read_after_damage(cache_dir, "damaged .sst files")
+        st = self.read_after_damage(cache_dir, "damaged index files")
         # A second remount: what was dropped or lost was stored again.
         ref = self.ref(self.small_source, tierlib.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,

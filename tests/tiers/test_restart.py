@@ -48,8 +48,8 @@ class RestartTest(TierTestCase):
         self.assertEqual(st1["decoded"], N, st1)
         before = digests(first)
         self.clean_unmount(m1)
-        self.assertTrue(tierlib.cache_files(cache_dir, ".blob"),
-                        "no blob file under %s after a clean unmount: %s"
+        self.assertTrue(tierlib.cache_files(cache_dir, prefix="slots-"),
+                        "no slot file under %s after a clean unmount: %s"
                         % (cache_dir, os.listdir(cache_dir)))
 
         # 2. Restart on the same D and SOURCE: nothing is decoded.

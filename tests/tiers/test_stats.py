@@ -15,7 +15,7 @@ import time
 import unittest
 
 import tierlib
-from tierlib import PIXELS, SIZE, TierTestCase, log, wait_for
+from tierlib import PIXELS, SIZE, SLOT, TierTestCase, log, wait_for
 
 N = 60
 THREADS = 2
@@ -122,7 +122,7 @@ class StatsTest(TierTestCase):
     def test_tier_stats_with_disk_tier(self):
         cache_dir = self.tempdir()
         ram_budget = RAM_SAMPLES * PIXELS
-        disk_budget = DISK_SAMPLES * PIXELS
+        disk_budget = DISK_SAMPLES * SLOT
         t_mount = time.monotonic()
         m = self.mount(self.source, {"cache_dir": cache_dir,
                                      "size": str(SIZE),
@@ -211,13 +211,13 @@ class StatsTest(TierTestCase):
                                  "disk_bytes above disk_budget")
             self.assertGreater(st["disk_evictions"], 0,
                                "60 samples through a 30-sample disk tier")
-            self.assertEqual(st["disk_bytes"] % PIXELS, 0)
+            self.assertEqual(st["disk_bytes"] % SLOT, 0)
             if "disk_entries" in st:
                 self.assertEqual(
-                    st["disk_entries"] * PIXELS, st["disk_bytes"],
+                    st["disk_entries"] * SLOT, st["disk_bytes"],
                     "disk_entries %d does not match disk_bytes %d (%d samples)"
                     % (st["disk_entries"], st["disk_bytes"],
-                       st["disk_bytes"] // PIXELS))
+                       st["disk_bytes"] // SLOT))
 
         # Decoders.
         with self.subTest(check="decoders"):
@@ -255,12 +255,12 @@ class StatsTest(TierTestCase):
                                      "size": str(SIZE),
                                      "threads": str(THREADS)})
         self.read_job(m, "a")
-        self.assertTrue(wait_for(lambda: m.stats()["disk_bytes"] == N * PIXELS,
+        self.assertTrue(wait_for(lambda: m.stats()["disk_bytes"] == N * SLOT,
                                  10), m.stats())
         st = m.stats()
         log("disk tier, one epoch, no eviction: disk_bytes %d (%d samples), "
             "disk_entries %s, disk_writes %s", st["disk_bytes"],
-            st["disk_bytes"] // PIXELS, st.get("disk_entries"),
+            st["disk_bytes"] // SLOT, st.get("disk_entries"),
             st.get("disk_writes"))
         self.assertEqual(st["disk_evictions"], 0)
         if "disk_entries" in st:

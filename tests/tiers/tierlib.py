@@ -27,6 +27,9 @@ from mountlib import (FUSERMOUNT, JoaderTestCase,  # noqa: E402
 
 SIZE = 64
 PIXELS = SIZE * SIZE * 3
+# Disk bytes a sample takes: its slot, a 32-byte header and the pixels to a
+# multiple of 64 (the disk tier's budget and disk_bytes count slots).
+SLOT = (32 + PIXELS + 63) // 64 * 64
 RECORD = mountlib.record_size(PIXELS)
 
 
@@ -79,17 +82,16 @@ def digests(records):
 
 # ------------------------------------------------------------ cache files
 
-def cache_files(cache_dir, suffix):
-    """Files under cache_dir/<folder>/ whose names end with suffix."""
+def cache_files(cache_dir, suffix="", prefix=""):
+    """Files anywhere under cache_dir whose names start with `prefix` and
+    end with `suffix` (slot files are `slots-<bytes>`; the RocksDB index
+    lives in <folder>/index/)."""
     out = []
-    for folder in sorted(os.listdir(cache_dir)):
-        d = os.path.join(cache_dir, folder)
-        if not os.path.isdir(d):
-            continue
-        for name in sorted(os.listdir(d)):
-            if name.endswith(suffix):
-                out.append(os.path.join(d, name))
-    return out
+    for root, _, names in os.walk(cache_dir):
+        for name in sorted(names):
+            if name.startswith(prefix) and name.endswith(suffix):
+                out.append(os.path.join(root, name))
+    return sorted(out)
 
 
 def flip_bytes(path, fractions=(0.3, 0.5, 0.7), length=64):
