@@ -35,7 +35,6 @@ class DiskCacheTest : public ::testing::Test {
                 std::span<uint32_t> counts) const override {
       for (size_t i = 0; i < ids.size(); ++i) counts[i] = ids[i] < two_jobs_need_below ? 2 : 0;
     }
-    bool NeededLater(uint32_t, SampleId) const override { return false; }
     SampleId two_jobs_need_below = 0;
   };
   NeededCounts counts_;

@@ -22,9 +22,7 @@ class RefCounts {
   // Thread-safe.
   virtual void Counts(uint32_t size, std::span<const SampleId> ids,
                       std::span<uint32_t> counts) const = 0;
-  // Whether some job will read (size, id) in an epoch after its current
-  // one. Thread-safe.
-  virtual bool NeededLater(uint32_t size, SampleId id) const = 0;
+
 };
 
 }  // namespace joaderfs

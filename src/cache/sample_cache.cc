@@ -94,12 +94,9 @@ void SampleCache::Load(SampleKey key) {
   if (!from_disk) s = DecodeImage(catalog_->path(key.id), key.size, loaded.get());
   SamplePtr sample;
   if (s.ok()) sample = std::move(loaded);
-  // The disk tier keeps what a job will want after this tier drops it: a
-  // sample a later epoch needs is written now, with its pixels at hand;
-  // one needed only in the current epoch when it is evicted before then.
-  if (sample && !from_disk && disk_ && ref_counts_->NeededLater(key.size, key.id)) {
-    disk_->PutAsync(key.size, key.id, sample);
-  }
+  // Written through: a later epoch, a later job or a restarted daemon may
+  // want it, and its pixels are at hand now.
+  if (sample && !from_disk && disk_) disk_->PutAsync(key.size, key.id, sample);
 
   std::vector<Callback> waiters;
   {
@@ -147,6 +144,8 @@ void SampleCache::EvictLocked() {
     const SampleKey key{largest->first, largest->second->Evict()};
     auto it = entries_.find(key);
     if (disk_) {
+      // A second chance for a sample a job still needs whose write was
+      // dropped (a full queue); the disk tier ignores what it holds.
       uint32_t count = 0;
       ref_counts_->Counts(key.size, std::span(&key.id, 1), std::span(&count, 1));
       if (count > 0) disk_->PutAsync(key.size, key.id, it->second.sample);

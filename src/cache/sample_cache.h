@@ -15,12 +15,10 @@
 // was released first. A count only changes when a job picks the sample
 // (and then holds it pinned, so it is re-read on release) or when a job
 // starts an epoch, arrives or leaves: the job manager then calls
-// RefreshNeeds(). The disk tier gets what a job will want after this tier
-// drops it: a sample some job needs in a later epoch as soon as it is
-// decoded (write-through: its pixels are at hand, and it survives a
-// restart), a sample needed only in the current epoch when it is evicted
-// with a job still needing it. Samples nobody will want again (one-epoch
-// jobs that all had it) cost no write.
+// RefreshNeeds(). Every decoded sample is also queued for the disk tier
+// (write-through: a later epoch, a later job or a restarted daemon may want
+// it, and its pixels are at hand now), and an evicted sample that a job
+// still needs is queued again in case its first write was dropped.
 //
 // A sample that fails to decode is remembered as bad and never tried again.
 //

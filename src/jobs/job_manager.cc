@@ -379,7 +379,7 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
   if (!job->group) {
     const uint64_t per_sample = SampleBytes(job->spec.size);
     job->group = groups_->Get(job->spec.size, cache_->budget() / per_sample);
-    job->handle = job->group->AddJob(job->subset, job->spec.window, job->spec.epochs);
+    job->handle = job->group->AddJob(job->subset, job->spec.window);
     job->stream = std::make_unique<JobStream>(job->subset.cardinality(), job->spec.window);
     planning_[{job->group, job->handle}] = job;
   } else {

@@ -8,13 +8,11 @@ namespace joaderfs {
 PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options)
     : size_(size), options_(options), planner_(std::move(planner)) {}
 
-JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t epochs) {
+JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window) {
   std::lock_guard lock(mu_);
   const JobHandle job = next_handle_++;
   planner_->AddJob(job, subset);
   Member& m = members_[job];
-  m.subset = subset;
-  m.epochs = epochs;
   m.subset_size = subset.cardinality();
   m.window = window;
   return job;
@@ -32,7 +30,6 @@ void PlanGroup::StartEpoch(JobHandle job) {
   assert(m.done == m.subset_size);
   planner_->StartEpoch(job);
   m.planned = m.done = 0;
-  ++m.epochs_started;
 }
 
 void PlanGroup::SetPaused(JobHandle job, bool paused) {
@@ -101,14 +98,6 @@ void PlanGroup::NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> co
     for (const auto& [job, m] : members_) count += m.outstanding.count(ids[i]) ? 1 : 0;
     counts[i] = count;
   }
-}
-
-bool PlanGroup::NeededLater(SampleId id) const {
-  std::lock_guard lock(mu_);
-  for (const auto& [job, m] : members_) {
-    if ((m.epochs == 0 || m.epochs_started < m.epochs) && m.subset.contains(id)) return true;
-  }
-  return false;
 }
 
 uint64_t PlanGroup::SharedPicks(JobHandle job) const {

@@ -60,9 +60,8 @@ class PlanGroup {
 
   uint32_t size() const { return size_; }
 
-  // Adds a job needing every id of `subset` (not empty), in its epoch 0,
-  // for `epochs` epochs in all (0: no end).
-  JobHandle AddJob(const Roaring& subset, uint64_t window, uint64_t epochs = 0);
+  // Adds a job needing every id of `subset` (not empty), in its epoch 0.
+  JobHandle AddJob(const Roaring& subset, uint64_t window);
   // Removes the job: what it planned and what it still needed.
   void RemoveJob(JobHandle job);
   // Starts the job's next epoch. REQUIRES: its epoch is done.
@@ -79,8 +78,6 @@ class PlanGroup {
   // How many jobs still need each id in their current epoch, counting picks
   // planned and not yet done.
   void NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> counts) const;
-  // Whether some job will need `id` in an epoch after its current one.
-  bool NeededLater(SampleId id) const;
 
   uint64_t SharedPicks(JobHandle job) const;
   PlannerStats Stats() const;
@@ -88,9 +85,6 @@ class PlanGroup {
 
  private:
   struct Member {
-    Roaring subset;
-    uint64_t epochs = 0;          // in all; 0: no end
-    uint64_t epochs_started = 1;
     uint64_t subset_size = 0;
     uint64_t window = 0;
     uint64_t planned = 0;  // picks this epoch

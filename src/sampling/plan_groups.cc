@@ -38,12 +38,6 @@ void PlanGroups::Counts(uint32_t size, std::span<const SampleId> ids,
   it->second->NeedCounts(ids, counts);
 }
 
-bool PlanGroups::NeededLater(uint32_t size, SampleId id) const {
-  std::lock_guard lock(mu_);
-  auto it = groups_.find(size);
-  return it != groups_.end() && it->second->NeededLater(id);
-}
-
 void PlanGroups::ForEach(const std::function<void(const PlanGroup&)>& fn) const {
   std::lock_guard lock(mu_);
   for (const auto& [size, group] : groups_) fn(*group);

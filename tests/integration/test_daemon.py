@@ -78,8 +78,7 @@ def fstab_cycle(fstab, mnt, bind_src=None, bind_dst=None):
         out["daemons"] = len(pids)
         with open(os.path.join(mnt, "dataset", "info")) as f:
             out["info"] = json.load(f)
-        # Read the first epoch of a job with no last one, so that disk
-        # writes are queued at the umount.
+        # Read an epoch, so that disk writes are queued at the umount.
         os.mkdir(os.path.join(mnt, "jobs", "f"))
         with open(os.path.join(mnt, "jobs", "f", "next"), "rb") as f:
             out["records"] = len(mountlib.parse_records(f.read()))
@@ -343,8 +342,6 @@ class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
                         % (m.stats()["disk_entries"], n, m.stats()))
 
     def read_one_epoch(self, m, job):
-        """Reads the first epoch of a job with no last epoch: every sample
-        is wanted again, so every decode is written to the disk tier."""
         records = mountlib.read_epoch(m.mkjob(job))[0]
         self.assertEqual(sorted(r.id for r in records),
                          list(range(len(self.order))))
