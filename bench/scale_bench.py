@@ -107,8 +107,16 @@ def run_case(args, source, fraction, schedule, sampler, disk):
     if sampler == "isa":
         opts.append("sampler=isa")
     cmd = [os.path.join(BUILD, "joaderfs"), source, mnt, "-o", ",".join(opts)]
-    subprocess.run(cmd, check=True)
-    pid = daemon_pid(mnt)
+    if args.foreground:
+        fg = subprocess.Popen(cmd + ["-f"], stdin=subprocess.DEVNULL)
+        while not os.path.ismount(mnt):
+            if fg.poll() is not None:
+                raise SystemExit("joaderfs -f exited with %d" % fg.returncode)
+            time.sleep(0.05)
+        pid = fg.pid
+    else:
+        subprocess.run(cmd, check=True)
+        pid = daemon_pid(mnt)
     readers = []
     try:
         jobs = ["j%d" % i for i in range(4)]
@@ -152,6 +160,8 @@ def run_case(args, source, fraction, schedule, sampler, disk):
             if pid is None or process_gone(pid):
                 break
             time.sleep(0.1)
+        if args.foreground:
+            fg.wait(10)
         os.rmdir(mnt)
         if cache_dir:
             shutil.rmtree(cache_dir, ignore_errors=True)
@@ -192,6 +202,8 @@ def main():
     p.add_argument("--pace", type=float, default=0.004,
                    help="seconds per record of the slowest job in 'speeds'")
     p.add_argument("--data", help="dataset folder (generated if missing)")
+    p.add_argument("--foreground", action="store_true",
+                   help="run the daemon with -f (to compare with the default)")
     p.add_argument("--out", default=tempfile.gettempdir())
     args = p.parse_args()
     data = args.data or os.path.join(tempfile.gettempdir(), "jfs-scale-%d" % args.images)
