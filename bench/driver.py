@@ -64,6 +64,8 @@ def main() -> None:
                         "speed, at most 150)")
     p.add_argument("--no-w0", dest="w0", action="store_false",
                    help="skip the joaderfs num_workers=0 variant in S1-S3")
+    p.add_argument("--no-batch-path", dest="batch_path", action="store_false",
+                   help="skip the joaderfs batch-path variant of S3 at 4 jobs")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", type=int, default=os.cpu_count(),
                    help="DataLoader workers of each baseline job")

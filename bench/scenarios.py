@@ -23,13 +23,23 @@ HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "job.py"
 MIB = 1 << 20
 # joaderfs-w0: joaderfs read by a DataLoader with num_workers=0 (the daemon
-# already decodes ahead, so worker processes only move bytes).
+# already decodes ahead, so worker processes only move bytes); joaderfs-batch:
+# the batch path (JobDataset(batch_size=B)) with --jfs-workers workers.
 SYSTEMS = ("joaderfs", "baseline")
-ALL_SYSTEMS = ("joaderfs", "joaderfs-w0", "baseline")
+ALL_SYSTEMS = ("joaderfs", "joaderfs-w0", "joaderfs-batch", "baseline")
 
 
 def is_jfs(system: str) -> bool:
     return system.startswith("joaderfs")
+
+
+def job_args(system: str, args) -> list[str]:
+    """bench/job.py's --system, --workers and --batch-path for a system."""
+    if not is_jfs(system):
+        return ["--system", "baseline", "--workers", str(args.workers)]
+    workers = 0 if system == "joaderfs-w0" else args.jfs_workers
+    return (["--system", "joaderfs", "--workers", str(workers)] +
+            (["--batch-path"] if system == "joaderfs-batch" else []))
 
 
 @dataclass
@@ -149,13 +159,9 @@ class Bench:
                 if mount_options:
                     opts.append(mount_options)
                 daemon = Daemon(args, self.reaper, self.workdir, tag, ",".join(opts))
-            env = dict(os.environ, PYTHONPATH=str(HERE))
             for i, plan in enumerate(plans):
-                cmd = [sys.executable, str(JOB_SCRIPT), "--system",
-                       "joaderfs" if is_jfs(system) else "baseline",
+                cmd = [sys.executable, str(JOB_SCRIPT), *job_args(system, args),
                        "--epochs", str(plan.epochs), "--batch", str(args.batch),
-                       "--workers", str(args.workers if system == "baseline" else
-                                        0 if system == "joaderfs-w0" else args.jfs_workers),
                        "--delay", f"{plan.delay:.6f}",
                        "--size", str(args.size), "--seed", str(args.seed + i),
                        "--progress", str(self.workdir / f"progress-{tag}-{i}"),
@@ -174,7 +180,7 @@ class Bench:
                         cmd += ["--ids-file", str(ids)]
                 err = open(self.workdir / f"job-{tag}-{i}.stderr", "w")
                 p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=err, env=env, text=True,
+                                     stderr=err, text=True,
                                      start_new_session=True)
                 err.close()
                 self.reaper.add_group(p.pid)
@@ -408,15 +414,18 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
         hits = max(1, s2["delivered"] - s1["delivered"])
         out["hit_daemon_ms"] = 1000 * (c2 - c1) / hits
         out["hit_reader_ms"] = 1000 * reader / hits
-        env = dict(os.environ, PYTHONPATH=str(HERE))
-        for workers in sorted({0, a.jfs_workers}):
-            result = bench.workdir / f"costs-client-{workers}.json"
+        for path, workers in [(path, w) for path in ("", "batch")
+                              for w in sorted({0, a.jfs_workers})]:
+            key = f"client_{path}{'_' if path else ''}w{workers}"
+            result = bench.workdir / f"costs-{key}.json"
             cmd = [sys.executable, str(JOB_SCRIPT), "--system", "joaderfs",
-                   "--job-dir", os.path.join(d.mnt, "jobs", f"client-w{workers}"),
+                   "--job-dir", os.path.join(d.mnt, "jobs", key.replace("_", "-")),
                    "--batch", str(a.batch), "--workers", str(workers),
                    "--size", str(a.size), "--result", str(result)]
+            if path:
+                cmd.append("--batch-path")
             p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 env=env, text=True, start_new_session=True)
+                                 text=True, start_new_session=True)
             bench.reaper.add_group(p.pid)
             try:
                 if read_line(p, 180) != "ready":
@@ -428,10 +437,10 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
                 s4, c4 = d.stats(), d.cpu()
                 res = json.loads(result.read_text())
                 n = max(1, sum(e["samples"] for e in res["epochs"]))
-                out[f"client_w{workers}_ms"] = 1000 * res["cpu_s"] / n
-                out[f"client_w{workers}_daemon_ms"] = 1000 * (c4 - c3) / n
-                out[f"client_w{workers}_decodes"] = s4["decoded"] - s3["decoded"]
-                out[f"client_w{workers}_rate"] = n / sum(e["seconds"] for e in res["epochs"])
+                out[f"{key}_ms"] = 1000 * res["cpu_s"] / n
+                out[f"{key}_daemon_ms"] = 1000 * (c4 - c3) / n
+                out[f"{key}_decodes"] = s4["decoded"] - s3["decoded"]
+                out[f"{key}_rate"] = n / sum(e["seconds"] for e in res["epochs"])
             finally:
                 if p.poll() is None:
                     bench.reaper.kill_group(p.pid)
@@ -480,6 +489,8 @@ def scenarios(bench: Bench, which: set[str]) -> None:
                 bench.pair("S3", case, plans, reps)
                 if a.w0:
                     bench.pair("S3", case, plans, a.reps_other, systems=("joaderfs-w0",))
+                if a.batch_path:
+                    bench.pair("S3", case, plans, reps, systems=("joaderfs-batch",))
             else:
                 bench.pair("S3", case, plans, a.reps_other, systems=both)
     if "S4" in which:

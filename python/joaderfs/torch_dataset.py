@@ -17,8 +17,10 @@ The dataset reads whole batches (``batch_size=B``) with a few large reads
 straight into one array, so the DataLoader must not batch again
 (``batch_size=None``).  ``images`` is a dense tensor in PyTorch's
 ``channels_last`` layout (the stream's HWC records, permuted without a copy);
-models and ``.to(device)`` accept it as is.  A worker allocates its batches
-in shared memory, so handing a batch to the training process copies nothing.
+models and ``.to(device)`` accept it as is.  A worker reads into a ring of
+four shared-memory buffers that it reuses (fresh shared memory costs a page
+fault per 4 KiB); the training process copies each batch out once when it
+receives it, which frees the buffer.
 
 Per sample::
 
@@ -41,6 +43,7 @@ the daemon already hands each job a uniformly random order.
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any, Callable, Iterator
 
@@ -70,8 +73,9 @@ class JobDataset(IterableDataset):
     ``DataLoader(dataset, batch_size=None)``.  ``pin_memory=True`` reads the
     batches of the training process itself (``num_workers=0``) straight into
     page-locked memory, for a fast asynchronous copy to the GPU; with
-    workers, pass ``pin_memory=True`` to the DataLoader instead, which copies
-    each batch once into page-locked memory.
+    workers, the training process copies each batch it receives into
+    page-locked memory instead of ordinary memory.  Either way no CUDA device
+    means ordinary memory and a warning.
 
     ``transform``, if given, is applied in the worker to each image (per
     sample) or to each ``images`` tensor (per batch): torchvision transforms
@@ -116,26 +120,34 @@ class JobDataset(IterableDataset):
                 image = self._transform(image)
             yield image, record.label, record.id
 
-    def _batches(self, raw) -> Iterator[tuple[Any, torch.Tensor,
-                                              torch.Tensor]]:
+    def _batches(self, raw) -> Iterator[Any]:
+        in_worker = get_worker_info() is not None
+        # A transform's output may alias its input, so a worker with one
+        # hands out fresh shared memory rather than its ring's buffers.
+        ring = _Ring() if in_worker and self._transform is None else None
+        allocate = (ring.take if ring else _shared_empty if in_worker
+                    else self._allocator())
         with raw:
-            stream = BatchStream(raw, self._batch_size, self._allocator())
+            stream = BatchStream(raw, self._batch_size, allocate)
             while (batch := stream.read_batch()) is not None:
                 if self._drop_last and len(batch.ids) < self._batch_size:
                     return
                 images = batch.images
                 if self._chw:
                     images = images.permute(0, 3, 1, 2)
-                if self._transform is not None:
-                    images = self._transform(images)
-                yield (images, torch.from_numpy(batch.labels),
-                       torch.from_numpy(batch.ids))
+                if ring is None:
+                    yield self._finish(images, batch.labels, batch.ids)
+                else:
+                    yield _WorkerBatch(images, batch.labels, batch.ids,
+                                       ring.flags, ring.slot, self._pin_memory)
+
+    def _finish(self, images: torch.Tensor, labels: np.ndarray,
+                ids: np.ndarray) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        if self._transform is not None:
+            images = self._transform(images)
+        return images, torch.from_numpy(labels), torch.from_numpy(ids)
 
     def _allocator(self) -> Callable[[tuple[int, ...]], torch.Tensor]:
-        if get_worker_info() is not None:
-            # In shared memory from the start: sending the batch to the
-            # training process then passes a file descriptor, not a copy.
-            return _shared_empty
         if self._pin_memory:
             if torch.cuda.is_available():
                 return _pinned_empty
@@ -143,6 +155,57 @@ class JobDataset(IterableDataset):
                           "read into ordinary memory")
         return _plain_empty
 
+
+class _Ring:
+    """A worker's reusable shared-memory batch buffers.  ``flags[i]`` is 1
+    while buffer i is on its way to the training process, which clears it
+    once it has copied the batch out (_receive)."""
+
+    SLOTS = 4  # DataLoader's default prefetch_factor of 2, plus slack
+
+    def __init__(self) -> None:
+        self.flags = _shared_empty((self.SLOTS,))
+        self.flags.zero_()
+        self.buffers: list[torch.Tensor] = []
+        self.slot = -1
+
+    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
+        self.slot = (self.slot + 1) % self.SLOTS
+        # Waits only if the training process has not taken its prefetched
+        # batches (more than SLOTS - 1 of them, with a bigger prefetch_factor).
+        while self.flags[self.slot]:
+            time.sleep(0.001)
+        if len(self.buffers) <= self.slot:
+            self.buffers.append(_shared_empty(shape))
+        self.flags[self.slot] = 1
+        return self.buffers[self.slot]
+
+
+class _WorkerBatch:
+    """What a worker hands the DataLoader: unpickled in the training process
+    as the ``(images, labels, ids)`` tuple, by _receive."""
+
+    def __init__(self, images: torch.Tensor, labels: np.ndarray,
+                 ids: np.ndarray, flags: torch.Tensor, slot: int,
+                 pin_memory: bool) -> None:
+        self.args = (images, labels, ids, flags, slot, pin_memory)
+
+    def __reduce__(self):
+        return _receive, self.args
+
+
+def _receive(images: torch.Tensor, labels: np.ndarray, ids: np.ndarray,
+             flags: torch.Tensor, slot: int, pin_memory: bool) -> tuple:
+    # One copy per batch, into memory of this process (page-locked with
+    # pin_memory), then the worker may reuse its buffer.
+    layout = (torch.channels_last if images.dim() == 4 and images.stride(1) == 1
+              else torch.contiguous_format)
+    pin = pin_memory and torch.cuda.is_available()
+    out = torch.empty(images.shape, dtype=images.dtype, pin_memory=pin,
+                      memory_format=layout)
+    out.copy_(images)
+    flags[slot] = 0
+    return out, torch.from_numpy(labels), torch.from_numpy(ids)
 
 def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
     storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
