@@ -164,7 +164,7 @@ def main() -> None:
     report_progress(0)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
-        sys.exit("bench_job: no start signal")
+        sys.exit("bench/job.py: no start signal")
     go = time.monotonic()
     cpu0 = cpu_seconds()
     consumed = 0
@@ -213,7 +213,7 @@ def main() -> None:
         try:
             os.rmdir(args.job_dir)
         except OSError as e:
-            print(f"bench_job: rmdir {args.job_dir}: {e}", file=sys.stderr)
+            print(f"bench/job.py: rmdir {args.job_dir}: {e}", file=sys.stderr)
     result = json.dumps({
         "system": args.system, "go": go, "end": end, "cpu_s": cpu,
         "subset_size": total, "decodes": decodes.value
