@@ -15,7 +15,7 @@
 #   --out DIR   where table.md, runs.csv, jobs.csv, s3.png, s6.png go
 #               (default build/bench-out/full or build/bench-out/quick)
 #   DATASET     an ImageFolder tree to use instead of a generated one
-#   after --, options for scripts/bench_driver.py (see its --help), e.g.
+#   after --, options for bench/driver.py (see its --help), e.g.
 #               -- --scenarios S1,S3 --reps 5
 #
 # The generated dataset (build/joaderfs-gendata, ImageNet-like JPEG sizes) is
@@ -140,7 +140,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 echo "bench.sh: dataset $dataset, results in $out, work folder $work"
-"$python" "$repo/scripts/bench_driver.py" --data "$dataset" --joaderfs "$build/joaderfs" \
+"$python" "$repo/bench/driver.py" --data "$dataset" --joaderfs "$build/joaderfs" \
   --workdir "$work" --pidfile "$pidfile" --out "$out" "${mode_args[@]}" \
   ${driver_args[@]+"${driver_args[@]}"} &
 driver_pid=$!

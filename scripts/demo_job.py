@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-import joaderfs
+# The client of this checkout (python/joaderfs), installed or not.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+import joaderfs  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> None:
     from torch.utils.data import DataLoader
 
     job = joaderfs.make_job(args.mount, args.job_id, args.spec)
-    loader = DataLoader(joaderfs.JobDataset(job), batch_size=args.batch,
-                        num_workers=args.workers)
+    # Whole batches read by the dataset; the DataLoader only runs workers.
+    loader = DataLoader(joaderfs.JobDataset(job, batch_size=args.batch),
+                        batch_size=None, num_workers=args.workers)
     start = time.monotonic()
     ids: list[int] = []
     for images, _labels, batch_ids in loader:

@@ -6,9 +6,11 @@ to EOF reads one epoch; opening it again reads the next epoch.
 
 - ``JobReader(job)``: iterate to get ``(image, label, id)``, image an
   (H, W, 3) uint8 numpy array; ``records()`` also gives each epoch.
-- ``iter_batches(job, batch_size)``: numpy batches for JAX or tf.data.
-- ``JobDataset(job)``: a torch IterableDataset for DataLoader workers
-  (imports torch on first use).
+- ``iter_batches(job, batch_size)``: numpy batches for JAX or tf.data, read
+  with a few large reads into one array per batch (``BatchStream``).
+- ``JobDataset(job, batch_size=B)``: a torch IterableDataset of whole
+  batches for ``DataLoader(..., batch_size=None)``; without ``batch_size``,
+  of single samples (imports torch on first use).
 - ``make_job``, ``read_stats``, ``job_status``, ``dataset_info``,
   ``read_manifest``: the control files.
 
@@ -17,21 +19,24 @@ Only numpy is needed, apart from ``JobDataset``.
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
 from typing import Any
 
-from .batches import Batch, iter_batches
+from .batches import HEADER_DTYPE, Batch, BatchStream, iter_batches
 from .control import (ManifestEntry, dataset_info, format_spec, job_dir,
                       job_status, make_job, read_manifest, read_stats,
                       remove_job, write_ids, write_spec)
 from .stream import (JobReader, Record, RecordHeader, RecordStream,
-                     StreamError, open_next, parse_header, read_records)
+                     StreamError, next_path, open_next, parse_header,
+                     read_records)
 
 __all__ = [
-    "Batch", "JobDataset", "JobReader", "ManifestEntry", "Record",
-    "RecordHeader", "RecordStream", "StreamError", "dataset_info",
-    "format_spec", "iter_batches", "job_dir", "job_status", "make_job",
-    "open_next", "parse_header", "read_manifest", "read_records",
-    "read_stats", "remove_job", "write_ids", "write_spec",
+    "HEADER_DTYPE", "Batch", "BatchStream", "JobDataset", "JobReader",
+    "ManifestEntry", "Record", "RecordHeader", "RecordStream", "StreamError",
+    "dataset_info", "format_spec", "iter_batches", "job_dir", "job_status",
+    "make_job", "next_path", "open_next", "parse_header", "read_manifest",
+    "read_records", "read_stats", "remove_job", "write_ids", "write_spec",
 ]
 
 

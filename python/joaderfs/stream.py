@@ -177,17 +177,26 @@ def read_records(raw: BinaryIO) -> Iterator[Record]:
         yield Record(image, header.label, header.id, header.epoch)
 
 
-def next_path(path: PathLike) -> Path:
-    """The ``next`` file of a job given either it or its job directory."""
+def next_path(path: PathLike, rank: int | None = None) -> Path:
+    """The stream file of a job given either it or its job directory:
+    ``next``, or ``next.<rank>`` for a rank of a job with ``ranks=W``."""
     path = Path(path)
-    return path / "next" if path.is_dir() else path
+    if not path.is_dir():
+        if rank is not None:
+            raise ValueError("rank= needs the job directory, not a file")
+        return path
+    if rank is None:
+        return path / "next"
+    if rank < 0:
+        raise ValueError(f"rank must be >= 0, not {rank}")
+    return path / f"next.{rank}"
 
 
-def open_next(path: PathLike) -> BinaryIO:
-    """Opens a job's ``next`` file unbuffered: one more reader of the job."""
+def open_next(path: PathLike, rank: int | None = None) -> BinaryIO:
+    """Opens a job's stream file unbuffered: one more reader of the job."""
     # Unbuffered, so that readinto goes to the kernel with the caller's
     # buffer and large reads stay large.
-    return open(next_path(path), "rb", buffering=0)
+    return open(next_path(path, rank), "rb", buffering=0)
 
 
 class JobReader:
@@ -197,6 +206,7 @@ class JobReader:
     ``(image, label, id)`` with ``image`` an (H, W, 3) uint8 RGB numpy array,
     until EOF ends the epoch.  Iterating again re-opens the file and so reads
     the next epoch.  ``records()`` yields ``Record`` tuples, with the epoch.
+    ``rank=R`` reads ``next.R`` of a job with ``ranks=W`` instead of ``next``.
 
         reader = JobReader("/mnt/imagenet/jobs/sweep-1")
         for epoch in range(3):
@@ -204,8 +214,8 @@ class JobReader:
                 ...
     """
 
-    def __init__(self, path: PathLike) -> None:
-        self.path = next_path(path)
+    def __init__(self, path: PathLike, rank: int | None = None) -> None:
+        self.path = next_path(path, rank)
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, int, int]]:
         return ((r.image, r.label, r.id) for r in self.records())

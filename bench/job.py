@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """One training job of the benchmark suite (scripts/bench.sh), for either system.
 
-    bench_job.py --system joaderfs --job-dir MNT/jobs/ID [--spec SPEC | --ids-file F] ...
-    bench_job.py --system baseline --data IMAGEFOLDER [--ids-file F] ...
+    bench/job.py --system joaderfs --job-dir MNT/jobs/ID [--spec SPEC | --ids-file F] ...
+    bench/job.py --system baseline --data IMAGEFOLDER [--ids-file F] ...
 
 The job builds its loader the way a user would, then prints ``ready`` and waits
 for a line on stdin (the driver's start signal), so that import and set-up time
@@ -18,7 +18,10 @@ processes), and the user+sys CPU seconds it and its reaped DataLoader workers
 spent from the start signal on.
 
 joaderfs: ``joaderfs.JobDataset`` over the job directory (which this process
-makes, and removes at the end); the daemon decodes and shuffles.
+makes, and removes at the end), per sample under a batching DataLoader, or
+with ``--batch-path`` whole batches (``JobDataset(batch_size=B)`` under
+``DataLoader(batch_size=None)``); the daemon decodes and shuffles.  The
+package is imported from this checkout's python/ folder.
 baseline: ``torchvision.datasets.ImageFolder`` with PIL decoding and
 Resize(size) + CenterCrop(size) + PILToTensor (uint8, CHW, like joaderfs'
 records), shuffled by the DataLoader, optionally a ``torch.utils.data.Subset``;
@@ -36,8 +39,12 @@ import resource
 import sys
 import time
 
+from pathlib import Path
+
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 
 
 def cpu_seconds() -> float:
@@ -111,13 +118,15 @@ def main() -> None:
     p.add_argument("--progress", help="file to write the consumed count to")
     p.add_argument("--result", help="file for the JSON result (default stdout)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-path", action="store_true",
+                   help="joaderfs: read whole batches (JobDataset(batch_size=))")
     args = p.parse_args()
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     decodes = multiprocessing.Value("q", 0)
     if args.system == "joaderfs":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        sys.path.insert(0, str(PYTHON_DIR))
         import joaderfs
         os.mkdir(args.job_dir)
         if args.spec:
@@ -127,10 +136,15 @@ def main() -> None:
         total = joaderfs.job_status(
             os.path.dirname(os.path.dirname(args.job_dir)),
             os.path.basename(args.job_dir))["subset_size"]
-        dataset = joaderfs.JobDataset(args.job_dir)
         expect = expected_ids(args, None)
-        loader = DataLoader(dataset, batch_size=args.batch,
-                            num_workers=args.workers)
+        if args.batch_path:
+            dataset = joaderfs.JobDataset(args.job_dir, batch_size=args.batch)
+            loader = DataLoader(dataset, batch_size=None,
+                                num_workers=args.workers)
+        else:
+            dataset = joaderfs.JobDataset(args.job_dir)
+            loader = DataLoader(dataset, batch_size=args.batch,
+                                num_workers=args.workers)
     else:
         dataset = CountedImageFolder(args.data, args.size, decodes)
         if args.ids_file:
@@ -150,14 +164,16 @@ def main() -> None:
     report_progress(0)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
-        sys.exit("bench_job: no start signal")
+        sys.exit("bench/job.py: no start signal")
     go = time.monotonic()
     cpu0 = cpu_seconds()
     consumed = 0
     epochs = []
     # The model's input buffer: each batch is copied into it, touching every
-    # byte as a host-to-device copy would.
-    staging = torch.empty((args.batch, 3, args.size, args.size), dtype=torch.uint8)
+    # byte as a host-to-device copy would.  Like .to(device), it keeps the
+    # batch's layout (channels_last from the batch path), so the copy does not
+    # also transpose.
+    staging = None
     for epoch in range(args.epochs):
         start = time.monotonic()
         seen: list[int] = []
@@ -171,6 +187,8 @@ def main() -> None:
             if images.dtype != torch.uint8 or tuple(images.shape[1:]) != (
                     3, args.size, args.size):
                 shape_ok = False
+            if staging is None or len(staging) < len(images):
+                staging = torch.empty_like(images)
             staging[:len(images)].copy_(images)
             seen += ids.tolist()
             consumed += len(ids)
@@ -195,7 +213,7 @@ def main() -> None:
         try:
             os.rmdir(args.job_dir)
         except OSError as e:
-            print(f"bench_job: rmdir {args.job_dir}: {e}", file=sys.stderr)
+            print(f"bench/job.py: rmdir {args.job_dir}: {e}", file=sys.stderr)
     result = json.dumps({
         "system": args.system, "go": go, "end": end, "cpu_s": cpu,
         "subset_size": total, "decodes": decodes.value

@@ -15,7 +15,7 @@ Figures, each the median of --runs runs on the same machine and dataset:
   * FUSE throughput of RAM hits to one reader with 1 MiB reads, in GB/s of
     payload.
 
-Usage: bench_tiers.py --bin build/joaderfs --data DATASET [--runs 5] [--size 224]
+Usage: bench/tiers.py --bin build/joaderfs --data DATASET [--runs 5] [--size 224]
 """
 
 import argparse

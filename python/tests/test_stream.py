@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import struct
 import tempfile
+import threading
 import unittest
 from pathlib import Path
 
@@ -153,6 +155,22 @@ class MalformedTest(unittest.TestCase):
         self.assert_error(b"<html>not a stream</html>" * 4, "bad magic")
 
 
+def pipe_trickle(test: unittest.TestCase, data: bytes, chunk: int):
+    """A pipe read end fed ``data`` in writes of ``chunk`` bytes by a
+    thread: reads of it stop anywhere, as FUSE reads may."""
+    read_fd, write_fd = os.pipe()
+
+    def feed() -> None:
+        with open(write_fd, "wb", buffering=0) as w:
+            for i in range(0, len(data), chunk):
+                w.write(data[i:i + chunk])
+
+    thread = threading.Thread(target=feed)
+    thread.start()
+    test.addCleanup(thread.join)
+    return open(read_fd, "rb", buffering=0)
+
+
 class BatchesTest(unittest.TestCase):
 
     def write_stream(self, records: list[bytes]) -> Path:
@@ -162,32 +180,88 @@ class BatchesTest(unittest.TestCase):
         path.write_bytes(b"".join(records))
         return path
 
-    def test_batches_and_remainder(self) -> None:
+    def setUp(self) -> None:
         rng = np.random.default_rng(1)
-        images = [random_image(rng, 4, 5) for _ in range(7)]
-        path = self.write_stream(
-            [make_record(10 + i, i % 3, im) for i, im in enumerate(images)])
-        batches = list(joaderfs.iter_batches(path, 3))
-        self.assertEqual([len(b.ids) for b in batches], [3, 3, 1])
-        self.assertEqual(batches[0].images.shape, (3, 4, 5, 3))
-        self.assertEqual(batches[0].images.dtype, np.uint8)
+        # 4x5x3 = 60 bytes: each record has 4 bytes of padding.
+        self.images = [random_image(rng, 4, 5) for _ in range(7)]
+        self.records = [make_record(10 + i, i % 3, im)
+                        for i, im in enumerate(self.images)]
+
+    def check(self, batches: list[joaderfs.Batch], sizes: list[int]) -> None:
+        self.assertEqual([len(b.ids) for b in batches], sizes)
+        for batch in batches:
+            self.assertEqual(batch.images.dtype, np.uint8)
+            self.assertEqual(batch.images.shape[1:], (4, 5, 3))
+            self.assertTrue(batch.images.flags["C_CONTIGUOUS"])
+            self.assertEqual(batch.ids.dtype, np.int64)
+        n = sum(sizes)
         np.testing.assert_array_equal(
-            np.concatenate([b.images for b in batches]), np.stack(images))
+            np.concatenate([b.images for b in batches]),
+            np.stack(self.images[:n]))
         np.testing.assert_array_equal(
-            np.concatenate([b.ids for b in batches]), np.arange(10, 17))
+            np.concatenate([b.ids for b in batches]), np.arange(10, 10 + n))
         np.testing.assert_array_equal(
-            np.concatenate([b.labels for b in batches]),
-            np.arange(7) % 3)
-        dropped = list(joaderfs.iter_batches(path, 3, drop_last=True))
-        self.assertEqual([len(b.ids) for b in dropped], [3, 3])
+            np.concatenate([b.labels for b in batches]), np.arange(n) % 3)
+
+    def test_batches_and_remainder(self) -> None:
+        path = self.write_stream(self.records)
+        self.check(list(joaderfs.iter_batches(path, 3)), [3, 3, 1])
+        self.check(list(joaderfs.iter_batches(path, 3, drop_last=True)),
+                   [3, 3])
+        self.check(list(joaderfs.iter_batches(path, 7)), [7])
+        self.check(list(joaderfs.iter_batches(path, 100)), [7])
+
+    def test_short_reads(self) -> None:
+        data = b"".join(self.records)
+        for chunk in (1, 7, 63, 64, 65, 100, 1000):
+            with self.subTest(chunk=chunk):
+                raw = pipe_trickle(self, data, chunk)
+                with raw:
+                    stream = joaderfs.BatchStream(raw, 3)
+                    batches = []
+                    while (batch := stream.read_batch()) is not None:
+                        batches.append(batch)
+                self.check(batches, [3, 3, 1])
+
+    def test_empty_stream(self) -> None:
+        self.assertEqual(list(joaderfs.iter_batches(
+            self.write_stream([]), 4)), [])
+
+    def test_batches_are_independent(self) -> None:
+        batches = list(joaderfs.iter_batches(
+            self.write_stream(self.records), 3))
+        batches[0].images[:] = 0
+        np.testing.assert_array_equal(batches[1].images[0], self.images[3])
 
     def test_mixed_sizes_are_an_error(self) -> None:
         rng = np.random.default_rng(2)
         path = self.write_stream([
             make_record(0, 0, random_image(rng, 4, 4)),
-            make_record(1, 0, random_image(rng, 4, 6))])
-        with self.assertRaisesRegex(ValueError, "one output size"):
-            list(joaderfs.iter_batches(path, 2))
+            make_record(1, 0, random_image(rng, 4, 4)),
+            make_record(2, 0, random_image(rng, 4, 6))])
+        with self.assertRaisesRegex(ValueError,
+                                    "sample 2 is 4x6, the batch 4x4.*"
+                                    "one output size"):
+            list(joaderfs.iter_batches(path, 3))
+
+    def test_malformed(self) -> None:
+        bad_magic = make_record(12, 0, self.images[2], magic=b"JSF2")
+        with self.assertRaisesRegex(joaderfs.StreamError, "dtype 2"):
+            list(joaderfs.iter_batches(self.write_stream(
+                [make_record(1, 1, self.images[0], dtype=2)]), 3))
+        with self.assertRaisesRegex(joaderfs.StreamError,
+                                    r"byte 256: bad magic b'JSF2'"):
+            list(joaderfs.iter_batches(self.write_stream(
+                self.records[:2] + [bad_magic]), 3))
+        data = b"".join(self.records)
+        with self.assertRaisesRegex(joaderfs.StreamError,
+                                    "ends inside a record at byte 450"):
+            list(joaderfs.iter_batches(self.write_stream([data[:450]]), 3))
+        with self.assertRaisesRegex(joaderfs.StreamError,
+                                    "inside a record header at byte 0"):
+            list(joaderfs.iter_batches(self.write_stream([data[:40]]), 3))
+        with self.assertRaises(ValueError):
+            joaderfs.iter_batches(self.write_stream(self.records), 0)
 
 
 class JobReaderTest(unittest.TestCase):
@@ -231,6 +305,29 @@ class TorchDatasetTest(unittest.TestCase):
                                       self.images[1])
         self.assertEqual(labels.tolist(), [10, 11])
         self.assertEqual(ids.tolist(), [0, 1])
+
+    def test_batches(self) -> None:
+        import torch
+        from torch.utils.data import DataLoader
+        dataset = joaderfs.JobDataset(self.job, batch_size=2)
+        batches = list(DataLoader(dataset, batch_size=None))
+        self.assertEqual([len(ids) for _, _, ids in batches], [2, 2, 1])
+        images, labels, ids = batches[1]
+        self.assertEqual(tuple(images.shape), (2, 3, 4, 6))
+        self.assertTrue(images.is_contiguous(
+            memory_format=torch.channels_last))
+        np.testing.assert_array_equal(images[0].permute(1, 2, 0).numpy(),
+                                      self.images[2])
+        self.assertEqual(labels.dtype, torch.int64)
+        self.assertEqual(labels.tolist(), [12, 13])
+        self.assertEqual(ids.tolist(), [2, 3])
+        hwc = joaderfs.JobDataset(self.job, batch_size=4, layout="HWC",
+                                  drop_last=True,
+                                  transform=lambda t: t.float().mean())
+        means = [float(images) for images, _, _ in hwc]
+        self.assertEqual(len(means), 1)
+        self.assertAlmostEqual(
+            means[0], float(np.stack(self.images[:4]).mean()), places=3)
 
     def test_hwc_and_transform(self) -> None:
         dataset = joaderfs.JobDataset(self.job, layout="HWC",

@@ -1,11 +1,15 @@
 """The client against a real daemon: mount a small ImageFolder and read it.
 
 The daemon is ``$JOADERFS_BIN`` (default: build/joaderfs of this checkout),
-run with ``-f`` in a subprocess; the mount is always undone in cleanup.
+daemonized as admins run it (no ``-f``).  This process makes itself a child
+subreaper, so the daemon, orphaned when its launcher exits, becomes its
+child: cleanup always unmounts, then reaps the daemon and checks that it
+exited cleanly (or kills it after a grace period).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -61,6 +65,33 @@ def make_image_folder(root: Path) -> dict[str, tuple[int, int, int]]:
     return colours
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def find_daemon(argv: list[str]) -> int:
+    """The pid of our child running exactly ``argv``: the daemonized
+    joaderfs (its launcher has exited by then)."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        if cmdline == wanted and ppid == os.getpid():
+            return int(name)
+    raise RuntimeError(f"no daemon running {argv}")
+
+
 def unmount(mountpoint: Path) -> None:
     if subprocess.run(["fusermount3", "-u", "-q", str(mountpoint)]).returncode:
         # Busy or the daemon died: detach lazily so nothing is left behind.
@@ -68,19 +99,32 @@ def unmount(mountpoint: Path) -> None:
             subprocess.run(["fusermount3", "-u", "-z", "-q", str(mountpoint)])
 
 
-def stop(process: subprocess.Popen, log: Path) -> None:
-    try:
-        process.wait(timeout=10)  # unmounting ends a -f daemon
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if process.returncode != 0:
-        print(f"\njoaderfs exited with {process.returncode}; its log:\n"
+def wait_pid(pid: int, timeout: float) -> int | None:
+    """The exit status of child ``pid`` once reaped, None if still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+def reap(pid: int, log: Path, statuses: list[int]) -> None:
+    """Waits for the unmounted daemon to exit, else ends it; records its
+    exit status (negative: killed by that signal)."""
+    status = wait_pid(pid, 10)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if status is not None:
+            break
+        os.kill(pid, sig)
+        status = wait_pid(pid, 5)
+    statuses.append(status)
+    if status != 0:
+        print(f"\njoaderfs exited with {status}; its log:\n"
               f"{log.read_text(errors='replace')[-10000:]}", file=sys.stderr)
+        raise RuntimeError(f"joaderfs exited with {status} after unmounting")
 
 
 def _deadline_passed(signum, frame):
@@ -103,26 +147,33 @@ class MountTest(unittest.TestCase):
         cls.mount.mkdir()
         cls.colours = make_image_folder(cls.source)
         cls.log = Path(folder) / "daemon.log"
-        with open(cls.log, "wb") as log:
-            process = subprocess.Popen(
-                [str(JOADERFS_BIN), "-f", "-o",
-                 f"cache_dir=none,ram_cache=256M,size={SIZE}",
-                 str(cls.source), str(cls.mount)],
-                stdout=log, stderr=subprocess.STDOUT)
-        cls.addClassCleanup(stop, process, cls.log)
+        become_subreaper()
+        argv = [str(JOADERFS_BIN), "-o",
+                f"cache_dir=none,ram_cache=256M,size={SIZE},log={cls.log}",
+                str(cls.source), str(cls.mount)]
+        cls.daemon_status: list[int] = []
+        launcher = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=60)
+        if launcher.returncode != 0:
+            unmount(cls.mount)
+            raise RuntimeError(f"joaderfs exited with {launcher.returncode}:"
+                               f" {launcher.stderr}")
+        try:
+            cls.daemon_pid = find_daemon(argv)
+        except RuntimeError:
+            unmount(cls.mount)
+            raise
+        # Cleanups run last-in first-out: unmount, then reap.
+        cls.addClassCleanup(reap, cls.daemon_pid, cls.log, cls.daemon_status)
         cls.addClassCleanup(unmount, cls.mount)
-        cls.wait_for_mount(process)
+        cls.wait_for_mount()
         cls.manifest = joaderfs.read_manifest(cls.mount)
         cls.labels = {e.id: e.label for e in cls.manifest}
 
     @classmethod
-    def wait_for_mount(cls, process: subprocess.Popen) -> None:
+    def wait_for_mount(cls) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"joaderfs exited with "
-                                   f"{process.returncode}:\n"
-                                   f"{cls.log.read_text()}")
             try:
                 joaderfs.read_stats(cls.mount)
                 return
@@ -199,6 +250,97 @@ class MountTest(unittest.TestCase):
         self.check_epoch(np.concatenate([b.ids for b in batches]).tolist(),
                          np.concatenate([b.labels for b in batches]).tolist())
         self.check_pixels(batches[0].images[5], int(batches[0].ids[5]))
+
+    def test_batches_bigger_than_a_fuse_read(self) -> None:
+        # 150 records of 12 KiB in one batch: more than one 1 MiB FUSE read.
+        job = self.make_job("big-batches")
+        batches = list(joaderfs.iter_batches(job, 400))
+        self.assertEqual([len(b.ids) for b in batches], [150])
+        self.assertTrue(batches[0].images.flags["C_CONTIGUOUS"])
+        for image, sample_id in zip(batches[0].images, batches[0].ids):
+            self.check_pixels(image, int(sample_id))
+
+    def test_rank_selects_its_stream_file(self) -> None:
+        job = self.make_job("no-ranks")
+        with self.assertRaises(FileNotFoundError) as caught:
+            next(joaderfs.iter_batches(job, 8, rank=0))
+        self.assertEqual(Path(caught.exception.filename).name, "next.0")
+
+    def epoch_by_sample(self, loader) -> dict[int, tuple[int, np.ndarray]]:
+        """id -> (label, HWC pixels) of one epoch, each id exactly once."""
+        seen: dict[int, tuple[int, np.ndarray]] = {}
+        for images, labels, ids in loader:
+            for image, label, sample_id in zip(images, labels.tolist(),
+                                               ids.tolist()):
+                self.assertNotIn(sample_id, seen, "delivered twice")
+                seen[sample_id] = (label, image.permute(1, 2, 0).numpy())
+        return seen
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_batch_path_matches_per_sample_path(self) -> None:
+        for workers in (0, 2):
+            with self.subTest(num_workers=workers):
+                job = self.make_job(f"batch-vs-sample-w{workers}")
+                per_sample = DataLoader(joaderfs.JobDataset(job),
+                                        batch_size=32, num_workers=workers,
+                                        timeout=60 if workers else 0)
+                dataset = joaderfs.JobDataset(job, batch_size=32)
+                batched = DataLoader(dataset, batch_size=None,
+                                     num_workers=workers,
+                                     timeout=60 if workers else 0)
+                sizes = []
+                for images, _, _ in batched:
+                    self.assertEqual(images.dtype, torch.uint8)
+                    self.assertEqual(tuple(images.shape[1:]),
+                                     (3, SIZE, SIZE))
+                    self.assertTrue(images.is_contiguous(
+                        memory_format=torch.channels_last))
+                    sizes.append(len(images))
+                # That was epoch 0; compare the next two epochs.
+                reference = self.epoch_by_sample(per_sample)
+                result = self.epoch_by_sample(batched)
+                self.assertEqual(sum(sizes), len(self.labels))
+                self.assertLessEqual(len(sizes), 150 // 32 + 1 + workers)
+                self.assertEqual(set(reference), set(self.labels))
+                self.assertEqual(set(result), set(self.labels))
+                for sample_id, (label, pixels) in reference.items():
+                    self.assertEqual(result[sample_id][0], label)
+                    self.assertEqual(label, self.labels[sample_id])
+                    np.testing.assert_array_equal(
+                        result[sample_id][1], pixels,
+                        err_msg=f"sample {sample_id}")
+                    self.check_pixels(pixels, sample_id)
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_batch_options(self) -> None:
+        job = self.make_job("batch-options")
+        dataset = joaderfs.JobDataset(job, batch_size=40, drop_last=True,
+                                      layout="HWC")
+        loader = DataLoader(dataset, batch_size=None, num_workers=2,
+                            persistent_workers=True, timeout=60)
+        for epoch in range(2):
+            with self.subTest(epoch=epoch):
+                ids = []
+                for images, _, batch_ids in loader:
+                    self.assertEqual(tuple(images.shape),
+                                     (40, SIZE, SIZE, 3))
+                    ids += batch_ids.tolist()
+                # Each worker drops its short last batch.
+                self.assertEqual(len(ids), len(set(ids)))
+                self.assertGreaterEqual(len(ids), 150 - 2 * 39)
+                self.assertEqual(len(ids) % 40, 0)
+        pinned = joaderfs.JobDataset(job, batch_size=50, pin_memory=True)
+        batches = iter(pinned)
+        self.addCleanup(batches.close)
+        if torch.cuda.is_available():
+            images, _, _ = next(batches)
+            self.assertTrue(images.is_pinned())
+        else:
+            with self.assertWarnsRegex(UserWarning, "no CUDA device"):
+                images, _, _ = next(batches)
+        self.assertEqual(tuple(images.shape), (50, 3, SIZE, SIZE))
+        with self.assertRaises(ValueError):
+            joaderfs.JobDataset(job, pin_memory=True)  # needs batch_size
 
     @unittest.skipIf(torch is None, "torch is not installed")
     def test_torch_dataloader_two_workers(self) -> None:

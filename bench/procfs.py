@@ -1,0 +1,110 @@
+"""Figures of processes read from /proc: CPU time, peak memory, process
+groups (for the benchmark driver, bench/driver.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def stat_fields(pid: int | str) -> list[bytes]:
+    """Fields of /proc/PID/stat after the command name (field 3 onward: state
+    is [0], ppid [1], pgrp [2], minflt [7], utime [11], stime [12])."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2:].split()
+
+
+def all_stat_fields():
+    """(pid, stat_fields) of every process still there when read."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            yield int(name), stat_fields(name)
+        except OSError:
+            continue
+
+
+def group_alive(pgid: int) -> bool:
+    return any(int(fields[2]) == pgid and fields[0] != b"Z" for _, fields in all_stat_fields())
+
+
+def proc_cpu(pid: int) -> float:
+    """utime+stime of a live process (all its threads), in seconds."""
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kib(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def ppid_table() -> dict[int, int]:
+    return {pid: int(fields[1]) for pid, fields in all_stat_fields()}
+
+
+class MemoryMonitor(threading.Thread):
+    """Samples VmHWM of every process in the trees of the jobs.
+
+    ``peak_kib`` is the largest sum, over one sampling instant, of the VmHWM
+    of the processes then alive in the jobs' trees (each job process and its
+    DataLoader workers).  VmHWM counts pages shared after fork (the torch
+    libraries) once per process, so the figure is an upper bound.
+    """
+
+    def __init__(self, interval: float = 0.3) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.roots: set[int] = set()
+        self.hwm: dict[int, int] = {}
+        self.peak_kib = 0
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+
+    def add_root(self, pid: int) -> None:
+        with self.lock:
+            self.roots.add(pid)
+
+    def sample(self) -> None:
+        table = ppid_table()
+        children: dict[int, list[int]] = {}
+        for pid, ppid in table.items():
+            children.setdefault(ppid, []).append(pid)
+        with self.lock:
+            todo = [r for r in self.roots if r in table]
+        alive = []
+        while todo:
+            pid = todo.pop()
+            alive.append(pid)
+            todo += children.get(pid, [])
+        total = 0
+        for pid in alive:
+            kib = proc_status_kib(pid, "VmHWM")
+            if kib is None:
+                kib = self.hwm.get(pid, 0)
+            self.hwm[pid] = max(self.hwm.get(pid, 0), kib)
+            total += self.hwm[pid]
+        self.peak_kib = max(self.peak_kib, total)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            self.sample()
+            self.stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join()
+
+
+def proc_minflt(pid: int) -> int:
+    return int(stat_fields(pid)[7])
