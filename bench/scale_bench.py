@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from procfs import proc_cpu
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
@@ -82,12 +84,6 @@ def process_gone(pid):
         return True
 
 
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def read_json(path):
     with open(path) as f:
         return json.load(f)
@@ -124,7 +120,7 @@ def run_case(args, source, fraction, schedule, sampler, disk):
             os.mkdir(os.path.join(mnt, "jobs", j))
             with open(os.path.join(mnt, "jobs", j, "spec"), "w") as f:
                 f.write("epochs=1")
-        cpu0 = cpu_seconds(pid)
+        cpu0 = proc_cpu(pid)
         t0 = time.monotonic()
         rec = record_bytes(size)
 
@@ -149,7 +145,7 @@ def run_case(args, source, fraction, schedule, sampler, disk):
                 start(i)
         counts = [int(r.communicate()[0]) for r in readers]
         wall = time.monotonic() - t0
-        cpu = cpu_seconds(pid) - cpu0
+        cpu = proc_cpu(pid) - cpu0
         stats = read_json(os.path.join(mnt, "stats"))
     finally:
         for r in readers:

@@ -5,6 +5,26 @@
 #include "common/random.h"
 
 namespace joaderfs {
+namespace {
+
+// After a round: each participant whose epoch is exhausted starts its next
+// one, or leaves after its last. Returns how many left.
+size_t AdvanceEpochs(Planner& planner, std::span<const SpeedJob> jobs,
+                     std::span<const JobHandle> participants, std::vector<uint32_t>& epoch) {
+  size_t left = 0;
+  for (JobHandle j : participants) {
+    if (planner.Remaining(j) > 0) continue;
+    if (++epoch[j] < jobs[j].epochs) {
+      planner.StartEpoch(j);
+    } else {
+      planner.RemoveJob(j);
+      ++left;
+    }
+  }
+  return left;
+}
+
+}  // namespace
 
 void RunAtSpeeds(
     Planner& planner, std::span<const SpeedJob> jobs,
@@ -32,15 +52,7 @@ void RunAtSpeeds(
       planner.Round(participants, &picks);
       for (const Pick& p : picks) on_pick(p.job, epoch[p.job], p.id);
       if (after_round) after_round(picks);
-      for (JobHandle j : participants) {
-        if (planner.Remaining(j) > 0) continue;
-        if (++epoch[j] < jobs[j].epochs) {
-          planner.StartEpoch(j);
-        } else {
-          planner.RemoveJob(j);
-          --active;
-        }
-      }
+      active -= AdvanceEpochs(planner, jobs, participants, epoch);
     }
   }
 }
@@ -78,15 +90,7 @@ void RunJittered(Planner& planner, std::span<const SpeedJob> jobs,
       on_pick(p.job, epoch[p.job], p.id);
       ++planned[p.job];
     }
-    for (JobHandle j : participants) {
-      if (planner.Remaining(j) > 0) continue;
-      if (++epoch[j] < jobs[j].epochs) {
-        planner.StartEpoch(j);
-      } else {
-        planner.RemoveJob(j);
-        --active;
-      }
-    }
+    active -= AdvanceEpochs(planner, jobs, participants, epoch);
   }
 }
 
