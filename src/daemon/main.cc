@@ -34,6 +34,7 @@
 #include "cache/disk_cache.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "daemon/cache_dir_lock.h"
 #include "daemon/options.h"
 #include "fs/filesystem.h"
 #include "jobs/job_manager.h"
@@ -174,8 +175,11 @@ int Run(int argc, char** argv) {
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;
   PlanGroups groups(go);
+  std::unique_ptr<CacheDirLock> cache_dir_lock;  // held until exit
   std::unique_ptr<DiskCache> disk;
   if (!o.cache_dir.empty()) {
+    s = CacheDirLock::Acquire(o.cache_dir, &cache_dir_lock);
+    if (!s.ok()) return Fail(s.message());
     s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);
     if (!s.ok()) return Fail(s.message());
   }

@@ -347,8 +347,9 @@ def become_subreaper():
 become_subreaper()
 
 
-def daemon_pid(mountpoint, timeout=10.0):
-    """The pid of our adopted joaderfs daemon serving `mountpoint`."""
+def daemon_pid(mountpoint, timeout=10.0, cwd=None):
+    """The pid of our adopted joaderfs daemon serving `mountpoint` (given
+    on its command line relative to `cwd`, if it was started there)."""
     mountpoint = os.path.abspath(mountpoint).encode()
     deadline = time.monotonic() + timeout
     while True:
@@ -363,7 +364,9 @@ def daemon_pid(mountpoint, timeout=10.0):
             except (OSError, ValueError, IndexError):
                 continue
             if ppid == os.getpid() and any(
-                    os.path.abspath(a) == mountpoint for a in args if a):
+                    os.path.abspath(os.path.join(cwd or os.getcwd(), a.decode(
+                        "utf-8", "replace"))).encode() == mountpoint
+                    for a in args if a):
                 return int(pid)
         if time.monotonic() > deadline:
             raise AssertionError("no joaderfs daemon found for %s" % mountpoint)

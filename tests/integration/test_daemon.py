@@ -176,6 +176,12 @@ class StartupErrorTest(DatasetMixin, JoaderTestCase):
                 self.run_bad(manifest, ["cache_dir=none,ram_cache=64M"], fg,
                              [manifest, "empty", "no sample", "0 sample"])
 
+    def test_unwritable_log(self):
+        for fg in (True, False):
+            with self.subTest(foreground=fg):
+                self.run_bad(self.source, ["cache_dir=none,log=/proc/nolog"], fg,
+                             ["/proc/nolog"])
+
     def test_unwritable_cache_dir(self):
         a_file = os.path.join(self.tempdir(), "a-file")
         open(a_file, "w").close()
@@ -363,21 +369,53 @@ class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(stats["disk_hits"], n, stats)
 
     def test_second_daemon_on_the_cache_dir_exits_1(self):
+        """One daemon per cache_dir (DESIGN.md 2.1), whatever its SOURCE:
+        they would share one disk budget."""
         cache = self.tempdir()
-        self.disk_mount(cache)
+        first = self.disk_mount(cache)
+        other = mountlib.make_imagefolder(os.path.join(self.tempdir(), "o"),
+                                          {"x": ["1.jpg", "2.jpg"]})
+        for source in (self.source, other):
+            d = self.tempdir()
+            mnt = os.path.join(d, "mnt")
+            os.mkdir(mnt)
+            r = subprocess.run([BIN, "-o", "cache_dir=%s,ram_cache=1M" % cache,
+                                source, mnt], capture_output=True, text=True,
+                               timeout=30)
+            if is_mounted(mnt):
+                subprocess.run([FUSERMOUNT, "-u", "-z", mnt])
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertFalse(is_mounted(mnt))
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn("in use by another joaderfs (pid %d)" % first.proc.pid,
+                          lines[0])
+
+    def test_relative_paths(self):
+        """SOURCE, MOUNTPOINT, cache_dir and log relative to the caller's
+        folder still name the same places once the daemon has left it, up
+        to the unmount that SIGTERM makes."""
         d = self.tempdir()
+        os.symlink(self.source, os.path.join(d, "src"))
         mnt = os.path.join(d, "mnt")
         os.mkdir(mnt)
-        r = subprocess.run([BIN, "-o", "cache_dir=%s,ram_cache=1M" % cache,
-                            self.source, mnt], capture_output=True, text=True,
-                           timeout=30)
-        if is_mounted(mnt):
-            subprocess.run([FUSERMOUNT, "-u", "-z", mnt])
-        self.assertEqual(r.returncode, 1, r.stderr)
-        self.assertFalse(is_mounted(mnt))
-        lines = r.stderr.strip().splitlines()
-        self.assertEqual(len(lines), 1, r.stderr)
-        self.assertIn("in use by another joaderfs", lines[0])
+        r = subprocess.run([BIN, "-o", "cache_dir=cache,log=log.txt,"
+                            "ram_cache=64M,size=64", "src", "mnt"], cwd=d,
+                           capture_output=True, text=True, timeout=60)
+        daemon = mountlib.DaemonProcess(mountlib.daemon_pid(mnt, cwd=d))
+        self.addCleanup(daemon.kill)
+        self.addCleanup(lambda: is_mounted(mnt) and subprocess.run(
+            [FUSERMOUNT, "-u", "-z", mnt]))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        os.mkdir(os.path.join(mnt, "jobs", "j"))
+        records = mountlib.read_epoch(os.path.join(mnt, "jobs", "j", "next"))[0]
+        self.assertEqual(sorted(r.id for r in records), list(range(len(self.order))))
+        daemon.send_signal(signal.SIGTERM)
+        self.assertEqual(daemon.wait(10), 0)
+        self.assertFalse(is_mounted(mnt), "SIGTERM left the mount behind")
+        with open(os.path.join(d, "log.txt")) as f:
+            self.assertIn("started", f.read())
+        self.assertTrue(os.path.exists(os.path.join(d, "cache", "joaderfs.lock")))
 
     def end_and_reopen(self, end):
         """Ends a daemon with `end` right after an epoch (its disk writes
