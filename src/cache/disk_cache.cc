@@ -405,7 +405,8 @@ void DiskCache::WriteLoop() {
       if (n != static_cast<ssize_t>(kSlotHeader + where.bytes)) {
         const int error = n < 0 ? errno : 0;
         Warnings().Warn(error == ENOSPC ? "disk cache write: no space" : "disk cache write",
-                        "disk cache write failed: {}", error ? std::strerror(error) : "short write");
+                        "disk cache write failed: {}",
+                        error ? std::strerror(error) : "short write");
       } else {
         // The index entry goes in after its slot: a crash between the two
         // leaves a slot nobody names, which the next open counts as free.
@@ -421,8 +422,9 @@ void DiskCache::WriteLoop() {
         const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
         stored = s.ok();
         if (!stored) {
-          Warnings().Warn(s.IsNoSpace() ? "disk cache index write: no space" : "disk cache index write",
-                          "disk cache index write failed: {}", s.ToString());
+          Warnings().Warn(
+              s.IsNoSpace() ? "disk cache index write: no space" : "disk cache index write",
+              "disk cache index write failed: {}", s.ToString());
         }
       }
     }

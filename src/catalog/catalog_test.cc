@@ -252,8 +252,8 @@ TEST(CatalogTest, ManifestPathsThatLeaveItsFolderAreRejectedAndCounted) {
   WriteFile(d / "m/list.tsv", text);
   auto c = OpenOk(d / "m/list.tsv");
   ASSERT_TRUE(c);
-  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"ok.jpg", "a/../ok2.jpg",
-                                                    "./a/b/../../ok3.jpg"}));
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"ok.jpg", "a/../ok2.jpg", "./a/b/../../ok3.jpg"}));
   EXPECT_EQ(Labels(*c), (std::vector<int64_t>{1, 0, 2}));
   EXPECT_EQ(c->rejected_paths(), 6u);
   EXPECT_EQ(c->FindRelpath("ok.jpg"), 0u);
@@ -293,7 +293,8 @@ TEST(ManifestTest, ParseCountsRejectedLinesAndKeepsOrder) {
 // Runs Catalog::Open(source) on another thread; fails when it has not
 // returned within 5 s (a FIFO opened for reading blocks).
 Status OpenWithin5s(const std::string& source, std::unique_ptr<Catalog>* out) {
-  auto result = std::async(std::launch::async, [source, out] { return Catalog::Open(source, out); });
+  auto result =
+      std::async(std::launch::async, [source, out] { return Catalog::Open(source, out); });
   if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
     ADD_FAILURE() << "Catalog::Open(" << source << ") blocked";
     std::ofstream unblock(source);

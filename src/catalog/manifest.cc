@@ -37,7 +37,8 @@ Status ParseManifest(std::string_view text, Manifest* out) {
     if (line.ends_with('\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     const size_t tab = line.rfind('\t');
-    const auto label = tab == std::string_view::npos ? std::nullopt : ParseUint(line.substr(tab + 1));
+    const auto label =
+        tab == std::string_view::npos ? std::nullopt : ParseUint(line.substr(tab + 1));
     if (!label || tab == 0 || *label > INT32_MAX) {
       return Status::InvalidArgument("line " + std::to_string(lineno) +
                                      ": expected relpath<TAB>label");

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <memory>
 #include <sstream>
-#include <thread>
 #include <string>
+#include <thread>
 
 namespace joaderfs {
 namespace {
@@ -20,7 +20,9 @@ TEST(RateLimitedLogTest, OneLinePerCausePerInterval) {
   uint64_t suppressed = 99;
   EXPECT_TRUE(log.Admit("enospc", t0, &suppressed));
   EXPECT_EQ(suppressed, 0u);
-  for (int i = 1; i <= 694; ++i) EXPECT_FALSE(log.Admit("enospc", t0 + seconds(i % 10), &suppressed));
+  for (int i = 1; i <= 694; ++i) {
+    EXPECT_FALSE(log.Admit("enospc", t0 + seconds(i % 10), &suppressed));
+  }
   // Another cause is not held back by the first.
   EXPECT_TRUE(log.Admit("corrupt", t0 + seconds(5), &suppressed));
   EXPECT_EQ(suppressed, 0u);
@@ -44,7 +46,8 @@ TEST(RateLimitedLogTest, WarnLogsTheFirstLineAndTheCountWithTheNext) {
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   log.Warn("disk", "write {} failed", 100);
   spdlog::set_default_logger(previous);
-  EXPECT_EQ(out.str(), "write 0 failed\nwrite 100 failed (99 more like this since the last report)\n");
+  EXPECT_EQ(out.str(),
+            "write 0 failed\nwrite 100 failed (99 more like this since the last report)\n");
 }
 
 }  // namespace

@@ -67,9 +67,9 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
   // Before anything sized by the picture is allocated: a progressive JPEG
   // holds every coefficient of the full picture however it is scaled.
   if (uint64_t{cinfo.image_width} * cinfo.image_height > max_pixels) {
-    std::snprintf(errors.message, sizeof errors.message, "image of %ux%u pixels exceeds max_pixels=%llu",
-                  cinfo.image_width, cinfo.image_height,
-                  static_cast<unsigned long long>(max_pixels));
+    std::snprintf(errors.message, sizeof errors.message,
+                  "image of %ux%u pixels exceeds max_pixels=%llu", cinfo.image_width,
+                  cinfo.image_height, static_cast<unsigned long long>(max_pixels));
     jpeg_destroy_decompress(&cinfo);
     return Status::Corruption(errors.message);
   }
