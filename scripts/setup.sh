@@ -11,6 +11,7 @@ packages=(
   libjpeg62-turbo-dev libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev
   python3-torch python3-torchvision python3-numpy python3-pil
   gnuplot-nox
+  clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,8 +1,43 @@
 #!/usr/bin/env bash
 # Sets up (packages, build) and runs every test through ctest: unit tests,
-# mount-level integration tests and the Python client tests.
+# mount-level integration tests and the Python client tests; arguments go
+# to that ctest. Then, each in a build folder of its own:
+#   build-asan  the unit tests again under ASan + UBSan (skip: SANITIZE=0),
+#               but for the statistical planner tests (DependentPlanner-
+#               Randomness: 4 minutes plain, far more under ASan, and the
+#               same planner code as the property tests that do run);
+#   build-fuzz  every libFuzzer target of fuzz/ for FUZZ_SECONDS (default
+#               25) from its checked-in seeds (skip: FUZZ_SECONDS=0).
+# Any failure, sanitizer report or fuzzer crash fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cd build
-ctest --output-on-failure --timeout 900 "$@"
+(cd build && ctest --output-on-failure --timeout 900 "$@")
+
+jobs=$(nproc)
+if [ "${SANITIZE:-1}" != 0 ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJOADERFS_SANITIZE=address >/dev/null
+  cmake --build build-asan -j"$jobs" --target unit_tests
+  (cd build-asan &&
+   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   ctest -L unit -E '^DependentPlannerRandomness\.' --output-on-failure --timeout 900 -j"$jobs")
+fi
+
+fuzz_seconds=${FUZZ_SECONDS:-25}
+if [ "$fuzz_seconds" != 0 ]; then
+  CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJOADERFS_FUZZ=ON \
+    -DJOADERFS_SANITIZE=address >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target fuzzers
+  for seeds in fuzz/corpus/*/; do
+    target=$(basename "$seeds")
+    # New inputs go to a scratch folder; the checked-in seeds stay as they are.
+    scratch=build-fuzz/corpus/$target
+    mkdir -p "$scratch"
+    echo "fuzz: $target for ${fuzz_seconds}s"
+    "build-fuzz/$target" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="build-fuzz/$target-" "$scratch" "$seeds" 2>&1 |
+      grep -E '^(stat::number_of_executed_units|INFO: Running with|==[0-9]+==|SUMMARY|artifact)' || true
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz: $target failed (see build-fuzz/$target-*)"; exit 1; }
+  done
+fi

@@ -18,6 +18,7 @@
 
 #include "common/crc32c.h"
 #include "common/hash.h"
+#include "common/rate_limited_log.h"
 
 namespace joaderfs {
 namespace {
@@ -402,7 +403,10 @@ void DiskCache::WriteLoop() {
       const ssize_t n =
           pwritev(fd, iov, 2, static_cast<off_t>(where.slot * where.slot_bytes));
       if (n != static_cast<ssize_t>(kSlotHeader + where.bytes)) {
-        spdlog::warn("disk cache write failed: {}", n < 0 ? std::strerror(errno) : "short write");
+        const int error = n < 0 ? errno : 0;
+        Warnings().Warn(error == ENOSPC ? "disk cache write: no space" : "disk cache write",
+                        "disk cache write failed: {}",
+                        error ? std::strerror(error) : "short write");
       } else {
         // The index entry goes in after its slot: a crash between the two
         // leaves a slot nobody names, which the next open counts as free.
@@ -417,7 +421,11 @@ void DiskCache::WriteLoop() {
         batch.Put(key, value);
         const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
         stored = s.ok();
-        if (!stored) spdlog::warn("disk cache index write failed: {}", s.ToString());
+        if (!stored) {
+          Warnings().Warn(
+              s.IsNoSpace() ? "disk cache index write: no space" : "disk cache index write",
+              "disk cache index write failed: {}", s.ToString());
+        }
       }
     }
     if (!stored) DeleteKeys(victims);  // they are gone from the index all the same

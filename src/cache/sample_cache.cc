@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 
+#include "common/printable.h"
+#include "common/rate_limited_log.h"
 #include "loader/decoder.h"
 
 namespace joaderfs {
@@ -125,7 +127,9 @@ void SampleCache::Load(SampleKey key) {
     UpdateCommitted();
   }
   if (!sample) {
-    spdlog::warn("skipping sample {} ({}): {}", key.id, catalog_->relpath(key.id), s.message());
+    Warnings().Warn(s.code() == Status::Code::kIOError ? "skip: unreadable" : "skip: undecodable",
+                    "skipping sample {} ({}): {}", key.id, Printable(catalog_->relpath(key.id)),
+                    Printable(s.message(), 1024));
   }
   for (auto& w : waiters) w(sample);
 }

@@ -6,10 +6,14 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
+#include <spdlog/spdlog.h>
+
+#include "catalog/manifest.h"
 #include "common/hash.h"
-#include "common/parse.h"
+#include "common/printable.h"
 
 namespace joaderfs {
 namespace fs = std::filesystem;
@@ -52,10 +56,19 @@ Status Catalog::Open(const std::string& source, std::unique_ptr<Catalog>* out) {
   if (c->source_.size() > 1 && c->source_.ends_with('/')) c->source_.pop_back();
   const fs::file_status st = fs::status(c->source_, ec);
   if (ec || !fs::exists(st)) return Status::NotFound("SOURCE " + source + " does not exist");
+  // Reading a FIFO as a manifest would block start-up for good.
+  if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
+    return Status::InvalidArgument("SOURCE " + source + " is neither a folder nor a manifest file");
+  }
   Status s = fs::is_directory(st) ? c->ScanImageFolder() : c->ReadManifest();
   if (!s.ok()) return s;
-  if (c->entries_.empty()) return Status::InvalidArgument("SOURCE " + source + " holds no image");
   c->Index();
+  if (c->special_files_ > 0) {
+    spdlog::warn("SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
+                 "folders, broken symlinks)",
+                 Printable(c->source_), c->special_files_);
+  }
+  if (c->entries_.empty()) return Status::InvalidArgument("SOURCE " + source + " holds no image");
   *out = std::move(c);
   return Status::Ok();
 }
@@ -83,8 +96,11 @@ Status Catalog::ScanImageFolder() {
         if (it->is_directory()) it.disable_recursion_pending();
         continue;
       }
-      if (it->is_regular_file() && IsImageName(name)) {
+      if (!IsImageName(name)) continue;
+      if (it->is_regular_file()) {
         files.push_back(it->path().lexically_relative(root_).string());
+      } else if (!it->is_directory()) {
+        ++special_files_;
       }
     }
     if (ec) return Status::IOError("cannot list " + dir.string() + ": " + ec.message());
@@ -96,35 +112,39 @@ Status Catalog::ScanImageFolder() {
 
 Status Catalog::ReadManifest() {
   root_ = fs::path(source_).parent_path().string();
-  std::ifstream in(source_);
+  std::ifstream in(source_, std::ios::binary);
   if (!in) return Status::IOError("cannot read manifest " + source_);
-  std::string line;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Manifest manifest;
+  Status s = ParseManifest(text, &manifest);
+  if (!s.ok()) return Status::InvalidArgument("manifest " + source_ + " " + s.message());
   int64_t max_label = -1;
-  for (size_t lineno = 1; std::getline(in, line); ++lineno) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    const size_t tab = line.rfind('\t');
-    const auto label = tab == std::string::npos ? std::nullopt
-                                                : ParseUint(std::string_view(line).substr(tab + 1));
-    if (!label || tab == 0 || *label > INT32_MAX) {
-      return Status::InvalidArgument("manifest " + source_ + " line " + std::to_string(lineno) +
-                                     ": expected relpath<TAB>label");
-    }
-    entries_.push_back({line.substr(0, tab), static_cast<int64_t>(*label)});
-    max_label = std::max(max_label, static_cast<int64_t>(*label));
+  for (ManifestEntry& e : manifest.entries) {
+    max_label = std::max(max_label, e.label);
+    entries_.push_back({std::move(e.relpath), e.label});
   }
   num_classes_ = static_cast<uint32_t>(max_label + 1);
+  rejected_paths_ = manifest.rejected;
+  if (rejected_paths_ > 0) {
+    spdlog::warn("manifest {}: left out {} paths that could leave its folder (absolute, climbing "
+                 "out with .., or holding a NUL byte), the first on line {}",
+                 Printable(source_), rejected_paths_, manifest.first_rejected_line);
+  }
   return Status::Ok();
 }
 
 void Catalog::Index() {
   uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
-  for (SampleId id = 0; id < entries_.size(); ++id) {
-    Entry& e = entries_[id];
-    by_relpath_.emplace(e.relpath, id);
+  size_t kept = 0;
+  for (Entry& e : entries_) {
     struct stat st {};
     const std::string p = root_ + "/" + e.relpath;
-    if (::stat(p.c_str(), &st) != 0) st = {};
+    if (::stat(p.c_str(), &st) != 0) {
+      st = {};  // missing now: kept, its decode fails and is counted then
+    } else if (!S_ISREG(st.st_mode)) {
+      ++special_files_;
+      continue;
+    }
     const uint64_t parts[] = {static_cast<uint64_t>(e.label), static_cast<uint64_t>(st.st_size),
                               static_cast<uint64_t>(st.st_mtim.tv_sec),
                               static_cast<uint64_t>(st.st_mtim.tv_nsec),
@@ -132,7 +152,11 @@ void Catalog::Index() {
     e.fingerprint = Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts,
                           sizeof parts);
     h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
+    if (&entries_[kept] != &e) entries_[kept] = std::move(e);
+    ++kept;
   }
+  entries_.resize(kept);
+  for (SampleId id = 0; id < entries_.size(); ++id) by_relpath_.emplace(entries_[id].relpath, id);
   identity_ = h;
 }
 

@@ -6,6 +6,11 @@
 // manifest file (`relpath<TAB>label` lines, paths relative to the manifest's
 // folder, ids in file order).
 //
+// Only regular files (symlinks followed: datasets link class folders to
+// other disks) become samples, so that no decode opens a FIFO or a device;
+// manifest paths that could leave the manifest's folder are rejected. Both
+// are counted and logged once, at Open(). Ids follow the samples kept.
+//
 // Immutable after Open(); safe for concurrent access.
 
 #ifndef JOADERFS_CATALOG_CATALOG_H_
@@ -35,6 +40,11 @@ class Catalog {
 
   const std::string& source() const { return source_; }
   size_t size() const { return entries_.size(); }
+  // Image names that were not regular files at the scan (FIFOs, devices,
+  // sockets, folders, broken symlinks): left out.
+  uint64_t special_files() const { return special_files_; }
+  // Manifest paths that could leave its folder (manifest.h): left out.
+  uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
 
   const std::string& relpath(SampleId id) const { return entries_[id].relpath; }
@@ -64,6 +74,7 @@ class Catalog {
   Catalog() = default;
   Status ScanImageFolder();
   Status ReadManifest();
+  // Drops the entries that are not regular files, then indexes the rest.
   void Index();
 
   std::string source_;  // as given, made absolute
@@ -71,6 +82,8 @@ class Catalog {
   std::vector<Entry> entries_;
   uint32_t num_classes_ = 0;
   uint64_t identity_ = 0;
+  uint64_t special_files_ = 0;
+  uint64_t rejected_paths_ = 0;
   std::unordered_map<std::string_view, SampleId> by_relpath_;
 };
 

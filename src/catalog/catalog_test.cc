@@ -2,12 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "catalog/manifest.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -174,16 +180,17 @@ TEST(CatalogTest, ManifestIdsInFileOrder) {
             "img/two.jpg\t0\r\n"
             "\r\n"
             "other dir/three.png\t1\n"
-            "../up.jpg\t0");  // no final newline
+            "img/../up.jpg\t0");  // no final newline
   auto c = OpenOk(d / "list/train.tsv");
   ASSERT_TRUE(c);
   EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"img/one.jpg", "img/two.jpg",
-                                                    "other dir/three.png", "../up.jpg"}));
+                                                    "other dir/three.png", "img/../up.jpg"}));
   EXPECT_EQ(Labels(*c), (std::vector<int64_t>{3, 0, 1, 0}));
   EXPECT_EQ(c->num_classes(), 4u);
   // Paths are relative to the manifest's folder.
   EXPECT_EQ(fs::path(c->path(0)).lexically_normal(), fs::path(d / "list/img/one.jpg"));
-  EXPECT_EQ(fs::path(c->path(3)).lexically_normal(), fs::path(d / "up.jpg"));
+  EXPECT_EQ(fs::path(c->path(3)).lexically_normal(), fs::path(d / "list/up.jpg"));
+  EXPECT_EQ(c->rejected_paths(), 0u);
   EXPECT_EQ(c->FindRelpath("img/two.jpg"), 1u);
   EXPECT_EQ(c->FindRelpath("other dir/three.png"), 2u);
   EXPECT_EQ(Ids(c->IdsWithLabels(0, 0)), (std::vector<uint32_t>{1, 3}));
@@ -228,6 +235,101 @@ TEST(CatalogTest, EmptyManifestIsInvalid) {
     EXPECT_EQ(Catalog::Open(d / "m.tsv", &c).code(), Status::Code::kInvalidArgument)
         << "manifest: '" << text << "'";
   }
+}
+
+TEST(CatalogTest, ManifestPathsThatLeaveItsFolderAreRejectedAndCounted) {
+  TempDir d;
+  std::string text =
+      "/etc/passwd\t0\n"
+      "ok.jpg\t1\n"
+      "../next-door/x.jpg\t0\n"
+      "a/../../x.jpg\t1\n"
+      "a/./../b/../../c.jpg\t0\n"
+      "a/../ok2.jpg\t0\n"
+      "..\t0\n"
+      "./a/b/../../ok3.jpg\t2\n";
+  text += std::string("..\0/x.jpg\t0\n", 11);  // the system would read ".."
+  WriteFile(d / "m/list.tsv", text);
+  auto c = OpenOk(d / "m/list.tsv");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"ok.jpg", "a/../ok2.jpg", "./a/b/../../ok3.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{1, 0, 2}));
+  EXPECT_EQ(c->rejected_paths(), 6u);
+  EXPECT_EQ(c->FindRelpath("ok.jpg"), 0u);
+  EXPECT_EQ(c->FindRelpath("/etc/passwd"), std::nullopt);
+  // Nothing left: an empty dataset.
+  WriteFile(d / "m/bad.tsv", "../a.jpg\t0\n/b.jpg\t0\n");
+  std::unique_ptr<Catalog> empty;
+  EXPECT_EQ(Catalog::Open(d / "m/bad.tsv", &empty).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(ManifestTest, EscapesFolder) {
+  for (const char* inside : {"a.jpg", "a/b.jpg", "a/../b.jpg", "./a.jpg", "a//b.jpg", "a/./b",
+                             "a/b/../../c", "...", "..a/b", "a/..b", "a/..", "."}) {
+    EXPECT_FALSE(EscapesFolder(inside)) << inside;
+  }
+  for (const char* outside : {"/a.jpg", "..", "../a.jpg", "a/../../b", "./../a", "a/b/../../..",
+                              "//a", "a/../..", "a/./../.."}) {
+    EXPECT_TRUE(EscapesFolder(outside)) << outside;
+  }
+  EXPECT_TRUE(EscapesFolder(std::string_view("a\0b", 3)));
+}
+
+TEST(ManifestTest, ParseCountsRejectedLinesAndKeepsOrder) {
+  Manifest m;
+  ASSERT_TRUE(ParseManifest("x\t1\n../y\t2\r\n\nz\t0", &m).ok());
+  ASSERT_EQ(m.entries.size(), 2u);
+  EXPECT_EQ(m.entries[0].relpath, "x");
+  EXPECT_EQ(m.entries[1].relpath, "z");
+  EXPECT_EQ(m.entries[1].label, 0);
+  EXPECT_EQ(m.rejected, 1u);
+  EXPECT_EQ(m.first_rejected_line, 2u);
+  const Status bad = ParseManifest("x\t1\n../y\tq\n", &m);
+  EXPECT_EQ(bad.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "line 2: expected relpath<TAB>label");
+}
+
+// Runs Catalog::Open(source) on another thread; fails when it has not
+// returned within 5 s (a FIFO opened for reading blocks).
+Status OpenWithin5s(const std::string& source, std::unique_ptr<Catalog>* out) {
+  auto result =
+      std::async(std::launch::async, [source, out] { return Catalog::Open(source, out); });
+  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "Catalog::Open(" << source << ") blocked";
+    std::ofstream unblock(source);
+  }
+  return result.get();
+}
+
+TEST(CatalogTest, SpecialFilesAreLeftOutAndCounted) {
+  TempDir d, elsewhere;
+  WriteFile(d / "a/x.jpg");
+  ASSERT_EQ(::mkfifo((d / "a/fifo.jpg").c_str(), 0600), 0);
+  ASSERT_EQ(::symlink("/dev/zero", (d / "a/zero.jpg").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "a/gone.jpg").c_str(), (d / "a/broken.jpg").c_str()), 0);
+  // Symlinks to regular files and to class folders on other disks count.
+  WriteFile(elsewhere / "b/y.jpg");
+  ASSERT_EQ(::symlink((elsewhere / "b").c_str(), (d / "b").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "a/x.jpg").c_str(), (d / "a/link.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenWithin5s(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/link.jpg", "a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(c->special_files(), 3u);
+
+  // The same files named by a manifest.
+  WriteFile(d / "m.tsv", "a/x.jpg\t0\na/fifo.jpg\t0\na/zero.jpg\t1\nb/y.jpg\t1\na\t0\n");
+  c.reset();
+  ASSERT_TRUE(OpenWithin5s(d / "m.tsv", &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(c->FindRelpath("b/y.jpg"), 1u);
+  EXPECT_EQ(c->special_files(), 3u);
+
+  // A FIFO as SOURCE is refused, not read.
+  ASSERT_EQ(::mkfifo((d / "fifo.tsv").c_str(), 0600), 0);
+  c.reset();
+  EXPECT_EQ(OpenWithin5s(d / "fifo.tsv", &c).code(), Status::Code::kInvalidArgument);
 }
 
 uint64_t IdentityOf(const std::string& source) {

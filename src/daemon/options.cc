@@ -16,8 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 enum Key {
-  kRamCache, kCacheDir, kDiskCache, kThreads, kSize, kSeed, kLookahead, kIdleTimeout, kSampler,
-  kLog, kLogLevel, kForeground, kDebug, kHelp, kVersion,
+  kRamCache, kCacheDir, kDiskCache, kThreads, kSize, kSeed, kLookahead, kIdleTimeout, kMaxPixels,
+  kSampler, kLog, kLogLevel, kForeground, kDebug, kHelp, kVersion,
 };
 
 const fuse_opt kOptions[] = {
@@ -29,6 +29,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("seed=%s", kSeed),
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
+    FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
     FUSE_OPT_KEY("sampler=%s", kSampler),
     FUSE_OPT_KEY("log=%s", kLog),
     FUSE_OPT_KEY("log_level=%s", kLogLevel),
@@ -67,12 +68,13 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
   auto number = ParseUint(value);
   switch (key) {
     case kRamCache:
-      if (auto v = ParseSize(value)) o.ram_cache = *v;
-      else return bad("a size such as 512M or 8G");
+      // 0 once meant "a quarter of RAM": leaving the option out says that.
+      if (auto v = ParseSize(value); v && *v > 0) o.ram_cache = *v;
+      else return bad("a size above 0 such as 512M or 8G (leave it out for a quarter of RAM)");
       break;
     case kDiskCache:
-      if (auto v = ParseSize(value)) o.disk_cache = *v;
-      else return bad("a size such as 512M or 10G");
+      if (auto v = ParseSize(value); v && *v > 0) o.disk_cache = *v;
+      else return bad("a size above 0 such as 512M or 10G (cache_dir=none turns the tier off)");
       break;
     case kCacheDir:
       if (value.empty()) return bad("a folder or none");
@@ -97,8 +99,12 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
       o.lookahead = static_cast<uint32_t>(*number);
       break;
     case kIdleTimeout:
-      if (!number) return bad("seconds");
+      if (!number || *number > kMaxIdleTimeout) return bad("seconds, at most 315360000");
       o.job_idle_timeout = *number;
+      break;
+    case kMaxPixels:
+      if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
+      o.max_pixels = *number;
       break;
     case kSampler:
       if (value != "dsa" && value != "isa") return bad("dsa or isa");
@@ -158,42 +164,71 @@ std::string DefaultCacheDir() {
   return "/tmp/joaderfs-cache-" + std::to_string(geteuid());
 }
 
-Status CheckCacheDir(std::string* dir) {
+// Whether `path` is `dir` or lies below it; both absolute and normal.
+bool IsInside(std::string path, std::string dir) {
+  for (std::string* p : {&path, &dir}) {
+    if (p->size() > 1 && p->ends_with('/')) p->pop_back();
+  }
+  return path == dir || dir == "/" || path.starts_with(dir + "/");
+}
+
+Status CheckCacheDir(const std::string& dir) {
   std::error_code ec;
-  *dir = fs::absolute(*dir, ec).lexically_normal().string();
-  fs::create_directories(*dir, ec);
-  if (ec) return Status::InvalidArgument("cannot create cache_dir " + *dir + ": " + ec.message());
-  if (!fs::is_directory(*dir) || access(dir->c_str(), W_OK | X_OK) != 0) {
-    return Status::InvalidArgument("cache_dir " + *dir + " is not a writable folder");
+  fs::create_directories(dir, ec);
+  if (ec) return Status::InvalidArgument("cannot create cache_dir " + dir + ": " + ec.message());
+  if (!fs::is_directory(dir) || access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Status::InvalidArgument("cache_dir " + dir + " is not a writable folder");
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
+Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
   ParseState st{options, Status::Ok()};
   *fuse_args = FUSE_ARGS_INIT(argc, argv);
   if (fuse_opt_parse(fuse_args, &st, kOptions, Process) != 0 && st.status.ok()) {
     st.status = Status::InvalidArgument("cannot parse the command line");
   }
   if (!st.status.ok() || options->help || options->version) return st.status;
-  DaemonOptions& o = *options;
-  if (o.source.empty() || o.mountpoint.empty()) {
+  if (options->source.empty() || options->mountpoint.empty()) {
     return Status::InvalidArgument("usage: joaderfs [options] SOURCE MOUNTPOINT (see --help)");
   }
+  if (!st.seed_given) options->seed = std::random_device()();
+  if (!st.cache_dir_given) options->cache_dir = DefaultCacheDir();
+  return Status::Ok();
+}
+
+Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
+  Status s = ParseCommandLine(argc, argv, options, fuse_args);
+  if (!s.ok() || options->help || options->version) return s;
+  DaemonOptions& o = *options;
   std::error_code ec;
   if (!fs::exists(o.source, ec)) return Status::NotFound("SOURCE " + o.source + " does not exist");
   o.source = fs::absolute(o.source, ec).lexically_normal().string();
   // The daemon works from "/" once mounted, and unmounts by this path.
   o.mountpoint = fs::absolute(o.mountpoint, ec).lexically_normal().string();
-  if (o.ram_cache == 0) o.ram_cache = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4;
+  // Once mounted, what lies under the mountpoint is hidden by the mount.
+  if (IsInside(o.source, o.mountpoint)) {
+    return Status::InvalidArgument("SOURCE " + o.source + " lies inside the mountpoint " +
+                                   o.mountpoint);
+  }
+  const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (o.ram_cache == 0) o.ram_cache = ram / 4;
+  if (o.ram_cache > ram) {
+    return Status::InvalidArgument("ram_cache=" + std::to_string(o.ram_cache >> 20) +
+                                   "M is more than this machine's " +
+                                   std::to_string(ram >> 20) + "M of RAM");
+  }
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
-  if (!st.seed_given) o.seed = std::random_device()();
   if (o.log != "syslog" && !o.log.empty()) o.log = fs::absolute(o.log, ec).string();
-  if (!st.cache_dir_given) o.cache_dir = DefaultCacheDir();
-  if (!o.cache_dir.empty()) return CheckCacheDir(&o.cache_dir);
-  return Status::Ok();
+  if (o.cache_dir.empty()) return Status::Ok();
+  o.cache_dir = fs::absolute(o.cache_dir, ec).lexically_normal().string();
+  if (IsInside(o.cache_dir, o.mountpoint)) {
+    return Status::InvalidArgument("cache_dir " + o.cache_dir + " lies inside the mountpoint " +
+                                   o.mountpoint);
+  }
+  return CheckCacheDir(o.cache_dir);
 }
 
 std::string UsageText(const char* program) {
@@ -213,6 +248,8 @@ options:
     -o seed=N                sampler seed (default random)
     -o lookahead=N           samples each job's plan runs ahead (default 128)
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
+    -o max_pixels=N          refuse images of more than N pixels, from their
+                             header (default 89478485, PIL's limit)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
     -o log=FILE|syslog       log sink (default stderr with -f, else syslog)
     -o log_level=LEVEL       trace, debug, info, warn, error (default info)

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "loader/decoder.h"
 
 namespace joaderfs {
 
@@ -25,6 +26,7 @@ struct DaemonOptions {
   uint64_t seed = 0;
   uint32_t lookahead = 128;
   uint64_t job_idle_timeout = 600;
+  uint64_t max_pixels = kDefaultMaxPixels;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   std::string log;  // a file, "syslog", or empty for the default
   std::string log_level = "info";
@@ -34,7 +36,16 @@ struct DaemonOptions {
   bool version = false;
 };
 
-// Parses argv into `options` and leaves libfuse's options in `fuse_args`.
+// The longest job_idle_timeout: ten years, far from overflowing the clock.
+inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
+
+// Parses argv into `options` and leaves libfuse's options in `fuse_args`
+// (free them with fuse_opt_free_args). Checks each value on its own and
+// looks at no file; the seed and cache_dir get their defaults. Fails with
+// InvalidArgument naming the bad option.
+Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args);
+
+// ParseCommandLine, then the checks and defaults that need the machine.
 // Fails with InvalidArgument naming the bad option, or NotFound for a
 // missing SOURCE; creates cache_dir and fails when it is not writable.
 Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args);

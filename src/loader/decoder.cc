@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -48,28 +49,52 @@ bool IsJpeg(const std::string& file) {
          static_cast<uint8_t>(file[1]) == 0xd8 && static_cast<uint8_t>(file[2]) == 0xff;
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+std::atomic<uint64_t> max_pixels{kDefaultMaxPixels};
+
+// Room for headers, EXIF, ICC profiles beyond the pixels in an image file.
+constexpr uint64_t kMetadataBytes = 1 << 20;
+
+// Reads a regular file whole. A path may name a FIFO or a device where the
+// catalog saw an image (replaced since, or a symlink to /dev): those are
+// refused before opening when stat() shows them, and opened without
+// blocking, then refused, when they appear between the two calls. Files too
+// large to hold an allowed picture are refused unread.
+Status ReadFile(const std::string& path, uint64_t max_bytes, std::string* out) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (::stat(path.c_str(), &st) != 0) return Status::IOError(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Status::IOError(path + ": not a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!regular || static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
-    return false;
+    if (!regular) return Status::IOError(path + ": not a regular file");
+    return Status::Corruption(path + ": " + std::to_string(st.st_size) + " bytes, over the " +
+                              std::to_string(max_bytes) + " an image within max_pixels may take");
   }
   out->resize(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < out->size()) {
     const ssize_t n = ::read(fd, out->data() + done, out->size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return Status::IOError(path + ": " + std::strerror(error));
+    }
+    if (n == 0) break;
     done += static_cast<size_t>(n);
   }
   ::close(fd);
   out->resize(done);
-  return true;
+  return Status::Ok();
 }
 
 }  // namespace
+
+void SetMaxPixels(uint64_t limit) { max_pixels.store(limit, std::memory_order_relaxed); }
+
+uint64_t MaxPixels() { return max_pixels.load(std::memory_order_relaxed); }
 
 bool InitDecoder(const char* argv0, std::string* error) {
   if (VIPS_INIT(argv0) != 0) {
@@ -91,14 +116,22 @@ bool InitDecoder(const char* argv0, std::string* error) {
 
 namespace {
 
-// Any image libvips can open, at full size, to packed RGB.
-Status DecodeWithVips(const std::string& path, const std::string& file, RgbImage* rgb) {
+// Any image libvips can open, at full size, to packed RGB, if it has at
+// most `limit` pixels.
+Status DecodeWithVips(const std::string& path, const std::string& file, uint64_t limit,
+                      RgbImage* rgb) {
   ImageChain chain;
+  // Reads the header only: pixels are decoded when written out below.
   VipsImage* im = vips_image_new_from_buffer(file.data(), file.size(), "", "access",
                                              VIPS_ACCESS_SEQUENTIAL, "fail_on",
                                              VIPS_FAIL_ON_TRUNCATED, nullptr);
   if (!im) return VipsFailure(path);
   chain.Keep(im);
+  if (uint64_t(im->Xsize) * uint64_t(im->Ysize) > limit) {
+    return Status::Corruption(path + ": image of " + std::to_string(im->Xsize) + "x" +
+                              std::to_string(im->Ysize) + " pixels exceeds max_pixels=" +
+                              std::to_string(limit));
+  }
   // To 3-band sRGB uint8 whatever came in: grey, CMYK, 16-bit, alpha.
   if (im->Type != VIPS_INTERPRETATION_sRGB) {
     VipsImage* srgb = nullptr;
@@ -134,18 +167,21 @@ Status DecodeWithVips(const std::string& path, const std::string& file, RgbImage
 }  // namespace
 
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
+  const uint64_t limit = MaxPixels();
   // The file is read once into memory and decoded from there: opening it by
-  // name makes libvips probe every loader and reopen the file.
+  // name makes libvips probe every loader and reopen the file. An allowed
+  // picture stored raw takes at most 8 bytes a pixel (16-bit RGBA).
   std::string file;
-  if (!ReadFile(path, &file)) return Status::IOError(path + ": " + std::strerror(errno));
+  Status s = ReadFile(path, limit * 8 + kMetadataBytes, &file);
+  if (!s.ok()) return s;
   RgbImage rgb;
-  Status s = Status::InvalidArgument("not a JPEG");
+  s = Status::InvalidArgument("not a JPEG");
   if (IsJpeg(file)) {
-    s = DecodeJpeg(file, size, &rgb);
+    s = DecodeJpeg(file, size, limit, &rgb);
     if (s.code() == Status::Code::kCorruption) return Status::Corruption(path + ": " + s.message());
   }
   if (!s.ok()) {
-    s = DecodeWithVips(path, file, &rgb);
+    s = DecodeWithVips(path, file, limit, &rgb);
     if (!s.ok()) return s;
   }
   out->channels = 3;

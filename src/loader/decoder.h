@@ -8,6 +8,13 @@
 // CMYK JPEGs through libvips. Both end in one resample pass
 // (loader/resample.h).
 //
+// Memory is bounded on every path: the file must be a regular file no larger
+// than 8 bytes per allowed pixel plus 1 MiB of metadata, and its width x height,
+// read from the header before any pixel is decoded, at most MaxPixels(). A
+// decode then holds about 10 bytes per allowed pixel at most (measured at
+// 64 Mpx: 7.6 for a PNG, the file and two copies of the RGB picture; 9.6
+// for a progressive JPEG at full size, its coefficients and the picture).
+//
 // Thread-safe; call InitDecoder() once per process first.
 
 #ifndef JOADERFS_LOADER_DECODER_H_
@@ -24,7 +31,21 @@ namespace joaderfs {
 // Starts libvips. Returns false (with a message) when it cannot.
 bool InitDecoder(const char* argv0, std::string* error);
 
-// Fails with Corruption for files that are not images, or truncated ones.
+// PIL's MAX_IMAGE_PIXELS (a quarter GiB of RGB): what a PIL-based DataLoader opens
+// without a DecompressionBombWarning opens here too.
+inline constexpr uint64_t kDefaultMaxPixels = 89'478'485;
+// The largest limit that may be set: 2^32, over any JPEG's 65500 x 65500.
+inline constexpr uint64_t kMaxMaxPixels = uint64_t{1} << 32;
+
+// The pixel limit of every decode from now on (the mount option
+// max_pixels). REQUIRES: 0 < max_pixels <= kMaxMaxPixels.
+void SetMaxPixels(uint64_t max_pixels);
+uint64_t MaxPixels();
+
+// Fails with IOError for a file that cannot be opened or is not a regular
+// file (a FIFO, a device: checked after opening it without blocking), and
+// with Corruption for files that are not images, truncated ones, and images
+// over MaxPixels().
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out);
 
 }  // namespace joaderfs

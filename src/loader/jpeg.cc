@@ -35,9 +35,6 @@ void OnMessage(j_common_ptr cinfo, int level) {
   }
 }
 
-// Far beyond any training image; refused rather than risking the daemon.
-constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
-
 // The smallest M/8 that keeps the scaled shorter side (libjpeg rounds up)
 // at least `min_shorter`; 8/8 when nothing is asked or the image is smaller.
 unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
@@ -51,7 +48,8 @@ unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
 
 }  // namespace
 
-Status DecodeJpeg(std::string_view file, uint32_t min_shorter, RgbImage* out) {
+Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels,
+                  RgbImage* out) {
   jpeg_decompress_struct cinfo;
   ErrorHandler errors;
   cinfo.err = jpeg_std_error(&errors.mgr);
@@ -66,6 +64,15 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, RgbImage* out) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(file.data()), file.size());
   jpeg_read_header(&cinfo, TRUE);
+  // Before anything sized by the picture is allocated: a progressive JPEG
+  // holds every coefficient of the full picture however it is scaled.
+  if (uint64_t{cinfo.image_width} * cinfo.image_height > max_pixels) {
+    std::snprintf(errors.message, sizeof errors.message,
+                  "image of %ux%u pixels exceeds max_pixels=%llu", cinfo.image_width,
+                  cinfo.image_height, static_cast<unsigned long long>(max_pixels));
+    jpeg_destroy_decompress(&cinfo);
+    return Status::Corruption(errors.message);
+  }
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
     return Status::InvalidArgument("CMYK JPEG");
@@ -78,10 +85,6 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, RgbImage* out) {
   out->full_height = cinfo.image_height;
   out->width = cinfo.output_width;
   out->height = cinfo.output_height;
-  if (uint64_t{out->width} * out->height > kMaxPixels) {
-    jpeg_destroy_decompress(&cinfo);
-    return Status::Corruption("image too large to decode");
-  }
   out->pixels.resize(size_t{out->width} * out->height * 3);
   while (cinfo.output_scanline < cinfo.output_height) {
     JSAMPROW row = &out->pixels[size_t{cinfo.output_scanline} * out->width * 3];

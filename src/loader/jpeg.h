@@ -27,10 +27,12 @@ struct RgbImage {
   std::vector<uint8_t> pixels;  // width * height * 3
 };
 
-// Fails with Corruption (libjpeg's message) for broken or truncated data,
-// and with InvalidArgument for JPEGs this path does not take (CMYK, YCCK):
-// decode those another way.
-Status DecodeJpeg(std::string_view file, uint32_t min_shorter, RgbImage* out);
+// Fails with Corruption (libjpeg's message) for broken or truncated data and
+// for pictures of more than `max_pixels` pixels (checked from the header,
+// before decoding), and with InvalidArgument for JPEGs this path does not
+// take (CMYK, YCCK): decode those another way.
+Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels,
+                  RgbImage* out);
 
 }  // namespace joaderfs
 
