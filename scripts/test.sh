@@ -34,10 +34,15 @@ if [ "$fuzz_seconds" != 0 ]; then
     # New inputs go to a scratch folder; the checked-in seeds stay as they are.
     scratch=build-fuzz/corpus/$target
     mkdir -p "$scratch"
-    echo "fuzz: $target for ${fuzz_seconds}s"
-    "build-fuzz/$target" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="build-fuzz/$target-" "$scratch" "$seeds" 2>&1 |
-      grep -E '^(stat::number_of_executed_units|INFO: Running with|==[0-9]+==|SUMMARY|artifact)' || true
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz: $target failed (see build-fuzz/$target-*)"; exit 1; }
+    log=build-fuzz/$target.log
+    if ! "build-fuzz/$target" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 -artifact_prefix="build-fuzz/$target-" "$scratch" "$seeds" \
+        >"$log" 2>&1; then
+      tail -n 40 "$log"
+      echo "fuzz: $target failed; the input that did it is build-fuzz/$target-*"
+      exit 1
+    fi
+    echo "fuzz: $target ${fuzz_seconds}s, $(grep -oE 'number_of_executed_units: *[0-9]+' "$log" |
+      grep -oE '[0-9]+') inputs, no crash"
   done
 fi
