@@ -164,6 +164,7 @@ int Run(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   std::string error;
   if (!InitDecoder(argv[0], &error)) return Fail("cannot start libvips: " + error);
+  SetMaxPixels(o.max_pixels);
   std::unique_ptr<Catalog> catalog;
   s = Catalog::Open(o.source, &catalog);
   if (!s.ok()) return Fail(s.message());

@@ -63,6 +63,8 @@ std::string RenderStats(const MountStats& s) {
             {"disk_write_drops", s.disk.write_drops},
             {"disk_corrupt", s.disk.corrupt},
             {"skipped", s.cache.failed},
+            {"special_files", s.special_files},
+            {"rejected_paths", s.rejected_paths},
             {"decode_threads", s.decode_threads},
             {"decode_queue", s.decode_queue},
             {"decode_busy_seconds", s.decode_busy_seconds}};

@@ -505,6 +505,8 @@ MountStats JobManager::Stats() const {
   stats.decode_threads = pool_->threads();
   stats.decode_queue = pool_->queue_depth();
   stats.decode_busy_seconds = pool_->busy_seconds();
+  stats.special_files = catalog_->special_files();
+  stats.rejected_paths = catalog_->rejected_paths();
   groups_->ForEach([&](const PlanGroup& group) {
     const PlannerStats s = group.Stats();
     stats.planner.rounds += s.rounds;

@@ -76,6 +76,8 @@ struct MountStats {
   uint64_t decode_queue = 0;
   double decode_busy_seconds = 0;
   uint64_t delivered = 0;
+  uint64_t special_files = 0;   // SOURCE entries left out: not regular files
+  uint64_t rejected_paths = 0;  // manifest paths left out: outside its folder
   PlannerStats planner;
   std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
 };

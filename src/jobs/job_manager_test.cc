@@ -905,7 +905,8 @@ TEST_F(JobManagerTest, StatsJsonFields) {
   ReadToEof(Open("b"), kBig);
   const Json s = Stats();
   for (const char* key : {"decoded", "delivered", "ram_hits", "disk_hits", "ram_bytes",
-                          "ram_budget", "disk_bytes", "skipped"}) {
+                          "ram_budget", "disk_bytes", "skipped", "special_files",
+                          "rejected_paths"}) {
     EXPECT_EQ(s[key].is_number(), true) << key;
   }
   EXPECT_EQ(s["delivered"].get<double>(), 12);
