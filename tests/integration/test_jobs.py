@@ -293,6 +293,8 @@ attempt("read_spec", lambda: open(os.path.join(j, "roots", "spec")).read())
 attempt("write_spec", lambda: write(os.path.join(j, "roots", "spec"), "size=48"))
 attempt("write_ids", lambda: write(os.path.join(j, "roots", "ids"), "1\n"))
 attempt("rmdir", lambda: os.rmdir(os.path.join(j, "roots")))
+attempt("open_next", lambda: os.close(os.open(os.path.join(j, "roots", "next"),
+                                               os.O_RDONLY)))
 attempt("mkdir_own", lambda: os.mkdir(os.path.join(j, "nobodys")))
 attempt("write_own_spec",
         lambda: write(os.path.join(j, "nobodys", "spec"), "subset=range:0-3"))
@@ -309,16 +311,66 @@ print(json.dumps(out))
         self.assertIn(out["write_spec"], ("EACCES", "EPERM"), out)
         self.assertIn(out["write_ids"], ("EACCES", "EPERM"), out)
         self.assertIn(out["rmdir"], ("EACCES", "EPERM"), out)
+        # Reading would consume root's samples (and fix its spec).
+        self.assertEqual(out["open_next"], "EACCES", out)
+        self.assertEqual(m.status("roots")["delivered"], 0)
         self.assertEqual(out["mkdir_own"], "ok", out)
         self.assertEqual(out["write_own_spec"], "ok", out)
         self.assertEqual(out["read_own"], "ok", out)
         self.assertEqual(m.read_spec("roots").get("size"), "32")
+        m.write_spec("roots", "size=40")  # still root's to change
         self.assertIn("roots", os.listdir(m.path("jobs")))
         self.assertEqual(m.status("nobodys")["subset_size"], 4)
         # root may still remove another user's job
         os.rmdir(m.path("jobs", "nobodys"))
 
     # ---------------------------------------------------- README, stats
+
+    def test_rejected_ids_write_changes_nothing(self):
+        """A write to `ids` that fails EINVAL leaves the job as it was: the
+        lines before it, even a complete one, do not take effect on close."""
+        m = self.mount(self.source)
+        m.mkjob("r")
+        fd = os.open(m.path("jobs", "r", "ids"), os.O_WRONLY | os.O_TRUNC)
+        closed = False
+        try:
+            os.write(fd, b"5\n1")
+            with self.assertRaises(OSError) as cm:
+                os.write(fd, b"99999\n")  # completes the line "199999"
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+            with self.assertRaises(OSError):
+                os.write(fd, b"7\n")  # nothing more is taken
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # close reports the rejection too
+            closed = True
+        finally:
+            if not closed:
+                os.close(fd)
+        self.assertEqual(m.status("r")["subset_size"], self.N)
+
+    def test_spec_after_ids_keeps_the_subset(self):
+        m = self.mount(self.source)
+        m.mkjob("r", ids="1\n2\n3\n")
+        m.write_spec("r", "epochs=2")
+        self.assertEqual(m.status("r")["subset_size"], 3)
+        m.write_spec("r", "subset=range:0-4")
+        self.assertEqual(m.status("r")["subset_size"], 5)
+
+    def test_tree_changes_are_eperm(self):
+        """Only mkdir and rmdir change the tree; the rest is EPERM, not
+        ENOSYS."""
+        m = self.mount(self.source)
+        m.mkjob("t")
+        jobs = m.path("jobs")
+        self.assertErrno(errno.EPERM, os.unlink, m.path("jobs", "t", "spec"))
+        self.assertErrno(errno.EPERM, os.rename, m.path("jobs", "t"),
+                         m.path("jobs", "u"))
+        self.assertErrno(errno.EPERM, os.symlink, "t", os.path.join(jobs, "s"))
+        self.assertErrno(errno.EPERM, os.open, os.path.join(jobs, "f"),
+                         os.O_WRONLY | os.O_CREAT, 0o644)
+        self.assertEqual(sorted(os.listdir(jobs)), ["t"])
 
     def test_readme(self):
         m = self.mount(self.source)
