@@ -192,16 +192,14 @@ bool DependentPlanner::FindSource(uint32_t slot, bool newest,
       if (index >= epoch_length) continue;
       // Entries of a's current epoch are the last epoch_picks of history;
       // each earlier epoch has epoch_length entries.
-      uint64_t back = a.epoch_picks > index ? a.epoch_picks - index
-                                            : a.epoch_picks + epoch_length - index;
-      std::vector<size_t> candidates;
-      while (back <= size) {
-        candidates.push_back(size - back);
-        back += epoch_length;
-      }
-      for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-        if (a.history[*it].label > job.last_label) {
-          at = *it;
+      const uint64_t nearest = a.epoch_picks > index ? a.epoch_picks - index
+                                                     : a.epoch_picks + epoch_length - index;
+      if (nearest > size) continue;
+      // From the oldest epoch still in the history to the newest.
+      for (uint64_t m = (size - nearest) / epoch_length + 1; m-- > 0;) {
+        const size_t candidate = size - (nearest + m * epoch_length);
+        if (a.history[candidate].label > job.last_label) {
+          at = candidate;
           break;
         }
       }
@@ -291,10 +289,11 @@ void DependentPlanner::Round(std::span<const JobHandle> participants,
   for (JobHandle job : participants) {
     const uint32_t slot = SlotOf(job);
     if (slots_[slot].remaining_count == 0) continue;
-    in_round_[slot] = 1;
+    in_round_[slot] = kInTree;
     Source source;
     if (FindSource(slot, /*newest=*/false, &source) ||
         (with_ids == 1 && FindSource(slot, /*newest=*/true, &source))) {
+      in_round_[slot] = kCoupled;
       const PastPick& pick = slots_[source.slot].history[source.at];
       order_.push_back(slot);
       draw_.push_back(DrawCoupled(slot, source));
@@ -308,11 +307,7 @@ void DependentPlanner::Round(std::span<const JobHandle> participants,
   }
   for (JobHandle job : participants) {
     const uint32_t slot = SlotOf(job);
-    if (in_round_[slot] &&
-        std::find(order_.begin(), order_.begin() + coupled, slot) ==
-            order_.begin() + coupled) {
-      order_.push_back(slot);
-    }
+    if (in_round_[slot] == kInTree) order_.push_back(slot);
   }
   if (order_.empty()) return;
   // The round's own draws, a tree of parents in ascending order of |R|

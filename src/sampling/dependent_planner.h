@@ -217,7 +217,10 @@ class DependentPlanner final : public Planner {
   std::vector<uint32_t> takers_;   // slots taking one id
   std::vector<uint32_t> holders_;  // slots needing that id
   std::vector<uint8_t> taking_;    // by slot
-  std::vector<uint8_t> in_round_;  // by slot
+  // By slot: kInTree or kCoupled for a participant of the current round.
+  static constexpr uint8_t kInTree = 1;
+  static constexpr uint8_t kCoupled = 2;
+  std::vector<uint8_t> in_round_;
   std::vector<uint8_t> shared_;    // by slot: this round's pick is shared
   std::vector<SampleId> pick_of_;  // by slot
 };
