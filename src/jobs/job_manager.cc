@@ -176,23 +176,17 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   Status s = ParseJobSpec(text, *catalog_, base, &spec);
   if (!s.ok()) return s;
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
-  Roaring subset;
-  if (names_subset) {
-    subset = ResolveSubset(spec.subset, *catalog_);
-  } else {
-    spec.subset = default_spec_.subset;
-  }
+  if (!names_subset) spec.subset = default_spec_.subset;
+  Roaring subset = ResolveSubset(spec.subset, *catalog_);
   std::lock_guard lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   s = CheckWritableLocked(job, uid);
   if (!s.ok()) return s;
-  if (names_subset) {
-    job->subset = std::move(subset);
-  } else if (job->spec.subset.kind == SubsetSpec::Kind::kIds) {
+  if (!names_subset && job->spec.subset.kind == SubsetSpec::Kind::kIds) {
     spec.subset = job->spec.subset;  // the ids file's subset stays
   } else {
-    job->subset = ResolveSubset(spec.subset, *catalog_);  // all: one range
+    job->subset = std::move(subset);
   }
   job->spec = std::move(spec);
   spdlog::info("job {} spec: {} ({} samples)", name, Printable(text), job->subset.cardinality());
