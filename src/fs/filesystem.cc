@@ -474,7 +474,11 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
     // Complete lines are parsed as they come; the subset is set on close.
     const size_t end = data.rfind('\n');
     if (end == std::string_view::npos) {
-      if (file->content.size() + size > kMaxIdsLine) s = Status::InvalidArgument("ids: line too long");
+      if (file->content.size() + size > kMaxIdsLine) {
+        s = Status::InvalidArgument("ids: line too long");
+      } else {
+        file->content.append(data);
+      }
     } else {
       const std::string lines = file->content + std::string(data.substr(0, end + 1));
       Roaring ids;
@@ -486,7 +490,6 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
         file->content.assign(data.substr(end + 1));
       }
     }
-    if (s.ok() && end == std::string_view::npos) file->content.append(data);
     if (s.ok()) file->wrote = true;
   } else {
     s = Status::Permission("not writable");
