@@ -501,13 +501,7 @@ MountStats JobManager::Stats() const {
   stats.decode_busy_seconds = pool_->busy_seconds();
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
-  groups_->ForEach([&](const PlanGroup& group) {
-    const PlannerStats s = group.Stats();
-    stats.planner.rounds += s.rounds;
-    stats.planner.picks += s.picks;
-    stats.planner.shared_picks += s.shared_picks;
-    stats.planner.coupled_picks += s.coupled_picks;
-  });
+  groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
   std::lock_guard lock(mu_);
   stats.delivered = delivered_;
   for (const auto& [name, job] : jobs_) stats.jobs.emplace_back(name, StatusLocked(*job));

@@ -42,6 +42,14 @@ struct PlannerStats {
   uint64_t picks = 0;         // ids handed to jobs
   uint64_t shared_picks = 0;  // picks whose id went to more than one job in the same round
   uint64_t coupled_picks = 0;  // picks that took the id of another job's earlier pick
+
+  PlannerStats& operator+=(const PlannerStats& o) {
+    rounds += o.rounds;
+    picks += o.picks;
+    shared_picks += o.shared_picks;
+    coupled_picks += o.coupled_picks;
+    return *this;
+  }
 };
 
 class Planner {
