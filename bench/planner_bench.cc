@@ -20,10 +20,10 @@
 #include <memory>
 #include <vector>
 
-#include "thread_cpu.h"
 #include "common/random.h"
 #include "sampling/dependent_planner.h"
 #include "sampling/id_sets.h"
+#include "thread_cpu.h"
 
 namespace joaderfs {
 namespace {
@@ -97,21 +97,11 @@ void InsertJobs(benchmark::State& state, const std::vector<Roaring>& sets) {
   state.counters["mem_ratio_vs_bitsets"] = bytes / BitsetBytes(sets);
 }
 
-void BM_InsertJobRandomSubsets(benchmark::State& state) {
-  InsertJobs(state, RandomDatasets());
-}
-BENCHMARK(BM_InsertJobRandomSubsets)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
+void BM_InsertJobRandomSubsets(benchmark::State& state) { InsertJobs(state, RandomDatasets()); }
+BENCHMARK(BM_InsertJobRandomSubsets)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 
-void BM_InsertJobRangeSubsets(benchmark::State& state) {
-  InsertJobs(state, RangeDatasets());
-}
-BENCHMARK(BM_InsertJobRangeSubsets)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
+void BM_InsertJobRangeSubsets(benchmark::State& state) { InsertJobs(state, RangeDatasets()); }
+BENCHMARK(BM_InsertJobRangeSubsets)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 
 enum Overlap { kIdentical = 0, kRandom = 1, kNested = 2 };
 
@@ -121,15 +111,10 @@ std::vector<Roaring> EightJobs(Overlap overlap) {
   std::vector<Roaring> jobs;
   for (uint64_t j = 0; j < 8; ++j) {
     switch (overlap) {
-      case kIdentical:
-        jobs.push_back(IdRange(0, 999999));
-        break;
-      case kRandom:
-        jobs.push_back(IdSample(0, 1333332, 1000000, j + 1));
-        break;
+      case kIdentical: jobs.push_back(IdRange(0, 999999)); break;
+      case kRandom: jobs.push_back(IdSample(0, 1333332, 1000000, j + 1)); break;
       case kNested:
-        jobs.push_back(
-            IdRange(0, static_cast<SampleId>(1000000 / 8 * (8 - j)) - 1));
+        jobs.push_back(IdRange(0, static_cast<SampleId>(1000000 / 8 * (8 - j)) - 1));
         break;
     }
   }
@@ -165,24 +150,19 @@ void BM_PlanEpoch(benchmark::State& state) {
       planner.Round(participants, &out);
       if (round % (1 << 18) == 0) {
         state.PauseTiming();
-        peak_bytes =
-            std::max(peak_bytes, static_cast<double>(planner.MemoryBytes()));
+        peak_bytes = std::max(peak_bytes, static_cast<double>(planner.MemoryBytes()));
         state.ResumeTiming();
       }
     }
     picks = planner.Stats().picks;
     shared = planner.Stats().shared_picks;
   }
-  state.SetItemsProcessed(static_cast<int64_t>(picks) *
-                          static_cast<int64_t>(state.iterations()));
+  state.SetItemsProcessed(static_cast<int64_t>(picks) * static_cast<int64_t>(state.iterations()));
   state.counters["ids_per_s"] =
-      benchmark::Counter(static_cast<double>(picks),
-                         benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["shared_fraction"] =
-      static_cast<double>(shared) / static_cast<double>(picks);
+      benchmark::Counter(static_cast<double>(picks), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["shared_fraction"] = static_cast<double>(shared) / static_cast<double>(picks);
   state.counters["peak_mem_ratio"] = peak_bytes / SubsetBytes(subsets);
-  state.counters["peak_mem_ratio_vs_bitsets"] =
-      peak_bytes / BitsetBytes(subsets);
+  state.counters["peak_mem_ratio_vs_bitsets"] = peak_bytes / BitsetBytes(subsets);
 }
 BENCHMARK(BM_PlanEpoch)
     ->ArgNames({"overlap", "speeds"})

@@ -32,7 +32,7 @@ constexpr char kSlotFilePrefix[] = "slots-";
 constexpr uint32_t kSlotMagic = 0x3253444a;  // "JDS2"
 // Slot header: magic, height, width, channels, key hash (8), crc, reserved.
 constexpr size_t kSlotHeader = 32;
-constexpr size_t kIndexValue = 32;  // id, slot bytes, slot, bytes, crc
+constexpr size_t kIndexValue = 32;   // id, slot bytes, slot, bytes, crc
 constexpr int kEvictionSamples = 8;  // candidates compared per eviction
 constexpr size_t kMaxQueuedWrites = 512;
 
@@ -170,7 +170,8 @@ Status DiskCache::OpenSlotFiles() {
   for (const auto& e : fs::directory_iterator(path_, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(kSlotFilePrefix, 0) != 0) continue;
-    const uint64_t slot_bytes = std::strtoull(name.c_str() + sizeof(kSlotFilePrefix) - 1, nullptr, 10);
+    const uint64_t slot_bytes =
+        std::strtoull(name.c_str() + sizeof(kSlotFilePrefix) - 1, nullptr, 10);
     if (slot_bytes > 0) File(slot_bytes);
   }
   std::map<uint64_t, std::set<uint64_t>> used;
@@ -186,7 +187,8 @@ Status DiskCache::OpenSlotFiles() {
   DeleteKeys(orphans);
   for (auto& [slot_bytes, file] : files_) {
     struct stat st {};
-    const uint64_t on_disk = fstat(file.fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) / slot_bytes : 0;
+    const uint64_t on_disk =
+        fstat(file.fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) / slot_bytes : 0;
     const std::set<uint64_t>& in_use = used[slot_bytes];
     file.high_water = std::max(on_disk, in_use.empty() ? 0 : *in_use.rbegin() + 1);
     file.free.clear();
@@ -259,7 +261,8 @@ Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
   // Read into a buffer the sample then owns: no further copy.
   const uint64_t length = kSlotHeader + where.bytes;
   std::shared_ptr<uint8_t> buffer(new uint8_t[length], std::default_delete<uint8_t[]>());
-  const ssize_t n = pread(fd, buffer.get(), length, static_cast<off_t>(where.slot * where.slot_bytes));
+  const ssize_t n =
+      pread(fd, buffer.get(), length, static_cast<off_t>(where.slot * where.slot_bytes));
   const uint8_t* h = buffer.get();
   bool good = n == static_cast<ssize_t>(length) && Load<uint32_t>(h) == kSlotMagic &&
               Load<uint64_t>(h + 16) == KeyHash(key) && Load<uint32_t>(h + 24) == where.crc;
@@ -400,8 +403,7 @@ void DiskCache::WriteLoop() {
       Store<uint64_t>(&header[16], KeyHash(key));
       Store<uint32_t>(&header[24], where.crc);
       iovec iov[2] = {{header.data(), kSlotHeader}, {sample.pixels.get(), where.bytes}};
-      const ssize_t n =
-          pwritev(fd, iov, 2, static_cast<off_t>(where.slot * where.slot_bytes));
+      const ssize_t n = pwritev(fd, iov, 2, static_cast<off_t>(where.slot * where.slot_bytes));
       if (n != static_cast<ssize_t>(kSlotHeader + where.bytes)) {
         const int error = n < 0 ? errno : 0;
         Warnings().Warn(error == ENOSPC ? "disk cache write: no space" : "disk cache write",

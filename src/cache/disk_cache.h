@@ -111,8 +111,8 @@ class DiskCache {
   };
   struct SlotFile {
     int fd = -1;
-    uint64_t high_water = 0;       // slots ever used
-    std::vector<uint64_t> free;    // freed slots below high_water
+    uint64_t high_water = 0;     // slots ever used
+    std::vector<uint64_t> free;  // freed slots below high_water
   };
   struct Write {
     uint32_t size;

@@ -162,10 +162,8 @@ std::optional<EvictionKind> ParseEvictionKind(std::string_view name) {
   return std::nullopt;
 }
 
-std::unique_ptr<EvictionPolicy> NewRefCntPolicy(RefCountFn ref_count,
-                                                NextUseFn next_use) {
-  return std::make_unique<RefCntPolicy>(std::move(ref_count),
-                                        std::move(next_use));
+std::unique_ptr<EvictionPolicy> NewRefCntPolicy(RefCountFn ref_count, NextUseFn next_use) {
+  return std::make_unique<RefCntPolicy>(std::move(ref_count), std::move(next_use));
 }
 
 std::unique_ptr<EvictionPolicy> NewLruPolicy() {
@@ -180,24 +178,18 @@ std::unique_ptr<EvictionPolicy> NewRandomPolicy(uint64_t seed) {
   return std::make_unique<RandomPolicy>(seed);
 }
 
-std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionKind kind,
-                                                  RefCountFn ref_count,
+std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionKind kind, RefCountFn ref_count,
                                                   uint64_t seed) {
   switch (kind) {
-    case EvictionKind::kRefCnt:
-      return NewRefCntPolicy(std::move(ref_count));
-    case EvictionKind::kLru:
-      return NewLruPolicy();
-    case EvictionKind::kFifo:
-      return NewFifoPolicy();
-    case EvictionKind::kRandom:
-      return NewRandomPolicy(seed);
+    case EvictionKind::kRefCnt: return NewRefCntPolicy(std::move(ref_count));
+    case EvictionKind::kLru: return NewLruPolicy();
+    case EvictionKind::kFifo: return NewFifoPolicy();
+    case EvictionKind::kRandom: return NewRandomPolicy(seed);
   }
   return nullptr;
 }
 
-CountBoundedCache::CountBoundedCache(size_t capacity,
-                                     std::unique_ptr<EvictionPolicy> policy)
+CountBoundedCache::CountBoundedCache(size_t capacity, std::unique_ptr<EvictionPolicy> policy)
     : capacity_(capacity), policy_(std::move(policy)) {
   assert(capacity_ > 0);
 }

@@ -74,8 +74,7 @@ using NextUseFn = std::function<uint64_t(SampleId)>;
 // inserted or refreshed, so the owner must Refresh() an id whenever the
 // planner hands it to a job and RefreshAll() after epoch starts and job
 // arrivals or departures. O(log n) per operation.
-std::unique_ptr<EvictionPolicy> NewRefCntPolicy(RefCountFn ref_count,
-                                                NextUseFn next_use = nullptr);
+std::unique_ptr<EvictionPolicy> NewRefCntPolicy(RefCountFn ref_count, NextUseFn next_use = nullptr);
 
 // Least recently inserted or touched first. O(1).
 std::unique_ptr<EvictionPolicy> NewLruPolicy();
@@ -86,8 +85,7 @@ std::unique_ptr<EvictionPolicy> NewFifoPolicy();
 // Uniformly random among tracked entries, from `seed`. O(1).
 std::unique_ptr<EvictionPolicy> NewRandomPolicy(uint64_t seed);
 
-std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionKind kind,
-                                                  RefCountFn ref_count,
+std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionKind kind, RefCountFn ref_count,
                                                   uint64_t seed);
 
 // A cache of at most `capacity` sample ids (no payload), as the simulator

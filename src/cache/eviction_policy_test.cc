@@ -70,8 +70,7 @@ TEST(EvictionPolicy, RefCntEvictsFewestReferencesFirst) {
 
 TEST(EvictionPolicy, RefCntBreaksTiesByFarthestNextUse) {
   std::map<SampleId, uint32_t> refs = {{1, 1}, {2, 1}, {3, 1}, {4, 0}};
-  std::map<SampleId, uint64_t> next = {
-      {1, 10}, {2, kNoPlannedUse}, {3, 30}, {4, 5}};
+  std::map<SampleId, uint64_t> next = {{1, 10}, {2, kNoPlannedUse}, {3, 30}, {4, 5}};
   auto policy = NewRefCntPolicy([&](SampleId id) { return refs.at(id); },
                                 [&](SampleId id) { return next.at(id); });
   for (SampleId id : {1, 2, 3, 4}) policy->Insert(id);
@@ -95,8 +94,7 @@ TEST(EvictionPolicy, RefCntFollowsThePlanner) {
   b.addRange(5, 15);
   planner->AddJob(0, a);
   planner->AddJob(1, b);
-  auto policy =
-      NewRefCntPolicy([&](SampleId id) { return planner->RefCount(id); });
+  auto policy = NewRefCntPolicy([&](SampleId id) { return planner->RefCount(id); });
   for (SampleId id : {2, 7, 12}) policy->Insert(id);  // counts 1, 2, 1
   EXPECT_EQ(policy->Evict(), 2u);
   EXPECT_EQ(policy->Evict(), 12u);

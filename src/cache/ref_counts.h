@@ -22,7 +22,6 @@ class RefCounts {
   // Thread-safe.
   virtual void Counts(uint32_t size, std::span<const SampleId> ids,
                       std::span<uint32_t> counts) const = 0;
-
 };
 
 }  // namespace joaderfs

@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
 #include "loader/decoder.h"

@@ -43,8 +43,8 @@
 #include "cache/disk_cache.h"
 #include "cache/eviction_policy.h"
 #include "cache/ref_counts.h"
-#include "common/ranked_mutex.h"
 #include "catalog/catalog.h"
+#include "common/ranked_mutex.h"
 #include "loader/decoded_sample.h"
 #include "loader/loader_pool.h"
 
@@ -57,16 +57,16 @@ struct SampleKey {
 };
 
 struct CacheStats {
-  uint64_t hits = 0;        // Acquire() found the sample ready or loading
-  uint64_t misses = 0;      // Acquire() started a load
-  uint64_t decoded = 0;     // successful decodes
-  uint64_t failed = 0;      // distinct samples that could not be decoded
+  uint64_t hits = 0;     // Acquire() found the sample ready or loading
+  uint64_t misses = 0;   // Acquire() started a load
+  uint64_t decoded = 0;  // successful decodes
+  uint64_t failed = 0;   // distinct samples that could not be decoded
   uint64_t evictions = 0;
-  uint64_t bytes = 0;       // pixels of ready entries
+  uint64_t bytes = 0;  // pixels of ready entries
   uint64_t pinned_bytes = 0;
   uint64_t budget = 0;
   uint64_t entries = 0;
-  uint64_t loading = 0;     // entries being loaded
+  uint64_t loading = 0;  // entries being loaded
 };
 
 class SampleCache {
@@ -128,10 +128,10 @@ class SampleCache {
   std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 
   mutable RankedMutex<LockRank::kSampleCache> mu_;
-  std::unordered_map<SampleKey, Entry, KeyHash> entries_;  // GUARDED_BY(mu_)
+  std::unordered_map<SampleKey, Entry, KeyHash> entries_;                   // GUARDED_BY(mu_)
   std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_;  // GUARDED_BY(mu_)
-  std::unordered_set<SampleKey, KeyHash> bad_;            // GUARDED_BY(mu_)
-  CacheStats stats_;                                      // GUARDED_BY(mu_)
+  std::unordered_set<SampleKey, KeyHash> bad_;                              // GUARDED_BY(mu_)
+  CacheStats stats_;                                                        // GUARDED_BY(mu_)
 };
 
 }  // namespace joaderfs

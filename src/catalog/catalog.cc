@@ -22,7 +22,7 @@ namespace {
 
 // The extensions torchvision's ImageFolder accepts.
 bool IsImageName(const std::string& name) {
-  static const char* const kExtensions[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+  static const char* const kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                             ".pgm", ".tif",  ".tiff", ".webp"};
   std::string lower = name;
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -64,9 +64,10 @@ Status Catalog::Open(const std::string& source, std::unique_ptr<Catalog>* out) {
   if (!s.ok()) return s;
   c->Index();
   if (c->special_files_ > 0) {
-    spdlog::warn("SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
-                 "folders, broken symlinks)",
-                 Printable(c->source_), c->special_files_);
+    spdlog::warn(
+        "SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
+        "folders, broken symlinks)",
+        Printable(c->source_), c->special_files_);
   }
   if (c->entries_.empty()) return Status::InvalidArgument("SOURCE " + source + " holds no image");
   *out = std::move(c);
@@ -126,9 +127,10 @@ Status Catalog::ReadManifest() {
   num_classes_ = static_cast<uint32_t>(max_label + 1);
   rejected_paths_ = manifest.rejected;
   if (rejected_paths_ > 0) {
-    spdlog::warn("manifest {}: left out {} paths that could leave its folder (absolute, climbing "
-                 "out with .., or holding a NUL byte), the first on line {}",
-                 Printable(source_), rejected_paths_, manifest.first_rejected_line);
+    spdlog::warn(
+        "manifest {}: left out {} paths that could leave its folder (absolute, climbing "
+        "out with .., or holding a NUL byte), the first on line {}",
+        Printable(source_), rejected_paths_, manifest.first_rejected_line);
   }
   return Status::Ok();
 }
@@ -149,8 +151,8 @@ void Catalog::Index() {
                               static_cast<uint64_t>(st.st_mtim.tv_sec),
                               static_cast<uint64_t>(st.st_mtim.tv_nsec),
                               static_cast<uint64_t>(st.st_ino)};
-    e.fingerprint = Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts,
-                          sizeof parts);
+    e.fingerprint =
+        Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts, sizeof parts);
     h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
     if (&entries_[kept] != &e) entries_[kept] = std::move(e);
     ++kept;

@@ -16,10 +16,10 @@ class Status {
     kInvalidArgument,  // bad spec, option or name
     kNotFound,
     kExists,
-    kBusy,          // the job has started: its spec is fixed
-    kPermission,    // not the job's owner
-    kGone,          // the job was removed under an open reader
-    kInterrupted,   // a blocked read was interrupted
+    kBusy,         // the job has started: its spec is fixed
+    kPermission,   // not the job's owner
+    kGone,         // the job was removed under an open reader
+    kInterrupted,  // a blocked read was interrupted
     kIOError,
     kCorruption,
   };
@@ -41,8 +41,7 @@ class Status {
   const std::string& message() const { return message_; }
 
  private:
-  Status(Code code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 
   Code code_ = Code::kOk;
   std::string message_;

@@ -206,8 +206,8 @@ int Run(int argc, char** argv) {
 
   // libfuse prints its own one-line reason (an unknown option, a busy
   // mountpoint) before these fail.
-  fuse_session* se = fuse_session_new(&args, Filesystem::Operations(), sizeof(fuse_lowlevel_ops),
-                                      &filesystem);
+  fuse_session* se =
+      fuse_session_new(&args, Filesystem::Operations(), sizeof(fuse_lowlevel_ops), &filesystem);
   fuse_opt_free_args(&args);
   if (!se) return 1;
   if (fuse_set_signal_handlers(se) != 0) {

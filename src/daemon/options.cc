@@ -16,8 +16,22 @@ namespace {
 namespace fs = std::filesystem;
 
 enum Key {
-  kRamCache, kCacheDir, kDiskCache, kThreads, kSize, kSeed, kLookahead, kIdleTimeout, kMaxPixels,
-  kSampler, kLog, kLogLevel, kForeground, kDebug, kHelp, kVersion,
+  kRamCache,
+  kCacheDir,
+  kDiskCache,
+  kThreads,
+  kSize,
+  kSeed,
+  kLookahead,
+  kIdleTimeout,
+  kMaxPixels,
+  kSampler,
+  kLog,
+  kLogLevel,
+  kForeground,
+  kDebug,
+  kHelp,
+  kVersion,
 };
 
 const fuse_opt kOptions[] = {
@@ -69,12 +83,16 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
   switch (key) {
     case kRamCache:
       // 0 once meant "a quarter of RAM": leaving the option out says that.
-      if (auto v = ParseSize(value); v && *v > 0) o.ram_cache = *v;
-      else return bad("a size above 0 such as 512M or 8G (leave it out for a quarter of RAM)");
+      if (auto v = ParseSize(value); v && *v > 0)
+        o.ram_cache = *v;
+      else
+        return bad("a size above 0 such as 512M or 8G (leave it out for a quarter of RAM)");
       break;
     case kDiskCache:
-      if (auto v = ParseSize(value); v && *v > 0) o.disk_cache = *v;
-      else return bad("a size above 0 such as 512M or 10G (cache_dir=none turns the tier off)");
+      if (auto v = ParseSize(value); v && *v > 0)
+        o.disk_cache = *v;
+      else
+        return bad("a size above 0 such as 512M or 10G (cache_dir=none turns the tier off)");
       break;
     case kCacheDir:
       if (value.empty()) return bad("a folder or none");
@@ -130,26 +148,19 @@ int Process(void* data, const char* arg, int key, fuse_args*) {
   switch (key) {
     case FUSE_OPT_KEY_NONOPT:
       ++st->positional;
-      if (st->positional == 1) o.source = arg;
-      else if (st->positional == 2) o.mountpoint = arg;
-      else Fail(st, std::string("unexpected argument ") + arg);
+      if (st->positional == 1)
+        o.source = arg;
+      else if (st->positional == 2)
+        o.mountpoint = arg;
+      else
+        Fail(st, std::string("unexpected argument ") + arg);
       return 0;
-    case FUSE_OPT_KEY_OPT:
-      return 1;  // libfuse's; fuse_session_new() rejects the unknown ones
-    case kForeground:
-      o.foreground = true;
-      return 0;
-    case kDebug:
-      o.debug = o.foreground = true;
-      return 1;  // libfuse prints its requests too
-    case kHelp:
-      o.help = true;
-      return 0;
-    case kVersion:
-      o.version = true;
-      return 0;
-    default:
-      return Apply(st, key, arg) ? 0 : -1;
+    case FUSE_OPT_KEY_OPT: return 1;  // libfuse's; fuse_session_new() rejects the unknown ones
+    case kForeground: o.foreground = true; return 0;
+    case kDebug: o.debug = o.foreground = true; return 1;  // libfuse prints its requests too
+    case kHelp: o.help = true; return 0;
+    case kVersion: o.version = true; return 0;
+    default: return Apply(st, key, arg) ? 0 : -1;
   }
 }
 
@@ -217,8 +228,8 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
   if (o.ram_cache == 0) o.ram_cache = ram / 4;
   if (o.ram_cache > ram) {
     return Status::InvalidArgument("ram_cache=" + std::to_string(o.ram_cache >> 20) +
-                                   "M is more than this machine's " +
-                                   std::to_string(ram >> 20) + "M of RAM");
+                                   "M is more than this machine's " + std::to_string(ram >> 20) +
+                                   "M of RAM");
   }
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.log != "syslog" && !o.log.empty()) o.log = fs::absolute(o.log, ec).string();

@@ -28,7 +28,7 @@ struct DaemonOptions {
   uint64_t job_idle_timeout = 600;
   uint64_t max_pixels = kDefaultMaxPixels;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
-  std::string log;  // a file, "syslog", or empty for the default
+  std::string log;                 // a file, "syslog", or empty for the default
   std::string log_level = "info";
   bool foreground = false;
   bool debug = false;

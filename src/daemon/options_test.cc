@@ -17,7 +17,7 @@ using testing::TempDir;
 // Runs `parse` on "joaderfs -o <opts> <args>..." and frees libfuse's copy.
 template <typename Parse>
 Status RunParser(Parse parse, const std::string& opts, std::vector<std::string> args,
-           DaemonOptions* o) {
+                 DaemonOptions* o) {
   std::vector<std::string> argv = {"joaderfs"};
   if (!opts.empty()) argv.insert(argv.end(), {"-o", opts});
   argv.insert(argv.end(), args.begin(), args.end());
@@ -61,12 +61,27 @@ TEST(OptionsTest, GoodValues) {
 
 // Each bad value is a one-line InvalidArgument that names the option.
 TEST(OptionsTest, EdgeValuesAreRefused) {
-  for (const char* bad :
-       {"ram_cache=0", "ram_cache=0G", "ram_cache=banana", "ram_cache=", "disk_cache=0",
-        "disk_cache=-1", "threads=0", "threads=1025", "size=8193", "lookahead=0",
-        "job_idle_timeout=315360001", "job_idle_timeout=18446744073709551615", "max_pixels=0",
-        "max_pixels=4294967297", "max_pixels=100M", "seed=-1", "cache_dir=", "log=",
-        "log_level=loud", "sampler=x", "ram_cache=99999999999999999999"}) {
+  for (const char* bad : {"ram_cache=0",
+                          "ram_cache=0G",
+                          "ram_cache=banana",
+                          "ram_cache=",
+                          "disk_cache=0",
+                          "disk_cache=-1",
+                          "threads=0",
+                          "threads=1025",
+                          "size=8193",
+                          "lookahead=0",
+                          "job_idle_timeout=315360001",
+                          "job_idle_timeout=18446744073709551615",
+                          "max_pixels=0",
+                          "max_pixels=4294967297",
+                          "max_pixels=100M",
+                          "seed=-1",
+                          "cache_dir=",
+                          "log=",
+                          "log_level=loud",
+                          "sampler=x",
+                          "ram_cache=99999999999999999999"}) {
     DaemonOptions o;
     const Status s = ParseLine(bad, &o);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
@@ -96,7 +111,7 @@ TEST(OptionsTest, MachineChecks) {
 
   o = {};
   const Status big = RunParser(ParseOptions, "cache_dir=none,ram_cache=" + std::to_string(ram + 1),
-                         {d / "src", d / "mnt"}, &o);
+                               {d / "src", d / "mnt"}, &o);
   EXPECT_EQ(big.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(big.message().find("ram_cache"), std::string::npos) << big.message();
 

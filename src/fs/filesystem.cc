@@ -62,7 +62,7 @@ struct Filesystem::OpenFile {
   std::string job;
   std::string content;  // rendered files; spec: the bytes written; ids: a partial last line
   JobManager::ReaderId reader = 0;
-  Roaring ids;          // ids: the complete lines written so far
+  Roaring ids;  // ids: the complete lines written so far
   bool wrote = false;
   bool rejected = false;  // a write failed: the handle changes nothing any more
 };
@@ -89,9 +89,13 @@ struct Ops {
   static void Mkdir(fuse_req_t r, fuse_ino_t p, const char* n, mode_t) { Fs(r)->Mkdir(r, p, n); }
   static void Rmdir(fuse_req_t r, fuse_ino_t p, const char* n) { Fs(r)->Rmdir(r, p, n); }
   // The tree's shape is fixed but for mkdir and rmdir in /jobs.
-  static void Mknod(fuse_req_t r, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(r, EPERM); }
+  static void Mknod(fuse_req_t r, fuse_ino_t, const char*, mode_t, dev_t) {
+    fuse_reply_err(r, EPERM);
+  }
   static void Unlink(fuse_req_t r, fuse_ino_t, const char*) { fuse_reply_err(r, EPERM); }
-  static void Symlink(fuse_req_t r, const char*, fuse_ino_t, const char*) { fuse_reply_err(r, EPERM); }
+  static void Symlink(fuse_req_t r, const char*, fuse_ino_t, const char*) {
+    fuse_reply_err(r, EPERM);
+  }
   static void Rename(fuse_req_t r, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
     fuse_reply_err(r, EPERM);
   }
@@ -212,10 +216,19 @@ bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
   // Rendered and stream files report size 0; they are read with direct_io.
   switch (node) {
     case Node::kRoot:
-    case Node::kDataset: st->st_mode = S_IFDIR | 0755; st->st_nlink = 2; break;
+    case Node::kDataset:
+      st->st_mode = S_IFDIR | 0755;
+      st->st_nlink = 2;
+      break;
     // Anyone may make a job; the sticky bit says only owners remove theirs.
-    case Node::kJobs: st->st_mode = S_IFDIR | 01777; st->st_nlink = 2; break;
-    case Node::kJobDir: st->st_mode = S_IFDIR | 0755; st->st_nlink = 2; break;
+    case Node::kJobs:
+      st->st_mode = S_IFDIR | 01777;
+      st->st_nlink = 2;
+      break;
+    case Node::kJobDir:
+      st->st_mode = S_IFDIR | 0755;
+      st->st_nlink = 2;
+      break;
     case Node::kSpec: st->st_mode = S_IFREG | 0644; break;
     case Node::kIds: st->st_mode = S_IFREG | 0200; break;
     default: st->st_mode = S_IFREG | 0444; break;
@@ -234,8 +247,11 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   fuse_ino_t ino = 0;
   bool dynamic = false;
   if (node == Node::kRoot) {
-    ino = n == "README" ? kReadmeIno : n == "stats" ? kStatsIno : n == "dataset" ? kDatasetIno
-        : n == "jobs" ? kJobsIno : 0;
+    ino = n == "README"    ? kReadmeIno
+          : n == "stats"   ? kStatsIno
+          : n == "dataset" ? kDatasetIno
+          : n == "jobs"    ? kJobsIno
+                           : 0;
   } else if (node == Node::kDataset) {
     ino = n == "info" ? kInfoIno : n == "manifest" ? kManifestIno : 0;
   } else if (node == Node::kJobs) {
@@ -244,8 +260,11 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     dynamic = true;
   } else if (node == Node::kJobDir) {
     const fuse_ino_t base = parent;
-    ino = n == "spec" ? base + kSpecOffset : n == "ids" ? base + kIdsOffset
-        : n == "next" ? base + kNextOffset : n == "status" ? base + kStatusOffset : 0;
+    ino = n == "spec"     ? base + kSpecOffset
+          : n == "ids"    ? base + kIdsOffset
+          : n == "next"   ? base + kNextOffset
+          : n == "status" ? base + kStatusOffset
+                          : 0;
     dynamic = true;
   } else {
     fuse_reply_err(req, node == Node::kNone ? ENOENT : ENOTDIR);
@@ -284,7 +303,8 @@ void Filesystem::Setattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_se
   }
   const int allowed = FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
                       FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
-  if ((to_set & ~allowed) || ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kSpec && node != Node::kIds)) {
+  if ((to_set & ~allowed) ||
+      ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kSpec && node != Node::kIds)) {
     fuse_reply_err(req, EPERM);
     return;
   }
@@ -304,8 +324,10 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
   std::vector<std::pair<std::string, fuse_ino_t>> entries = {{".", ino}, {"..", kRootIno}};
   switch (node) {
     case Node::kRoot:
-      entries.insert(entries.end(), {{"README", kReadmeIno}, {"stats", kStatsIno},
-                                     {"dataset", kDatasetIno}, {"jobs", kJobsIno}});
+      entries.insert(entries.end(), {{"README", kReadmeIno},
+                                     {"stats", kStatsIno},
+                                     {"dataset", kDatasetIno},
+                                     {"jobs", kJobsIno}});
       break;
     case Node::kDataset:
       entries.insert(entries.end(), {{"info", kInfoIno}, {"manifest", kManifestIno}});
@@ -315,15 +337,13 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
       break;
     case Node::kJobDir:
       entries[1].second = kJobsIno;
-      entries.insert(entries.end(), {{"spec", ino + kSpecOffset}, {"ids", ino + kIdsOffset},
-                                     {"next", ino + kNextOffset}, {"status", ino + kStatusOffset}});
+      entries.insert(entries.end(), {{"spec", ino + kSpecOffset},
+                                     {"ids", ino + kIdsOffset},
+                                     {"next", ino + kNextOffset},
+                                     {"status", ino + kStatusOffset}});
       break;
-    case Node::kNone:
-      fuse_reply_err(req, ENOENT);
-      return;
-    default:
-      fuse_reply_err(req, ENOTDIR);
-      return;
+    case Node::kNone: fuse_reply_err(req, ENOENT); return;
+    default: fuse_reply_err(req, ENOTDIR); return;
   }
   std::vector<char> buf(size);
   size_t used = 0;
@@ -383,20 +403,17 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const uint32_t uid = fuse_req_ctx(req)->uid;
   Status s;
   switch (file->node) {
-    case Node::kNone:
-      fuse_reply_err(req, ENOENT);
-      return;
+    case Node::kNone: fuse_reply_err(req, ENOENT); return;
     case Node::kRoot:
     case Node::kDataset:
     case Node::kJobs:
-    case Node::kJobDir:
-      fuse_reply_err(req, EISDIR);
-      return;
+    case Node::kJobDir: fuse_reply_err(req, EISDIR); return;
     case Node::kSpec:
       // A writer starts from nothing (its writes are the new spec), or from
       // the current spec when appending.
       if (writing) s = jobs_->CheckWritable(file->job, uid);
-      if (s.ok() && (!writing || (fi->flags & O_APPEND))) s = jobs_->GetSpec(file->job, &file->content);
+      if (s.ok() && (!writing || (fi->flags & O_APPEND)))
+        s = jobs_->GetSpec(file->job, &file->content);
       break;
     case Node::kIds:
       s = mode == O_RDONLY ? Status::Permission("ids is write-only")

@@ -39,8 +39,21 @@ class Filesystem {
  private:
   friend struct Ops;
 
-  enum class Node { kNone, kRoot, kReadme, kStats, kDataset, kInfo, kManifest, kJobs,
-                    kJobDir, kSpec, kIds, kNext, kStatus };
+  enum class Node {
+    kNone,
+    kRoot,
+    kReadme,
+    kStats,
+    kDataset,
+    kInfo,
+    kManifest,
+    kJobs,
+    kJobDir,
+    kSpec,
+    kIds,
+    kNext,
+    kStatus
+  };
   struct OpenFile;
 
   // Resolves an inode to its node kind and, for job nodes, the job name.
@@ -70,9 +83,9 @@ class Filesystem {
   std::atomic<uint64_t> next_read_token_{1};
 
   mutable std::mutex mu_;
-  std::map<std::string, fuse_ino_t> job_inodes_;         // GUARDED_BY(mu_)
+  std::map<std::string, fuse_ino_t> job_inodes_;           // GUARDED_BY(mu_)
   std::unordered_map<fuse_ino_t, std::string> job_names_;  // GUARDED_BY(mu_), by dir inode
-  fuse_ino_t next_job_inode_;                             // GUARDED_BY(mu_)
+  fuse_ino_t next_job_inode_;                              // GUARDED_BY(mu_)
 };
 
 }  // namespace joaderfs

@@ -84,7 +84,8 @@ JobManager::Job* JobManager::FindJob(const std::string& name) const {
 
 Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   if (!IsValidJobName(name)) {
-    return Status::InvalidArgument("job id '" + name + "' is not 1-64 characters of [A-Za-z0-9._-]");
+    return Status::InvalidArgument("job id '" + name +
+                                   "' is not 1-64 characters of [A-Za-z0-9._-]");
   }
   std::lock_guard lock(mu_);
   if (jobs_.count(name)) return Status::Exists("job " + name + " exists");

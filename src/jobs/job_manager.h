@@ -90,8 +90,8 @@ class JobManager {
   using ReaderId = uint64_t;
 
   // `groups` outlives the manager; the cache tiers evict by its counts.
-  JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool,
-             PlanGroups* groups, JobManagerOptions options);
+  JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool, PlanGroups* groups,
+             JobManagerOptions options);
   ~JobManager();
 
   Status CreateJob(const std::string& name, uint32_t uid);
@@ -168,9 +168,9 @@ class JobManager {
   std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_;  // GUARDED_BY(mu_)
   // Jobs taking part in planning, by group and handle.
   std::map<std::pair<const PlanGroup*, JobHandle>, Job*> planning_;  // GUARDED_BY(mu_)
-  uint64_t next_serial_ = 1;                                       // GUARDED_BY(mu_)
-  ReaderId next_reader_ = 1;                                       // GUARDED_BY(mu_)
-  uint64_t delivered_ = 0;                                         // GUARDED_BY(mu_)
+  uint64_t next_serial_ = 1;                                         // GUARDED_BY(mu_)
+  ReaderId next_reader_ = 1;                                         // GUARDED_BY(mu_)
+  uint64_t delivered_ = 0;                                           // GUARDED_BY(mu_)
 };
 
 }  // namespace joaderfs

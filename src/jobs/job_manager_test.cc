@@ -155,8 +155,8 @@ class JobManagerTest : public ::testing::Test {
     g.seed = 5;
     groups_ = std::make_unique<PlanGroups>(g);
     pool_ = std::make_unique<LoaderPool>(threads);
-    cache_ = std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, groups_.get(),
-                                           budget);
+    cache_ =
+        std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, groups_.get(), budget);
     jobs_ = std::make_unique<JobManager>(catalog_.get(), cache_.get(), pool_.get(), groups_.get(),
                                          options);
     pool_->Start();
@@ -904,9 +904,9 @@ TEST_F(JobManagerTest, StatsJsonFields) {
   ReadToEof(Open("a"), kBig);
   ReadToEof(Open("b"), kBig);
   const Json s = Stats();
-  for (const char* key : {"decoded", "delivered", "ram_hits", "disk_hits", "ram_bytes",
-                          "ram_budget", "disk_bytes", "skipped", "special_files",
-                          "rejected_paths"}) {
+  for (const char* key :
+       {"decoded", "delivered", "ram_hits", "disk_hits", "ram_bytes", "ram_budget", "disk_bytes",
+        "skipped", "special_files", "rejected_paths"}) {
     EXPECT_EQ(s[key].is_number(), true) << key;
   }
   EXPECT_EQ(s["delivered"].get<double>(), 12);

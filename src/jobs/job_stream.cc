@@ -8,9 +8,7 @@ namespace joaderfs {
 JobStream::JobStream(uint64_t epoch_size, uint64_t window)
     : epoch_size_(epoch_size), window_(std::max<uint64_t>(window, 1)) {}
 
-uint64_t JobStream::window_end() const {
-  return std::min(window_start_ + window_, epoch_size_);
-}
+uint64_t JobStream::window_end() const { return std::min(window_start_ + window_, epoch_size_); }
 
 void JobStream::StartEpoch() {
   assert(!running_);
@@ -129,9 +127,7 @@ std::vector<uint64_t> JobStream::Unrequested() const {
   return positions;
 }
 
-SampleId JobStream::IdAt(uint64_t position) const {
-  return slots_[position - window_start_].id;
-}
+SampleId JobStream::IdAt(uint64_t position) const { return slots_[position - window_start_].id; }
 
 std::vector<SampleId> JobStream::TakeDoneIds() {
   std::vector<SampleId> ids;

@@ -30,7 +30,8 @@ struct RecordHeader {
   uint64_t record_bytes() const { return RecordBytes(payload_bytes()); }
 
   static uint64_t RecordBytes(uint64_t payload) {
-    return kRecordHeaderSize + (payload + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment;
+    return kRecordHeaderSize +
+           (payload + kRecordAlignment - 1) / kRecordAlignment * kRecordAlignment;
   }
 };
 

@@ -51,8 +51,8 @@ TEST(RecordQueue, AnySliceSizeGivesTheSameBytes) {
   }
   ASSERT_EQ(whole.size(), Header(a, 1).record_bytes() + Header(b, 2).record_bytes());
   EXPECT_EQ(std::memcmp(whole.data(), "JSF1", 4), 0);
-  EXPECT_EQ(whole[64], 7);          // a's first pixel byte
-  EXPECT_EQ(whole[64 + 45], 0);     // padding after a's 45 bytes
+  EXPECT_EQ(whole[64], 7);       // a's first pixel byte
+  EXPECT_EQ(whole[64 + 45], 0);  // padding after a's 45 bytes
   for (uint64_t slice : {1, 7, 63, 64, 65, 100}) {
     RecordQueue q;
     q.Push(a, Header(a, 1));

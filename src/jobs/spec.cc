@@ -137,9 +137,7 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
   Roaring ids;
   const uint32_t n = static_cast<uint32_t>(catalog.size());
   switch (subset.kind) {
-    case SubsetSpec::Kind::kAll:
-      ids.addRange(0, n);
-      break;
+    case SubsetSpec::Kind::kAll: ids.addRange(0, n); break;
     case SubsetSpec::Kind::kClasses:
       for (const auto& [first, last] : subset.ranges) {
         ids |= catalog.IdsWithLabels(static_cast<int64_t>(first), static_cast<int64_t>(last));
@@ -158,8 +156,7 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
       ids.addMany(k, all.data());
       break;
     }
-    case SubsetSpec::Kind::kIds:
-      break;
+    case SubsetSpec::Kind::kIds: break;
   }
   ids.runOptimize();
   return ids;

@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <vips/vips.h>
 #include <vips/vector.h>  // vips_vector_set_enabled: not in vips.h
+#include <vips/vips.h>
 
 #include <cerrno>
 
@@ -122,15 +122,15 @@ Status DecodeWithVips(const std::string& path, const std::string& file, uint64_t
                       RgbImage* rgb) {
   ImageChain chain;
   // Reads the header only: pixels are decoded when written out below.
-  VipsImage* im = vips_image_new_from_buffer(file.data(), file.size(), "", "access",
-                                             VIPS_ACCESS_SEQUENTIAL, "fail_on",
-                                             VIPS_FAIL_ON_TRUNCATED, nullptr);
+  VipsImage* im =
+      vips_image_new_from_buffer(file.data(), file.size(), "", "access", VIPS_ACCESS_SEQUENTIAL,
+                                 "fail_on", VIPS_FAIL_ON_TRUNCATED, nullptr);
   if (!im) return VipsFailure(path);
   chain.Keep(im);
   if (uint64_t(im->Xsize) * uint64_t(im->Ysize) > limit) {
     return Status::Corruption(path + ": image of " + std::to_string(im->Xsize) + "x" +
-                              std::to_string(im->Ysize) + " pixels exceeds max_pixels=" +
-                              std::to_string(limit));
+                              std::to_string(im->Ysize) +
+                              " pixels exceeds max_pixels=" + std::to_string(limit));
   }
   // To 3-band sRGB uint8 whatever came in: grey, CMYK, 16-bit, alpha.
   if (im->Type != VIPS_INTERPRETATION_sRGB) {
@@ -195,7 +195,8 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
   const ResizeCrop plan = PlanResizeCrop(rgb.full_width, rgb.full_height, size);
   out->width = plan.width;
   out->height = plan.height;
-  out->pixels = std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
+  out->pixels =
+      std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
   ResampleRgb(rgb.pixels.data(), rgb.width, rgb.height, plan, out->pixels.get());
   return Status::Ok();
 }

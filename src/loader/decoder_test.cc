@@ -1,8 +1,8 @@
 #include "loader/decoder.h"
 
 #include <gtest/gtest.h>
-#include <vips/vips.h>
 #include <vips/vector.h>
+#include <vips/vips.h>
 
 #include <array>
 #include <cstdint>
@@ -264,8 +264,8 @@ TEST(DecoderTest, CmykJpegBecomesRgb) {
   TempDir d;
   const std::string path = d / "cmyk.jpg";
   std::vector<uint8_t> ink(80 * 60 * 4, 0);  // no ink: white
-  VipsImage* im = vips_image_new_from_memory_copy(ink.data(), ink.size(), 80, 60, 4,
-                                                  VIPS_FORMAT_UCHAR);
+  VipsImage* im =
+      vips_image_new_from_memory_copy(ink.data(), ink.size(), 80, 60, 4, VIPS_FORMAT_UCHAR);
   ASSERT_NE(im, nullptr);
   im->Type = VIPS_INTERPRETATION_CMYK;
   ASSERT_EQ(vips_image_write_to_file(im, path.c_str(), nullptr), 0) << vips_error_buffer();

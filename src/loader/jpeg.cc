@@ -48,8 +48,7 @@ unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
 
 }  // namespace
 
-Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels,
-                  RgbImage* out) {
+Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels, RgbImage* out) {
   jpeg_decompress_struct cinfo;
   ErrorHandler errors;
   cinfo.err = jpeg_std_error(&errors.mgr);

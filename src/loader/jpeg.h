@@ -20,7 +20,7 @@
 namespace joaderfs {
 
 struct RgbImage {
-  uint32_t width = 0;   // as decoded (scaled)
+  uint32_t width = 0;  // as decoded (scaled)
   uint32_t height = 0;
   uint32_t full_width = 0;  // as stored in the file
   uint32_t full_height = 0;
@@ -31,8 +31,7 @@ struct RgbImage {
 // for pictures of more than `max_pixels` pixels (checked from the header,
 // before decoding), and with InvalidArgument for JPEGs this path does not
 // take (CMYK, YCCK): decode those another way.
-Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels,
-                  RgbImage* out);
+Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels, RgbImage* out);
 
 }  // namespace joaderfs
 

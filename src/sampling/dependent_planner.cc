@@ -12,9 +12,8 @@ size_t ApproximateRoaringBytes(const Roaring& bitmap) {
   // Per container: a 16-bit key, a typecode, a pointer and the container
   // header (cardinality and capacity or a data pointer).
   constexpr size_t kPerContainer = 2 + 1 + sizeof(void*) + 16;
-  return sizeof(Roaring) + stats.n_containers * kPerContainer +
-         stats.n_bytes_array_containers + stats.n_bytes_run_containers +
-         stats.n_bytes_bitset_containers;
+  return sizeof(Roaring) + stats.n_containers * kPerContainer + stats.n_bytes_array_containers +
+         stats.n_bytes_run_containers + stats.n_bytes_bitset_containers;
 }
 
 Roaring CopyWithoutRuns(const Roaring& ids) {
@@ -23,8 +22,8 @@ Roaring CopyWithoutRuns(const Roaring& ids) {
   Roaring out;
   std::vector<uint32_t> buffer(1 << 16);
   roaring_uint32_iterator_t* it = roaring_create_iterator(&ids.roaring);
-  while (const uint32_t n = roaring_read_uint32_iterator(
-             it, buffer.data(), static_cast<uint32_t>(buffer.size()))) {
+  while (const uint32_t n = roaring_read_uint32_iterator(it, buffer.data(),
+                                                         static_cast<uint32_t>(buffer.size()))) {
     out.addMany(n, buffer.data());
   }
   roaring_free_uint32_iterator(it);
@@ -44,9 +43,7 @@ bool HasRuns(const Roaring& ids) {
 DependentPlanner::DependentPlanner(uint64_t seed, uint64_t coupling_horizon)
     : rng_(seed), coupling_horizon_(coupling_horizon) {}
 
-uint32_t DependentPlanner::SlotOf(JobHandle job) const {
-  return slot_of_.at(job);
-}
+uint32_t DependentPlanner::SlotOf(JobHandle job) const { return slot_of_.at(job); }
 
 void DependentPlanner::GrowOverlapTable(size_t slots) {
   if (slots <= stride_) return;
@@ -94,8 +91,7 @@ void DependentPlanner::AddJob(JobHandle job, const Roaring& subset) {
     SubsetOverlap(other, slot) = common;
   }
   slot_of_[job] = slot;
-  present_.insert(std::lower_bound(present_.begin(), present_.end(), slot),
-                  slot);
+  present_.insert(std::lower_bound(present_.begin(), present_.end(), slot), slot);
   Refill(slot);
 }
 
@@ -126,8 +122,7 @@ void DependentPlanner::Refill(uint32_t slot) {
   j.epoch_picks = 0;
   for (uint32_t other : present_) {
     if (other == slot) continue;
-    const uint64_t common =
-        j.remaining.and_cardinality(slots_[other].remaining);
+    const uint64_t common = j.remaining.and_cardinality(slots_[other].remaining);
     Overlap(slot, other) = common;
     Overlap(other, slot) = common;
   }
@@ -145,15 +140,14 @@ SampleId DependentPlanner::DrawUniform(const Job& job) {
     }
   }
   SampleId id = 0;
-  const bool found = job.remaining.select(
-      static_cast<uint32_t>(rng_.Below(job.remaining_count)), &id);
+  const bool found =
+      job.remaining.select(static_cast<uint32_t>(rng_.Below(job.remaining_count)), &id);
   assert(found);
   (void)found;
   return id;
 }
 
-SampleId DependentPlanner::DrawOutside(const Job& job, const Job& parent,
-                                       uint64_t count) {
+SampleId DependentPlanner::DrawOutside(const Job& job, const Job& parent, uint64_t count) {
   assert(count > 0);
   for (int attempt = 0; attempt < kMaxRejections; ++attempt) {
     const SampleId id = DrawUniform(job);
@@ -162,22 +156,19 @@ SampleId DependentPlanner::DrawOutside(const Job& job, const Job& parent,
   // Rare (the residual is small and was entered anyway): draw exactly.
   const Roaring outside = job.remaining - parent.remaining;
   SampleId id = 0;
-  const bool found =
-      outside.select(static_cast<uint32_t>(rng_.Below(count)), &id);
+  const bool found = outside.select(static_cast<uint32_t>(rng_.Below(count)), &id);
   assert(found);
   (void)found;
   return id;
 }
 
-bool DependentPlanner::FindSource(uint32_t slot, bool newest,
-                                  Source* source) const {
+bool DependentPlanner::FindSource(uint32_t slot, bool newest, Source* source) const {
   const Job& job = slots_[slot];
   bool found = false;
   uint64_t best_overlap = 0, best_rank = 0;
   for (uint32_t other : present_) {
     const Job& a = slots_[other];
-    const uint64_t overlap =
-        other == slot ? 0 : subset_overlap_[slot * stride_ + other];
+    const uint64_t overlap = other == slot ? 0 : subset_overlap_[slot * stride_ + other];
     if (overlap == 0 || a.history.empty()) continue;
     // The candidate entry: a's newest pick, or a's pick at this job's next
     // index, in a's current epoch or an earlier one still in its history
@@ -192,8 +183,8 @@ bool DependentPlanner::FindSource(uint32_t slot, bool newest,
       if (index >= epoch_length) continue;
       // Entries of a's current epoch are the last epoch_picks of history;
       // each earlier epoch has epoch_length entries.
-      const uint64_t nearest = a.epoch_picks > index ? a.epoch_picks - index
-                                                     : a.epoch_picks + epoch_length - index;
+      const uint64_t nearest =
+          a.epoch_picks > index ? a.epoch_picks - index : a.epoch_picks + epoch_length - index;
       if (nearest > size) continue;
       // From the oldest epoch still in the history to the newest.
       for (uint64_t m = (size - nearest) / epoch_length + 1; m-- > 0;) {
@@ -207,8 +198,7 @@ bool DependentPlanner::FindSource(uint32_t slot, bool newest,
     if (at == size) continue;
     // Position sources: the smaller lag ranks higher; newest: the later label.
     const uint64_t rank = newest ? a.history[at].label : ~(size - at);
-    if (!found || overlap > best_overlap ||
-        (overlap == best_overlap && rank > best_rank)) {
+    if (!found || overlap > best_overlap || (overlap == best_overlap && rank > best_rank)) {
       found = true;
       best_overlap = overlap;
       best_rank = rank;
@@ -227,8 +217,7 @@ size_t DependentPlanner::EpochEndInHistory(const Job& source, size_t at) const {
   return at + (source.subset.cardinality() - source.history[at].index);
 }
 
-bool DependentPlanner::InSourceSet(const Job& source, size_t at,
-                                   SampleId id) const {
+bool DependentPlanner::InSourceSet(const Job& source, size_t at, SampleId id) const {
   if (InCurrentEpoch(source, at) && source.remaining.contains(id)) return true;
   const size_t end = EpochEndInHistory(source, at);
   for (size_t k = at; k < end; ++k) {
@@ -262,19 +251,16 @@ SampleId DependentPlanner::DrawCoupled(uint32_t slot, const Source& source) {
   const Roaring inside = job.remaining & in_s;
   const uint64_t outside_weight = outside.cardinality() * s;
   const uint64_t inside_weight = s > t ? inside.cardinality() * (s - t) : 0;
-  const bool pick_outside =
-      rng_.Below(outside_weight + inside_weight) < outside_weight;
+  const bool pick_outside = rng_.Below(outside_weight + inside_weight) < outside_weight;
   const Roaring& part = pick_outside ? outside : inside;
   SampleId id = 0;
-  const bool found = part.select(
-      static_cast<uint32_t>(rng_.Below(part.cardinality())), &id);
+  const bool found = part.select(static_cast<uint32_t>(rng_.Below(part.cardinality())), &id);
   assert(found);
   (void)found;
   return id;
 }
 
-void DependentPlanner::Round(std::span<const JobHandle> participants,
-                             std::vector<Pick>* out) {
+void DependentPlanner::Round(std::span<const JobHandle> participants, std::vector<Pick>* out) {
   ++tick_;
   order_.clear();
   draw_.clear();
@@ -312,15 +298,14 @@ void DependentPlanner::Round(std::span<const JobHandle> participants,
   if (order_.empty()) return;
   // The round's own draws, a tree of parents in ascending order of |R|
   // (ties: ascending handle), all from the state at the start of the round.
-  std::sort(order_.begin() + coupled, order_.end(),
-            [this](uint32_t a, uint32_t b) {
-              const Job& x = slots_[a];
-              const Job& y = slots_[b];
-              if (x.remaining_count != y.remaining_count) {
-                return x.remaining_count < y.remaining_count;
-              }
-              return x.handle < y.handle;
-            });
+  std::sort(order_.begin() + coupled, order_.end(), [this](uint32_t a, uint32_t b) {
+    const Job& x = slots_[a];
+    const Job& y = slots_[b];
+    if (x.remaining_count != y.remaining_count) {
+      return x.remaining_count < y.remaining_count;
+    }
+    return x.handle < y.handle;
+  });
   draw_.resize(order_.size());
   label_.resize(order_.size(), tick_);
   for (size_t i = coupled; i < order_.size(); ++i) {
@@ -343,8 +328,7 @@ void DependentPlanner::Round(std::span<const JobHandle> participants,
     const SampleId shared = draw_[parent];
     // Keep the parent's id with probability |R_p| / |R_i| (exact integer
     // comparison), which is the most that keeps this job's draw uniform.
-    if (job.remaining.contains(shared) &&
-        rng_.Below(job.remaining_count) < p.remaining_count) {
+    if (job.remaining.contains(shared) && rng_.Below(job.remaining_count) < p.remaining_count) {
       draw_[i] = shared;
     } else {
       draw_[i] = DrawOutside(job, p, job.remaining_count - best);
@@ -374,8 +358,7 @@ void DependentPlanner::Round(std::span<const JobHandle> participants,
     Job& job = slots_[order_[i]];
     job.shared_picks += shared_[order_[i]];
     shared_[order_[i]] = 0;
-    job.history.push_back(
-        {draw_[i], label_[i], job.remaining_count + 1, job.epoch_picks});
+    job.history.push_back({draw_[i], label_[i], job.remaining_count + 1, job.epoch_picks});
     job.last_label = label_[i];
     ++job.epoch_picks;
     if (job.history.size() > std::max<uint64_t>(coupling_horizon_, 1)) {
@@ -442,8 +425,7 @@ PlannerStats DependentPlanner::Stats() const { return stats_; }
 size_t DependentPlanner::MemoryBytes() const {
   size_t bytes = sizeof(*this) + overlap_.capacity() * sizeof(uint64_t) +
                  slots_.capacity() * sizeof(Job) +
-                 slot_of_.size() *
-                     (sizeof(JobHandle) + sizeof(uint32_t) + 2 * sizeof(void*));
+                 slot_of_.size() * (sizeof(JobHandle) + sizeof(uint32_t) + 2 * sizeof(void*));
   for (uint32_t slot : present_) {
     bytes += ApproximateRoaringBytes(slots_[slot].subset) +
              ApproximateRoaringBytes(slots_[slot].remaining);
@@ -451,8 +433,7 @@ size_t DependentPlanner::MemoryBytes() const {
   return bytes;
 }
 
-std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed,
-                                             uint64_t coupling_horizon) {
+std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed, uint64_t coupling_horizon) {
   return std::make_unique<DependentPlanner>(seed, coupling_horizon);
 }
 

@@ -112,14 +112,12 @@ namespace joaderfs {
 
 class DependentPlanner final : public Planner {
  public:
-  explicit DependentPlanner(uint64_t seed,
-                            uint64_t coupling_horizon = kDefaultCouplingHorizon);
+  explicit DependentPlanner(uint64_t seed, uint64_t coupling_horizon = kDefaultCouplingHorizon);
 
   void AddJob(JobHandle job, const Roaring& subset) override;
   void RemoveJob(JobHandle job) override;
   void StartEpoch(JobHandle job) override;
-  void Round(std::span<const JobHandle> participants,
-             std::vector<Pick>* out) override;
+  void Round(std::span<const JobHandle> participants, std::vector<Pick>* out) override;
   uint64_t Remaining(JobHandle job) const override;
   uint32_t RefCount(SampleId id) const override;
   uint64_t SharedPicks(JobHandle job) const override;
@@ -147,8 +145,8 @@ class DependentPlanner final : public Planner {
     Roaring remaining;  // never holds run containers
     uint64_t remaining_count = 0;
     uint64_t shared_picks = 0;
-    uint64_t epoch_picks = 0;        // picks made in the current epoch
-    uint64_t last_label = 0;         // of the job's latest pick, any epoch
+    uint64_t epoch_picks = 0;  // picks made in the current epoch
+    uint64_t last_label = 0;   // of the job's latest pick, any epoch
     // The job's last `coupling_horizon` picks, oldest first, across epochs
     // (a twin a few picks behind may still be finishing the last one).
     std::deque<PastPick> history;

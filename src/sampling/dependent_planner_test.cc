@@ -20,8 +20,8 @@ namespace {
 // id with the optimum's mean per-round probability
 // |R_1 ∩ ... ∩ R_n| / max |R_i| computed from the sets before each round
 // (for nested sets it equals |R_1| / |R_n|). Returns {observed, predicted}.
-std::pair<double, double> AllSameRate(std::span<const Roaring> subsets,
-                                      uint32_t epochs, uint64_t seed) {
+std::pair<double, double> AllSameRate(std::span<const Roaring> subsets, uint32_t epochs,
+                                      uint64_t seed) {
   DependentPlanner planner(seed);
   std::vector<JobHandle> all;
   for (size_t j = 0; j < subsets.size(); ++j) {
@@ -46,11 +46,9 @@ std::pair<double, double> AllSameRate(std::span<const Roaring> subsets,
       if (picks.empty()) break;
       if (picks.size() == all.size()) {
         ++rounds;
-        predicted += static_cast<double>(common.cardinality()) /
-                     static_cast<double>(largest);
-        observed += std::all_of(picks.begin(), picks.end(), [&](const Pick& p) {
-          return p.id == picks[0].id;
-        });
+        predicted += static_cast<double>(common.cardinality()) / static_cast<double>(largest);
+        observed += std::all_of(picks.begin(), picks.end(),
+                                [&](const Pick& p) { return p.id == picks[0].id; });
       }
       for (const Pick& p : picks) remaining[p.job].remove(p.id);
     }
@@ -82,15 +80,14 @@ TEST(DependentPlannerLocality, TwoPartiallyOverlappingJobsReachTheOptimum) {
 }
 
 TEST(DependentPlannerLocality, TwoRandomOverlappingJobsReachTheOptimum) {
-  const Roaring subsets[] = {IdSample(0, 13332, 10000, 1),
-                             IdSample(0, 13332, 8000, 2)};
+  const Roaring subsets[] = {IdSample(0, 13332, 10000, 1), IdSample(0, 13332, 8000, 2)};
   const auto [observed, predicted] = AllSameRate(subsets, kEpochs, 3);
   EXPECT_NEAR(observed, predicted, kTolerance);
 }
 
 TEST(DependentPlannerLocality, FourNestedJobsAllShareWithOptimalProbability) {
-  const Roaring subsets[] = {IdRange(0, 9999), IdRange(0, 7499),
-                             IdRange(0, 4999), IdRange(0, 2499)};
+  const Roaring subsets[] = {IdRange(0, 9999), IdRange(0, 7499), IdRange(0, 4999),
+                             IdRange(0, 2499)};
   const auto [observed, predicted] = AllSameRate(subsets, kEpochs, 4);
   EXPECT_NEAR(observed, predicted, kTolerance);
 }
@@ -186,12 +183,11 @@ TEST(DependentPlannerLocality, JitteredIdenticalJobsMakeTheSameOrders) {
   for (size_t n : {2u, 4u}) {
     SCOPED_TRACE(n);
     std::vector<SpeedJob> jobs(n, SpeedJob{subset, 1, 3});
-    std::vector<std::vector<std::vector<SampleId>>> orders(
-        n, std::vector<std::vector<SampleId>>(3));
+    std::vector<std::vector<std::vector<SampleId>>> orders(n,
+                                                           std::vector<std::vector<SampleId>>(3));
     DependentPlanner planner(11);
-    RunJittered(planner, jobs, 8, 12, [&](size_t job, uint32_t epoch, SampleId id) {
-      orders[job][epoch].push_back(id);
-    });
+    RunJittered(planner, jobs, 8, 12,
+                [&](size_t job, uint32_t epoch, SampleId id) { orders[job][epoch].push_back(id); });
     // The first job to finish its last epoch leaves the planner, and the
     // others finish theirs alone: compare the epochs before.
     for (size_t j = 1; j < n; ++j) {
@@ -237,9 +233,8 @@ TEST(DependentPlanner, SharedPicksAddUp) {
       planner, jobs, [](size_t, uint32_t, SampleId) {},
       [&](const std::vector<Pick>& picks) {
         for (const Pick& p : picks) {
-          shared_in_rounds +=
-              std::count_if(picks.begin(), picks.end(),
-                            [&](const Pick& q) { return q.id == p.id; }) > 1;
+          shared_in_rounds += std::count_if(picks.begin(), picks.end(),
+                                            [&](const Pick& q) { return q.id == p.id; }) > 1;
         }
       });
   EXPECT_EQ(planner.Stats().shared_picks, shared_in_rounds);
@@ -253,8 +248,7 @@ TEST(DependentPlanner, ManyJobs) {
   DependentPlanner planner(13);
   std::vector<SpeedJob> jobs;
   for (uint64_t j = 0; j < 100; ++j) {
-    jobs.push_back(
-        {IdSample(0, 499, 50 + j * 4, j), 1 + static_cast<int>(j % 3), 2});
+    jobs.push_back({IdSample(0, 499, 50 + j * 4, j), 1 + static_cast<int>(j % 3), 2});
   }
   std::vector<std::vector<Roaring>> got(jobs.size(), std::vector<Roaring>(2));
   std::vector<uint64_t> picks(jobs.size(), 0);

@@ -18,8 +18,7 @@ Roaring IdSample(SampleId first, SampleId last, uint64_t count, uint64_t seed) {
   Roaring ids;
   for (uint64_t j = n - count; j < n; ++j) {
     const SampleId candidate = first + static_cast<SampleId>(rng.Below(j + 1));
-    ids.add(ids.contains(candidate) ? first + static_cast<SampleId>(j)
-                                    : candidate);
+    ids.add(ids.contains(candidate) ? first + static_cast<SampleId>(j) : candidate);
   }
   return ids;
 }

@@ -33,8 +33,7 @@ class IndependentPlanner final : public Planner {
     Refill(job, j);
   }
 
-  void Round(std::span<const JobHandle> participants,
-             std::vector<Pick>* out) override {
+  void Round(std::span<const JobHandle> participants, std::vector<Pick>* out) override {
     bool picked = false;
     for (JobHandle job : participants) {
       Job& j = jobs_.at(job);

@@ -18,11 +18,11 @@ PlanGroup* PlanGroups::Get(uint32_t size, uint64_t ram_samples) {
     const uint64_t horizon = options_.coupling_horizon
                                  ? options_.coupling_horizon
                                  : std::clamp<uint64_t>(ram_samples / 2, 16, 4096);
-    group = std::make_unique<PlanGroup>(size,
-                                        options_.dependent_sampling
-                                            ? NewDependentPlanner(seed, horizon)
-                                            : NewIndependentPlanner(seed),
-                                        options_.cadence);
+    group =
+        std::make_unique<PlanGroup>(size,
+                                    options_.dependent_sampling ? NewDependentPlanner(seed, horizon)
+                                                                : NewIndependentPlanner(seed),
+                                    options_.cadence);
   }
   return group.get();
 }

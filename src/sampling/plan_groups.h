@@ -42,7 +42,6 @@ class PlanGroups final : public RefCounts {
   void Counts(uint32_t size, std::span<const SampleId> ids,
               std::span<uint32_t> counts) const override;
 
-
   // Calls `fn` for every group, in ascending size.
   void ForEach(const std::function<void(const PlanGroup&)>& fn) const;
 

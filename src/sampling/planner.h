@@ -38,9 +38,9 @@ struct Pick {
 };
 
 struct PlannerStats {
-  uint64_t rounds = 0;        // calls of Round() that picked at least one id
-  uint64_t picks = 0;         // ids handed to jobs
-  uint64_t shared_picks = 0;  // picks whose id went to more than one job in the same round
+  uint64_t rounds = 0;         // calls of Round() that picked at least one id
+  uint64_t picks = 0;          // ids handed to jobs
+  uint64_t shared_picks = 0;   // picks whose id went to more than one job in the same round
   uint64_t coupled_picks = 0;  // picks that took the id of another job's earlier pick
 
   PlannerStats& operator+=(const PlannerStats& o) {
@@ -70,8 +70,7 @@ class Planner {
   // One planning round over `participants` (distinct, present). Appends one
   // Pick for every participant with ids left in its current epoch; a
   // participant whose epoch is exhausted gets none.
-  virtual void Round(std::span<const JobHandle> participants,
-                     std::vector<Pick>* out) = 0;
+  virtual void Round(std::span<const JobHandle> participants, std::vector<Pick>* out) = 0;
 
   // Ids the job still has to receive in its current epoch.
   virtual uint64_t Remaining(JobHandle job) const = 0;
@@ -97,8 +96,8 @@ std::unique_ptr<Planner> NewIndependentPlanner(uint64_t seed);
 // its picks index by index (see dependent_planner.h). `coupling_horizon`:
 // how many picks ahead another job may be for that.
 inline constexpr uint64_t kDefaultCouplingHorizon = 256;
-std::unique_ptr<Planner> NewDependentPlanner(
-    uint64_t seed, uint64_t coupling_horizon = kDefaultCouplingHorizon);
+std::unique_ptr<Planner> NewDependentPlanner(uint64_t seed,
+                                             uint64_t coupling_horizon = kDefaultCouplingHorizon);
 
 }  // namespace joaderfs
 

@@ -36,9 +36,7 @@ struct ModelJob {
 Roaring RandomSubset(Rng& rng, SampleId universe) {
   Roaring ids;
   switch (rng.Below(5)) {
-    case 0:
-      ids.addRange(0, universe);
-      break;
+    case 0: ids.addRange(0, universe); break;
     case 1: {
       const SampleId a = static_cast<SampleId>(rng.Below(universe));
       const SampleId b = static_cast<SampleId>(rng.Below(universe));
@@ -131,21 +129,19 @@ void PlaySchedule(Planner& planner, uint64_t seed, std::vector<Pick>* log) {
     ASSERT_EQ(picks.size(), expected_picks);
     std::vector<JobHandle> served;
     for (const Pick& pick : picks) {
-      ASSERT_TRUE(std::find(participants.begin(), participants.end(),
-                            pick.job) != participants.end());
+      ASSERT_TRUE(std::find(participants.begin(), participants.end(), pick.job) !=
+                  participants.end());
       served.push_back(pick.job);
       ModelJob& job = jobs.at(pick.job);
       ASSERT_LT(pick.id, universe);
       ASSERT_TRUE(job.needed[pick.id])
-          << "job " << pick.job << " got id " << pick.id
-          << " outside what it still needs";
+          << "job " << pick.job << " got id " << pick.id << " outside what it still needs";
       job.needed[pick.id] = 0;
       --job.remaining;
       log->push_back(pick);
     }
     std::sort(served.begin(), served.end());
-    ASSERT_TRUE(std::adjacent_find(served.begin(), served.end()) ==
-                served.end())
+    ASSERT_TRUE(std::adjacent_find(served.begin(), served.end()) == served.end())
         << "a job got two ids in one round";
     for (const auto& [handle, job] : jobs) {
       ASSERT_EQ(planner.Remaining(handle), job.remaining);
@@ -248,11 +244,10 @@ TEST_P(PlannerPropertyTest, ExhaustedParticipantGetsNothingUntilNextEpoch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Planners, PlannerPropertyTest,
-    ::testing::Values(PlannerKind{"Dependent", [](uint64_t seed) { return NewDependentPlanner(seed); }},
+    ::testing::Values(PlannerKind{"Dependent",
+                                  [](uint64_t seed) { return NewDependentPlanner(seed); }},
                       PlannerKind{"Independent", &NewIndependentPlanner}),
-    [](const ::testing::TestParamInfo<PlannerKind>& info) {
-      return std::string(info.param.name);
-    });
+    [](const ::testing::TestParamInfo<PlannerKind>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace joaderfs

@@ -26,10 +26,8 @@ size_t AdvanceEpochs(Planner& planner, std::span<const SpeedJob> jobs,
 
 }  // namespace
 
-void RunAtSpeeds(
-    Planner& planner, std::span<const SpeedJob> jobs,
-    const PickObserver& on_pick,
-    const std::function<void(const std::vector<Pick>&)>& after_round) {
+void RunAtSpeeds(Planner& planner, std::span<const SpeedJob> jobs, const PickObserver& on_pick,
+                 const std::function<void(const std::vector<Pick>&)>& after_round) {
   std::vector<uint32_t> epoch(jobs.size(), 0);
   int max_speed = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -57,9 +55,8 @@ void RunAtSpeeds(
   }
 }
 
-void RunJittered(Planner& planner, std::span<const SpeedJob> jobs,
-                 uint32_t lookahead, uint64_t schedule_seed,
-                 const PickObserver& on_pick) {
+void RunJittered(Planner& planner, std::span<const SpeedJob> jobs, uint32_t lookahead,
+                 uint64_t schedule_seed, const PickObserver& on_pick) {
   Rng rng(schedule_seed);
   const size_t n = jobs.size();
   std::vector<uint32_t> epoch(n, 0);

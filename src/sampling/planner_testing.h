@@ -31,10 +31,8 @@ using PickObserver = std::function<void(size_t job, uint32_t epoch, SampleId)>;
 // epoch as soon as its epoch ends, and leaves after its `epochs`. Returns
 // when every job has left. `after_round`, if set, sees the picks of each
 // round after `on_pick` has seen them one by one.
-void RunAtSpeeds(
-    Planner& planner, std::span<const SpeedJob> jobs,
-    const PickObserver& on_pick,
-    const std::function<void(const std::vector<Pick>&)>& after_round = nullptr);
+void RunAtSpeeds(Planner& planner, std::span<const SpeedJob> jobs, const PickObserver& on_pick,
+                 const std::function<void(const std::vector<Pick>&)>& after_round = nullptr);
 
 // Plays `jobs` the way the daemon's readers drive planning, with jitter:
 // each job keeps up to `lookahead` picks planned ahead of its reader; in
@@ -43,9 +41,8 @@ void RunAtSpeeds(
 // real readers), and a round runs over every job below its lookahead. The
 // schedule depends only on `schedule_seed`, never on the ids. Epochs and
 // departures as in RunAtSpeeds.
-void RunJittered(Planner& planner, std::span<const SpeedJob> jobs,
-                 uint32_t lookahead, uint64_t schedule_seed,
-                 const PickObserver& on_pick);
+void RunJittered(Planner& planner, std::span<const SpeedJob> jobs, uint32_t lookahead,
+                 uint64_t schedule_seed, const PickObserver& on_pick);
 
 }  // namespace joaderfs
 

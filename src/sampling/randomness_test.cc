@@ -83,8 +83,7 @@ class OrderStats {
     std::vector<double> p(n_);
     for (size_t pos = 0; pos < n_; ++pos) {
       const std::span<const uint64_t> row(&counts_[pos * n_], n_);
-      p[pos] = ChiSquareSurvival(PearsonUniformStatistic(row),
-                                 static_cast<double>(n_ - 1));
+      p[pos] = ChiSquareSurvival(PearsonUniformStatistic(row), static_cast<double>(n_ - 1));
     }
     return BenjaminiHochbergRejections(p, kAlpha);
   }
@@ -133,8 +132,7 @@ struct Rejections {
 // returns both families' rejections for every job.
 // With `jitter`, the jobs run under RunJittered's reader-driven schedule
 // (lookahead 8), which makes them couple to each other's earlier picks.
-Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed,
-                       bool jitter) {
+Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed, bool jitter) {
   std::vector<OrderStats> stats;
   std::vector<SpeedJob> runs(jobs.begin(), jobs.end());
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -142,9 +140,7 @@ Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed,
     runs[j].epochs = kEpochs * static_cast<uint32_t>(jobs[j].speed);
   }
   auto planner = NewDependentPlanner(seed);
-  const PickObserver observe = [&](size_t job, uint32_t, SampleId id) {
-    stats[job].Add(id);
-  };
+  const PickObserver observe = [&](size_t job, uint32_t, SampleId id) { stats[job].Add(id); };
   if (jitter) {
     RunJittered(*planner, runs, 8, MixSeed(seed, 7), observe);
   } else {
@@ -161,23 +157,19 @@ Rejections RunFamilies(std::span<const SpeedJob> jobs, uint64_t seed,
 
 // A family that rejects is tested again on an independent seed, and fails
 // only if it rejects there too (see the file comment).
-void ExpectUniformOrders(std::span<const SpeedJob> jobs, uint64_t seed,
-                         bool jitter = false) {
+void ExpectUniformOrders(std::span<const SpeedJob> jobs, uint64_t seed, bool jitter = false) {
   const Rejections first = RunFamilies(jobs, seed, jitter);
   if (!first.any()) return;
   std::printf("a family rejected with seed %llu: replicating\n",
               static_cast<unsigned long long>(seed));
   constexpr uint64_t kReplicationSeed = 1000;
-  const Rejections second =
-      RunFamilies(jobs, seed + kReplicationSeed, jitter);
+  const Rejections second = RunFamilies(jobs, seed + kReplicationSeed, jitter);
   for (size_t j = 0; j < jobs.size(); ++j) {
     SCOPED_TRACE(testing::Message() << "job " << j);
     EXPECT_TRUE(first.positions[j] == 0 || second.positions[j] == 0)
-        << "per-position rejections: " << first.positions[j] << " then "
-        << second.positions[j];
+        << "per-position rejections: " << first.positions[j] << " then " << second.positions[j];
     EXPECT_TRUE(first.pairs[j] == 0 || second.pairs[j] == 0)
-        << "pairwise rejections: " << first.pairs[j] << " then "
-        << second.pairs[j];
+        << "pairwise rejections: " << first.pairs[j] << " then " << second.pairs[j];
   }
 }
 
@@ -238,8 +230,7 @@ TEST(DependentPlannerRandomness, NegativeControlCatchesASmallBias) {
     std::iota(remaining.begin(), remaining.end(), 0);
     while (!remaining.empty()) {
       size_t k = rng.Unit() < 0.01
-                     ? static_cast<size_t>(std::min_element(remaining.begin(),
-                                                            remaining.end()) -
+                     ? static_cast<size_t>(std::min_element(remaining.begin(), remaining.end()) -
                                            remaining.begin())
                      : rng.Below(remaining.size());
       stats.Add(remaining[k]);

@@ -66,8 +66,8 @@ double BinomialTwoSidedPValue(uint64_t successes, uint64_t trials, double p) {
   const double n = static_cast<double>(trials);
   auto log_pmf = [&](uint64_t k) {
     const double kd = static_cast<double>(k);
-    return std::lgamma(n + 1) - std::lgamma(kd + 1) - std::lgamma(n - kd + 1) +
-           kd * std::log(p) + (n - kd) * std::log1p(-p);
+    return std::lgamma(n + 1) - std::lgamma(kd + 1) - std::lgamma(n - kd + 1) + kd * std::log(p) +
+           (n - kd) * std::log1p(-p);
   };
   // Outcomes as likely as the observed one count in (relative slack for
   // rounding, as R's binom.test does).
@@ -80,8 +80,7 @@ double BinomialTwoSidedPValue(uint64_t successes, uint64_t trials, double p) {
   return std::min(1.0, total);
 }
 
-size_t BenjaminiHochbergRejections(std::span<const double> p_values,
-                                   double alpha) {
+size_t BenjaminiHochbergRejections(std::span<const double> p_values, double alpha) {
   std::vector<double> sorted(p_values.begin(), p_values.end());
   std::sort(sorted.begin(), sorted.end());
   const double m = static_cast<double>(sorted.size());

@@ -30,8 +30,7 @@ double BinomialTwoSidedPValue(uint64_t successes, uint64_t trials, double p);
 
 // Number of hypotheses the Benjamini-Hochberg procedure rejects at false
 // discovery rate `alpha`.
-size_t BenjaminiHochbergRejections(std::span<const double> p_values,
-                                   double alpha);
+size_t BenjaminiHochbergRejections(std::span<const double> p_values, double alpha);
 
 }  // namespace joaderfs
 

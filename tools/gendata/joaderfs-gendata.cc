@@ -64,8 +64,7 @@ class Rng {
   bool Chance(double p) { return Unit() < p; }
   double Normal() {  // Box-Muller
     const double u = 1.0 - Unit();
-    return std::sqrt(-2.0 * std::log(u)) *
-           std::cos(2.0 * std::numbers::pi * Unit());
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * std::numbers::pi * Unit());
   }
   // A seed for a vips generator (a gint).
   int Seed() { return static_cast<int>(Next() & 0x7fffffff); }
@@ -85,8 +84,7 @@ Rgb FromHsv(double h, double s, double v) {
   const double hp = std::fmod(h, 360.0) / 60.0;
   const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
   // (r, g, b) without the offset m, for each sixth of the hue circle.
-  const double sextants[6][3] = {{c, x, 0}, {x, c, 0}, {0, c, x},
-                                 {0, x, c}, {x, 0, c}, {c, 0, x}};
+  const double sextants[6][3] = {{c, x, 0}, {x, c, 0}, {0, c, x}, {0, x, c}, {x, 0, c}, {c, 0, x}};
   const double* rgb = sextants[std::min(5, static_cast<int>(hp))];
   const double m = v - c;
   return {(rgb[0] + m) * 255, (rgb[1] + m) * 255, (rgb[2] + m) * 255};
@@ -134,52 +132,41 @@ VipsImage* Pattern(Arena& arena, Rng& rng, int width, int height) {
       const double angle = rng.Uniform(0, 2 * std::numbers::pi);
       double a[2] = {std::cos(angle) / width, std::sin(angle) / height};
       double b[2] = {0.5, 0.5};
-      VipsImage* xy = arena.Make(
-          [&](VipsImage** o) { return vips_xyz(o, width, height, nullptr); });
-      VipsImage* scaled = arena.Make(
-          [&](VipsImage** o) { return vips_linear(xy, o, a, b, 2, nullptr); });
-      return arena.Make(
-          [&](VipsImage** o) { return vips_bandmean(scaled, o, nullptr); });
+      VipsImage* xy =
+          arena.Make([&](VipsImage** o) { return vips_xyz(o, width, height, nullptr); });
+      VipsImage* scaled =
+          arena.Make([&](VipsImage** o) { return vips_linear(xy, o, a, b, 2, nullptr); });
+      return arena.Make([&](VipsImage** o) { return vips_bandmean(scaled, o, nullptr); });
     }
     case 1: {  // Perlin noise, clouds at a random scale
       const int cell = rng.Int(24, 192);
       const int seed = rng.Seed();
       VipsImage* noise = arena.Make([&](VipsImage** o) {
-        return vips_perlin(o, width, height, "cell_size", cell, "seed", seed,
-                           nullptr);
+        return vips_perlin(o, width, height, "cell_size", cell, "seed", seed, nullptr);
       });
-      return arena.Make([&](VipsImage** o) {
-        return vips_linear1(noise, o, 0.5, 0.5, nullptr);
-      });
+      return arena.Make([&](VipsImage** o) { return vips_linear1(noise, o, 0.5, 0.5, nullptr); });
     }
     case 2: {  // Worley noise, cells
       const int cell = rng.Int(32, 160);
       const int seed = rng.Seed();
       VipsImage* noise = arena.Make([&](VipsImage** o) {
-        return vips_worley(o, width, height, "cell_size", cell, "seed", seed,
-                           nullptr);
+        return vips_worley(o, width, height, "cell_size", cell, "seed", seed, nullptr);
       });
-      return arena.Make([&](VipsImage** o) {
-        return vips_linear1(noise, o, 1.0 / cell, 0, nullptr);
-      });
+      return arena.Make(
+          [&](VipsImage** o) { return vips_linear1(noise, o, 1.0 / cell, 0, nullptr); });
     }
     default: {  // a sine grating
       const double hfreq = rng.Uniform(0.2, 6);
       const double vfreq = rng.Uniform(0.2, 6);
       VipsImage* sines = arena.Make([&](VipsImage** o) {
-        return vips_sines(o, width, height, "hfreq", hfreq, "vfreq", vfreq,
-                          nullptr);
+        return vips_sines(o, width, height, "hfreq", hfreq, "vfreq", vfreq, nullptr);
       });
-      return arena.Make([&](VipsImage** o) {
-        return vips_linear1(sines, o, 0.5, 0.5, nullptr);
-      });
+      return arena.Make([&](VipsImage** o) { return vips_linear1(sines, o, 0.5, 0.5, nullptr); });
     }
   }
 }
 
-std::vector<double> Ink(const Rgb& colour) {
-  return {colour.r, colour.g, colour.b};
-}
+std::vector<double> Ink(const Rgb& colour) { return {colour.r, colour.g, colour.b}; }
 
 // Draws random circles, rectangles and lines onto an in-memory uchar image.
 void DrawShapes(VipsImage* canvas, Rng& rng, double hue) {
@@ -188,8 +175,7 @@ void DrawShapes(VipsImage* canvas, Rng& rng, double hue) {
   const int shapes = rng.Int(1, 8);
   for (int i = 0; i < shapes; ++i) {
     std::vector<double> ink =
-        Ink(FromHsv(hue + rng.Uniform(-60, 60) + 360, rng.Uniform(0.2, 1),
-                    rng.Uniform(0.2, 1)));
+        Ink(FromHsv(hue + rng.Uniform(-60, 60) + 360, rng.Uniform(0.2, 1), rng.Uniform(0.2, 1)));
     const int x = rng.Int(0, width - 1);
     const int y = rng.Int(0, height - 1);
     const int fill = rng.Chance(0.6);
@@ -197,38 +183,30 @@ void DrawShapes(VipsImage* canvas, Rng& rng, double hue) {
     switch (rng.Int(0, 2)) {
       case 0:
         status = vips_draw_circle(canvas, ink.data(), 3, x, y,
-                                  rng.Int(5, std::min(width, height) / 3),
-                                  "fill", fill, nullptr);
+                                  rng.Int(5, std::min(width, height) / 3), "fill", fill, nullptr);
         break;
       case 1:
-        status =
-            vips_draw_rect(canvas, ink.data(), 3, x, y, rng.Int(5, width / 2),
-                           rng.Int(5, height / 2), "fill", fill, nullptr);
+        status = vips_draw_rect(canvas, ink.data(), 3, x, y, rng.Int(5, width / 2),
+                                rng.Int(5, height / 2), "fill", fill, nullptr);
         break;
       default:
-        status =
-            vips_draw_line(canvas, ink.data(), 3, x, y, rng.Int(0, width - 1),
-                           rng.Int(0, height - 1), nullptr);
+        status = vips_draw_line(canvas, ink.data(), 3, x, y, rng.Int(0, width - 1),
+                                rng.Int(0, height - 1), nullptr);
         break;
     }
     if (status != 0) Arena::Fail();
   }
 }
 
-void DrawText(Arena& arena, VipsImage* canvas, Rng& rng, double hue, int label,
-              int index) {
-  static const char* const kFonts[] = {"sans", "sans bold", "serif",
-                                       "serif italic", "monospace"};
+void DrawText(Arena& arena, VipsImage* canvas, Rng& rng, double hue, int label, int index) {
+  static const char* const kFonts[] = {"sans", "sans bold", "serif", "serif italic", "monospace"};
   const std::string font = kFonts[rng.Int(0, 4)];
-  const std::string text =
-      "class " + std::to_string(label) + "\n#" + std::to_string(index);
+  const std::string text = "class " + std::to_string(label) + "\n#" + std::to_string(index);
   const int dpi = rng.Int(60, 300);
   VipsImage* mask = arena.Make([&](VipsImage** o) {
-    return vips_text(o, text.c_str(), "font", font.c_str(), "dpi", dpi,
-                     nullptr);
+    return vips_text(o, text.c_str(), "font", font.c_str(), "dpi", dpi, nullptr);
   });
-  std::vector<double> ink =
-      Ink(FromHsv(hue + 180, rng.Uniform(0, 1), rng.Chance(0.5) ? 1.0 : 0.1));
+  std::vector<double> ink = Ink(FromHsv(hue + 180, rng.Uniform(0, 1), rng.Chance(0.5) ? 1.0 : 0.1));
   // vips_draw_mask clips a mask that does not fit.
   const int x = rng.Int(-mask->Xsize / 4, canvas->Xsize - mask->Xsize / 2);
   const int y = rng.Int(-mask->Ysize / 4, canvas->Ysize - mask->Ysize / 2);
@@ -245,13 +223,9 @@ Size DrawSize(Rng& rng) {
   // sqrt(area) log-normal around 375 and aspect log-normal around 1.15:
   // about 400x350 on average, like ImageNet's training images.
   const double side = 375 * std::exp(0.22 * rng.Normal());
-  const double aspect =
-      std::clamp(1.15 * std::exp(0.25 * rng.Normal()), 0.6, 1.8);
-  auto clamp_side = [](double v) {
-    return static_cast<int>(std::clamp(v, 200.0, 800.0));
-  };
-  return {clamp_side(side * std::sqrt(aspect)),
-          clamp_side(side / std::sqrt(aspect))};
+  const double aspect = std::clamp(1.15 * std::exp(0.25 * rng.Normal()), 0.6, 1.8);
+  auto clamp_side = [](double v) { return static_cast<int>(std::clamp(v, 200.0, 800.0)); };
+  return {clamp_side(side * std::sqrt(aspect)), clamp_side(side / std::sqrt(aspect))};
 }
 
 struct Written {
@@ -260,8 +234,7 @@ struct Written {
 };
 
 // Draws image `index` of class `label` into a JPEG file at `path`.
-Written WriteImage(const fs::path& path, uint64_t seed, int index, int label,
-                   int classes) {
+Written WriteImage(const fs::path& path, uint64_t seed, int index, int label, int classes) {
   Rng rng(seed * 0x2545f4914f6cdd1dULL + static_cast<uint64_t>(index));
   Arena arena;
   const Size size = DrawSize(rng);
@@ -271,30 +244,25 @@ Written WriteImage(const fs::path& path, uint64_t seed, int index, int label,
   VipsImage* weight = Pattern(arena, rng, size.width, size.height);
   if (rng.Chance(0.5)) {
     VipsImage* other = Pattern(arena, rng, size.width, size.height);
-    VipsImage* sum = arena.Make(
-        [&](VipsImage** o) { return vips_add(weight, other, o, nullptr); });
-    weight = arena.Make(
-        [&](VipsImage** o) { return vips_linear1(sum, o, 0.5, 0, nullptr); });
+    VipsImage* sum = arena.Make([&](VipsImage** o) { return vips_add(weight, other, o, nullptr); });
+    weight = arena.Make([&](VipsImage** o) { return vips_linear1(sum, o, 0.5, 0, nullptr); });
   }
   const Rgb low = FromHsv(hue, rng.Uniform(0.3, 1), rng.Uniform(0.1, 0.6));
-  const Rgb high = FromHsv(hue + rng.Uniform(-40, 40), rng.Uniform(0.1, 0.9),
-                           rng.Uniform(0.5, 1));
+  const Rgb high = FromHsv(hue + rng.Uniform(-40, 40), rng.Uniform(0.1, 0.9), rng.Uniform(0.5, 1));
   double a[3] = {high.r - low.r, high.g - low.g, high.b - low.b};
   double b[3] = {low.r, low.g, low.b};
-  VipsImage* colour = arena.Make(
-      [&](VipsImage** o) { return vips_linear(weight, o, a, b, 3, nullptr); });
+  VipsImage* colour =
+      arena.Make([&](VipsImage** o) { return vips_linear(weight, o, a, b, 3, nullptr); });
 
   const double sigma = rng.Uniform(0, 18);
   const int noise_seed = rng.Seed();
   VipsImage* noise = arena.Make([&](VipsImage** o) {
-    return vips_gaussnoise(o, size.width, size.height, "mean", 0.0, "sigma",
-                           sigma, "seed", noise_seed, nullptr);
+    return vips_gaussnoise(o, size.width, size.height, "mean", 0.0, "sigma", sigma, "seed",
+                           noise_seed, nullptr);
   });
-  VipsImage* noisy = arena.Make(
-      [&](VipsImage** o) { return vips_add(colour, noise, o, nullptr); });
-  VipsImage* pixels = arena.Make([&](VipsImage** o) {
-    return vips_cast(noisy, o, VIPS_FORMAT_UCHAR, nullptr);
-  });
+  VipsImage* noisy = arena.Make([&](VipsImage** o) { return vips_add(colour, noise, o, nullptr); });
+  VipsImage* pixels =
+      arena.Make([&](VipsImage** o) { return vips_cast(noisy, o, VIPS_FORMAT_UCHAR, nullptr); });
   pixels->Type = VIPS_INTERPRETATION_sRGB;
 
   // Drawing works in place, so on a private copy in memory.
@@ -303,12 +271,9 @@ Written WriteImage(const fs::path& path, uint64_t seed, int index, int label,
   if (rng.Chance(0.7)) DrawText(arena, canvas, rng, hue, label, index);
   if (rng.Chance(0.25)) {
     const double blur = rng.Uniform(0.5, 2.5);
-    canvas = arena.Make([&](VipsImage** o) {
-      return vips_gaussblur(canvas, o, blur, nullptr);
-    });
+    canvas = arena.Make([&](VipsImage** o) { return vips_gaussblur(canvas, o, blur, nullptr); });
   }
-  if (vips_jpegsave(canvas, path.c_str(), "Q", 90, "strip", TRUE, nullptr) !=
-      0) {
+  if (vips_jpegsave(canvas, path.c_str(), "Q", 90, "strip", TRUE, nullptr) != 0) {
     Arena::Fail();
   }
   return {size, fs::file_size(path)};
@@ -333,9 +298,7 @@ void WriteCorrupt(const fs::path& path, int index) {
       g_free(buffer);
       break;
     }
-    case 1:
-      out << "this is not a JPEG image\n";
-      break;
+    case 1: out << "this is not a JPEG image\n"; break;
     case 2:  // empty
       break;
     default: {  // a JPEG start-of-image marker followed by garbage
@@ -349,8 +312,7 @@ void WriteCorrupt(const fs::path& path, int index) {
 }
 
 [[noreturn]] void Usage(const std::string& problem) {
-  if (!problem.empty())
-    std::fprintf(stderr, "joaderfs-gendata: %s\n", problem.c_str());
+  if (!problem.empty()) std::fprintf(stderr, "joaderfs-gendata: %s\n", problem.c_str());
   std::fprintf(stderr,
                "usage: joaderfs-gendata OUTDIR --images N --classes C "
                "[--seed S] [--corrupt K] [--threads T]\n");
@@ -362,8 +324,7 @@ long ParseNumber(const std::string& flag, const char* text, long min) {
   errno = 0;
   const long value = std::strtol(text, &end, 10);
   if (errno != 0 || end == text || *end != '\0' || value < min) {
-    Usage(flag + " needs an integer >= " + std::to_string(min) + ", not '" +
-          text + "'");
+    Usage(flag + " needs an integer >= " + std::to_string(min) + ", not '" + text + "'");
   }
   return value;
 }
@@ -400,27 +361,23 @@ Options ParseOptions(int argc, char** argv) {
     Usage("--images and --classes are required");
   }
   if (options.threads == 0) {
-    options.threads = static_cast<int>(
-        std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+    options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   }
   return options;
 }
 
 // Zero-padded decimal, wide enough for values below `limit`.
 std::string Padded(int value, int limit) {
-  const int digits =
-      std::max(3, static_cast<int>(std::to_string(limit - 1).size()));
+  const int digits = std::max(3, static_cast<int>(std::to_string(limit - 1).size()));
   std::string text = std::to_string(value);
-  return std::string(std::max(0, digits - static_cast<int>(text.size())), '0') +
-         text;
+  return std::string(std::max(0, digits - static_cast<int>(text.size())), '0') + text;
 }
 
 int Run(const Options& options) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<fs::path> class_dirs;
   for (int c = 0; c < options.classes; ++c) {
-    class_dirs.push_back(options.out_dir /
-                         ("class_" + Padded(c, options.classes)));
+    class_dirs.push_back(options.out_dir / ("class_" + Padded(c, options.classes)));
     fs::create_directories(class_dirs.back());
   }
 
@@ -436,10 +393,8 @@ int Run(const Options& options) {
     try {
       for (int i = next++; i < options.images && !failed; i = next++) {
         const int label = i % options.classes;
-        const fs::path path =
-            class_dirs[label] / ("img_" + Padded(i, options.images) + ".jpg");
-        const Written written =
-            WriteImage(path, options.seed, i, label, options.classes);
+        const fs::path path = class_dirs[label] / ("img_" + Padded(i, options.images) + ".jpg");
+        const Written written = WriteImage(path, options.seed, i, label, options.classes);
         bytes += written.bytes;
         total_width += written.size.width;
         total_height += written.size.height;
@@ -457,21 +412,18 @@ int Run(const Options& options) {
     return 1;
   }
   for (int k = 0; k < options.corrupt; ++k) {
-    WriteCorrupt(class_dirs[k % options.classes] /
-                     ("corrupt_" + Padded(k, options.corrupt) + ".jpg"),
-                 k);
+    WriteCorrupt(
+        class_dirs[k % options.classes] / ("corrupt_" + Padded(k, options.corrupt) + ".jpg"), k);
   }
 
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "joaderfs-gendata: %d images (mean %.0fx%.0f, %.1f MB) in %d classes, "
       "%d corrupt, seed %llu, in %s, %.1f s\n",
       options.images, static_cast<double>(total_width) / options.images,
-      static_cast<double>(total_height) / options.images, bytes / 1e6,
-      options.classes, options.corrupt,
-      static_cast<unsigned long long>(options.seed), options.out_dir.c_str(),
+      static_cast<double>(total_height) / options.images, bytes / 1e6, options.classes,
+      options.corrupt, static_cast<unsigned long long>(options.seed), options.out_dir.c_str(),
       seconds);
   return 0;
 }

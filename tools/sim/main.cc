@@ -46,8 +46,8 @@ constexpr char kUsage[] =
 
 // Applies a comma-separated list, one value per job, through `parse`.
 template <typename Parse>
-void ApplyList(std::string_view name, std::string_view text,
-               std::vector<SimJob>& jobs, Parse parse) {
+void ApplyList(std::string_view name, std::string_view text, std::vector<SimJob>& jobs,
+               Parse parse) {
   size_t j = 0;
   for (;;) {
     const size_t comma = text.find(',');
@@ -61,13 +61,12 @@ void ApplyList(std::string_view name, std::string_view text,
     text.remove_prefix(comma + 1);
   }
   if (j != jobs.size()) {
-    Fail("--" + std::string(name) + " gives " + std::to_string(j) +
-         " values for " + std::to_string(jobs.size()) + " jobs");
+    Fail("--" + std::string(name) + " gives " + std::to_string(j) + " values for " +
+         std::to_string(jobs.size()) + " jobs");
   }
 }
 
-uint64_t RequireUint(std::string_view name, const std::string& value,
-                     uint64_t min) {
+uint64_t RequireUint(std::string_view name, const std::string& value, uint64_t min) {
   const auto n = ParseUint(value);
   if (!n || *n < min) {
     Fail("bad --" + std::string(name) + " '" + value + "'");
@@ -136,8 +135,7 @@ int Main(int argc, char** argv) {
       return true;
     });
   }
-  const uint64_t seed =
-      options.contains("seed") ? RequireUint("seed", options["seed"], 0) : 1;
+  const uint64_t seed = options.contains("seed") ? RequireUint("seed", options["seed"], 0) : 1;
   Sampler sampler = Sampler::kDependent;
   if (auto it = options.find("sampler"); it != options.end()) {
     if (it->second == "isa") {
@@ -179,8 +177,7 @@ int Main(int argc, char** argv) {
     if (auto it = options.find("policy"); it != options.end()) {
       const auto kind = ParseEvictionKind(it->second);
       if (!kind) {
-        Fail("bad --policy '" + it->second +
-             "': expected refcnt, lru, fifo or random");
+        Fail("bad --policy '" + it->second + "': expected refcnt, lru, fifo or random");
       }
       policy = *kind;
     }
@@ -195,8 +192,7 @@ int Main(int argc, char** argv) {
   if (!options.contains("epochs")) Fail("--epochs is required");
   const uint64_t epochs = RequireUint("epochs", options["epochs"], 1);
   if (epochs > 1000000) Fail("bad --epochs '" + options["epochs"] + "'");
-  const auto orders =
-      SimulateOrders(jobs, sampler, static_cast<uint32_t>(epochs), seed);
+  const auto orders = SimulateOrders(jobs, sampler, static_cast<uint32_t>(epochs), seed);
   std::string line;
   for (size_t j = 0; j < orders.size(); ++j) {
     for (size_t e = 0; e < orders[j].size(); ++e) {

@@ -50,15 +50,13 @@ Status ParseJob(std::string_view text, Roaring* subset) {
     *subset = IdRange(first, last);
     return Status::Ok();
   }
-  const std::vector<std::string_view> fields =
-      Split(text.substr(kSample.size()), ':');
+  const std::vector<std::string_view> fields = Split(text.substr(kSample.size()), ':');
   if (fields.size() != 3 || !ParseIdRange(fields[0], &first, &last)) {
     return bad();
   }
   const auto count = ParseUint(fields[1]);
   const auto seed = ParseUint(fields[2]);
-  if (!count || !seed || *count == 0 ||
-      *count > static_cast<uint64_t>(last) - first + 1) {
+  if (!count || !seed || *count == 0 || *count > static_cast<uint64_t>(last) - first + 1) {
     return bad();
   }
   *subset = IdSample(first, last, *count, *seed);
@@ -66,20 +64,18 @@ Status ParseJob(std::string_view text, Roaring* subset) {
 }
 
 std::unique_ptr<Planner> MakePlanner(Sampler sampler, uint64_t seed) {
-  return sampler == Sampler::kDependent ? NewDependentPlanner(seed)
-                                        : NewIndependentPlanner(seed);
+  return sampler == Sampler::kDependent ? NewDependentPlanner(seed) : NewIndependentPlanner(seed);
 }
 
 // Sees each round's picks with every job's current epoch.
-using RoundFn = std::function<void(const std::vector<Pick>& picks,
-                                   const std::vector<uint32_t>& epoch_of)>;
+using RoundFn =
+    std::function<void(const std::vector<Pick>& picks, const std::vector<uint32_t>& epoch_of)>;
 
 // Plays the ticks described in sim.h until every job has run `epochs`
 // epochs. `counts_changed` runs after arrivals and epoch starts, which
 // raise many RefCounts at once.
 void PlayTicks(Planner& planner, std::span<const SimJob> jobs, uint32_t epochs,
-               const RoundFn& on_round,
-               const std::function<void()>& counts_changed) {
+               const RoundFn& on_round, const std::function<void()>& counts_changed) {
   enum class State { kWaiting, kActive, kDone };
   const size_t n = jobs.size();
   std::vector<State> state(n, State::kWaiting);
@@ -155,15 +151,13 @@ Status ParseJobs(std::string_view spec, std::vector<SimJob>* jobs) {
   return Status::Ok();
 }
 
-MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler,
-                         EvictionKind policy, size_t cache_size,
-                         uint64_t seed) {
+MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler, EvictionKind policy,
+                         size_t cache_size, uint64_t seed) {
   auto planner = MakePlanner(sampler, seed);
   CountBoundedCache cache(
       cache_size,
       NewEvictionPolicy(
-          policy, [&](SampleId id) { return planner->RefCount(id); },
-          MixSeed(seed, 1)));
+          policy, [&](SampleId id) { return planner->RefCount(id); }, MixSeed(seed, 1)));
   MissCount count;
   Roaring all;
   for (const SimJob& job : jobs) all |= job.subset;
@@ -175,8 +169,7 @@ MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler,
         count.requests += picks.size();
         distinct.clear();
         for (const Pick& p : picks) {
-          if (std::find(distinct.begin(), distinct.end(), p.id) ==
-              distinct.end()) {
+          if (std::find(distinct.begin(), distinct.end(), p.id) == distinct.end()) {
             distinct.push_back(p.id);
           }
         }
@@ -240,8 +233,8 @@ class PinningCache {
 
 }  // namespace
 
-MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler,
-                          const CadenceSim& sim, uint64_t seed) {
+MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler, const CadenceSim& sim,
+                          uint64_t seed) {
   // The daemon's groups, so the planner and its coupling horizon are made
   // from the RAM budget as the daemon makes them.
   PlanGroupsOptions options;
@@ -300,16 +293,15 @@ MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler,
   return count;
 }
 
-std::vector<std::vector<std::vector<SampleId>>> SimulateOrders(
-    std::span<const SimJob> jobs, Sampler sampler, uint32_t epochs,
-    uint64_t seed) {
+std::vector<std::vector<std::vector<SampleId>>> SimulateOrders(std::span<const SimJob> jobs,
+                                                               Sampler sampler, uint32_t epochs,
+                                                               uint64_t seed) {
   auto planner = MakePlanner(sampler, seed);
   std::vector<std::vector<std::vector<SampleId>>> orders(
       jobs.size(), std::vector<std::vector<SampleId>>(epochs));
   PlayTicks(
       *planner, jobs, epochs,
-      [&](const std::vector<Pick>& picks,
-          const std::vector<uint32_t>& epoch_of) {
+      [&](const std::vector<Pick>& picks, const std::vector<uint32_t>& epoch_of) {
         for (const Pick& p : picks) {
           orders[p.job][epoch_of[p.job]].push_back(p.id);
         }

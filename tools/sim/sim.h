@@ -51,8 +51,8 @@ struct MissCount {
 };
 
 // One epoch of every job with a cache of `cache_size` (>= 1) ids.
-MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler,
-                         EvictionKind policy, size_t cache_size, uint64_t seed);
+MissCount SimulateMisses(std::span<const SimJob> jobs, Sampler sampler, EvictionKind policy,
+                         size_t cache_size, uint64_t seed);
 
 // The daemon's cadence (sampling/plan_group.h, the daemon's own code) for
 // one epoch of every job: each job's reader takes its oldest planned sample
@@ -70,14 +70,14 @@ struct CadenceSim {
   uint64_t window = 64;
   double read_probability = 0.6;
 };
-MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler,
-                          const CadenceSim& cadence, uint64_t seed);
+MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler, const CadenceSim& cadence,
+                          uint64_t seed);
 
 // Every job's order for `epochs` epochs: result[job][epoch] lists the ids
 // in delivery order.
-std::vector<std::vector<std::vector<SampleId>>> SimulateOrders(
-    std::span<const SimJob> jobs, Sampler sampler, uint32_t epochs,
-    uint64_t seed);
+std::vector<std::vector<std::vector<SampleId>>> SimulateOrders(std::span<const SimJob> jobs,
+                                                               Sampler sampler, uint32_t epochs,
+                                                               uint64_t seed);
 
 }  // namespace joaderfs
 

@@ -23,9 +23,8 @@ TEST(SimParseJobs, RangesAndSamples) {
 
 TEST(SimParseJobs, RejectsBadSpecs) {
   std::vector<SimJob> jobs;
-  for (const char* bad :
-       {"", "0-9;", "9-0", "a-b", "5", "-5", "0-9x", "sample:0-9:11:1",
-        "sample:0-9:0:1", "sample:0-9:5", "sample:0-9:5:1:2", "0-4294967296"}) {
+  for (const char* bad : {"", "0-9;", "9-0", "a-b", "5", "-5", "0-9x", "sample:0-9:11:1",
+                          "sample:0-9:0:1", "sample:0-9:5", "sample:0-9:5:1:2", "0-4294967296"}) {
     EXPECT_FALSE(ParseJobs(bad, &jobs).ok()) << bad;
   }
 }
@@ -38,11 +37,10 @@ std::vector<SimJob> Jobs(const char* spec) {
 
 TEST(SimMisses, IdenticalJobsUnderDsaMissOncePerId) {
   const auto jobs = Jobs("0-999;0-999");
-  for (EvictionKind policy : {EvictionKind::kRefCnt, EvictionKind::kLru,
-                              EvictionKind::kFifo, EvictionKind::kRandom}) {
+  for (EvictionKind policy :
+       {EvictionKind::kRefCnt, EvictionKind::kLru, EvictionKind::kFifo, EvictionKind::kRandom}) {
     for (size_t cache : {1, 10, 1000}) {
-      const MissCount c =
-          SimulateMisses(jobs, Sampler::kDependent, policy, cache, 1);
+      const MissCount c = SimulateMisses(jobs, Sampler::kDependent, policy, cache, 1);
       EXPECT_EQ(c.misses, 1000u);
       EXPECT_EQ(c.requests, 2000u);
       EXPECT_EQ(c.union_size, 1000u);
@@ -51,8 +49,8 @@ TEST(SimMisses, IdenticalJobsUnderDsaMissOncePerId) {
 }
 
 TEST(SimMisses, IndependentJobsMissAlmostAlwaysWithOneSlot) {
-  const MissCount c = SimulateMisses(Jobs("0-999;0-999"), Sampler::kIndependent,
-                                     EvictionKind::kLru, 1, 1);
+  const MissCount c =
+      SimulateMisses(Jobs("0-999;0-999"), Sampler::kIndependent, EvictionKind::kLru, 1, 1);
   EXPECT_GE(c.misses, 1980u);
   EXPECT_LE(c.misses, 2000u);
 }
@@ -61,8 +59,7 @@ TEST(SimMisses, BoundedByUnionAndRequests) {
   const auto jobs = Jobs("sample:0-1332:1000:1;sample:0-1332:1000:2;0-499");
   for (Sampler sampler : {Sampler::kDependent, Sampler::kIndependent}) {
     for (size_t cache : {1, 50, 2000}) {
-      const MissCount c =
-          SimulateMisses(jobs, sampler, EvictionKind::kRefCnt, cache, 3);
+      const MissCount c = SimulateMisses(jobs, sampler, EvictionKind::kRefCnt, cache, 3);
       EXPECT_EQ(c.requests, 2500u);
       EXPECT_GE(c.misses, c.union_size);
       EXPECT_LE(c.misses, c.requests);
