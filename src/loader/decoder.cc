@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <vips/vector.h>  // vips_vector_set_enabled: not in vips.h
 #include <vips/vips.h>
+
+// vips_vector_set_enabled is not in vips.h; vector.h needs vips.h first.
+#include <vips/vector.h>
 
 #include <cerrno>
 

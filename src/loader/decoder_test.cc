@@ -1,8 +1,10 @@
 #include "loader/decoder.h"
 
 #include <gtest/gtest.h>
-#include <vips/vector.h>
 #include <vips/vips.h>
+
+// vector.h needs vips.h first.
+#include <vips/vector.h>
 
 #include <array>
 #include <cstdint>
