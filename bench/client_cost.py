@@ -25,10 +25,8 @@ over the same span is shown beside it.  Always unmounts and reaps the daemon.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,44 +34,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from procfs import proc_cpu
-
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 JOB_SCRIPT = HERE / "job.py"
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
 import joaderfs  # noqa: E402  (from this checkout)
-
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def mount(binary: str, source: str, mnt: Path, options: str) -> int:
-    """Mounts daemonized; returns the daemon's pid (our child by then)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-    argv = [binary, "-o", options, source, str(mnt)]
-    subprocess.run(argv, check=True, timeout=120)
-    wanted = "\0".join(argv).encode() + b"\0"
-    for name in os.listdir("/proc"):
-        try:
-            if name.isdigit() and Path(f"/proc/{name}/cmdline").read_bytes() == wanted:
-                return int(name)
-        except OSError:
-            continue
-    raise RuntimeError("the daemon is not running")
+from mountlib import Mount  # noqa: E402
 
 
-def unmount_and_reap(mnt: Path, pid: int) -> None:
-    if subprocess.run(["fusermount3", "-u", str(mnt)]).returncode:
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)])
-    deadline = time.monotonic() + 30
-    while not os.waitpid(pid, os.WNOHANG)[0]:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return
-        time.sleep(0.05)
+def mount(binary: str, source: str, workdir: Path, options: dict[str, str]) -> Mount:
+    """A daemonized joaderfs through the daemon harness, logging at info
+    level; the caller ends it with cleanup()."""
+    m = Mount(source, str(workdir), dict(options, log_level="info"),
+              defaults={}, binary=binary)
+    m.mount_timeout = 300  # scanning a large dataset
+    try:
+        return m.start()
+    except BaseException:
+        m.cleanup()
+        raise
 
 
 def raw_epoch(job: Path) -> tuple[float, int]:
@@ -135,14 +115,11 @@ def main() -> None:
     rates: dict[str, list[float]] = {m[0]: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="joaderfs-client-cost-") as tmp:
         workdir = Path(tmp)
-        mnt = workdir / "mnt"
-        mnt.mkdir()
-        pid = mount(args.joaderfs, os.path.abspath(args.data), mnt,
-                    f"ram_cache={args.ram_cache},cache_dir=none,"
-                    f"size={args.size},log={workdir}/daemon.log")
+        daemon = mount(args.joaderfs, os.path.abspath(args.data), workdir,
+                       {"ram_cache": args.ram_cache, "cache_dir": "none",
+                        "size": str(args.size)})
+        mnt = Path(daemon.mnt)
         try:
-            while not (mnt / "stats").exists():
-                time.sleep(0.05)
             raw_epoch(joaderfs.make_job(mnt, "fill"))
             decoded = joaderfs.read_stats(mnt)["decoded"]
             for rep in range(args.reps):
@@ -150,7 +127,7 @@ def main() -> None:
                     # job.py makes its job itself.
                     job = joaderfs.job_dir(
                         mnt, f"{name.replace(' ', '-')}-{rep}")
-                    d0, t0 = proc_cpu(pid), time.monotonic()
+                    d0, t0 = daemon.cpu(), time.monotonic()
                     if workers is None:
                         job.mkdir()
                         cpu, _ = raw_epoch(job)
@@ -160,7 +137,7 @@ def main() -> None:
                         cpu, n, rate = job_epoch(job, args, workers,
                                                  batch_path, workdir)
                     cpu_ms[name].append(1000 * cpu / n)
-                    daemon_ms[name].append(1000 * (proc_cpu(pid) - d0) / n)
+                    daemon_ms[name].append(1000 * (daemon.cpu() - d0) / n)
                     rates[name].append(rate)
                     print(f"rep {rep} {name:9s} {1000 * cpu / n:.3f} ms/sample, "
                           f"{rate:.0f} samples/s", file=sys.stderr, flush=True)
@@ -169,7 +146,7 @@ def main() -> None:
                 print(f"warning: {stats['decoded'] - decoded} decodes after the "
                       f"first epoch (RAM tier too small?)", file=sys.stderr)
         finally:
-            unmount_and_reap(mnt, pid)
+            daemon.cleanup()
 
     med = statistics.median
     print(f"Client CPU per sample, RAM hits ({os.cpu_count()} cores, size "

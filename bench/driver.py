@@ -22,9 +22,10 @@ Usually run through scripts/bench.sh, which builds, makes the dataset and
 cleans up; this program mounts and unmounts joaderfs itself, one fresh daemon
 per run, and unmounts everything it mounted even when interrupted.
 
-The parts: procfs.py (figures of processes), daemon.py (the daemon and
-cleanup), scenarios.py (runs, component costs, S1-S6), report.py (tables,
-CSV, plots).
+The parts: procfs.py (figures of process trees), scenarios.py (runs, the
+cleanup, component costs, S1-S6), report.py (tables, CSV, plots); every
+daemon is mounted through the daemon harness, tests/integration/mountlib.py,
+which the tests use too.
 """
 
 from __future__ import annotations

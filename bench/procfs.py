@@ -1,20 +1,18 @@
-"""Figures of processes read from /proc: CPU time, peak memory, process
-groups (for the benchmark driver, bench/driver.py)."""
+"""Figures of process trees read from /proc for the benchmark driver
+(bench/driver.py): process groups and the peak memory of the jobs.  The
+per-process readers are the daemon harness's (tests/integration/mountlib.py).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from pathlib import Path
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def stat_fields(pid: int | str) -> list[bytes]:
-    """Fields of /proc/PID/stat after the command name (field 3 onward: state
-    is [0], ppid [1], pgrp [2], minflt [7], utime [11], stime [12])."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    return data[data.rindex(b")") + 2:].split()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+from mountlib import proc_stat_fields as stat_fields  # noqa: E402
+from mountlib import proc_status_kib  # noqa: E402
 
 
 def all_stat_fields():
@@ -30,23 +28,6 @@ def all_stat_fields():
 
 def group_alive(pgid: int) -> bool:
     return any(int(fields[2]) == pgid and fields[0] != b"Z" for _, fields in all_stat_fields())
-
-
-def proc_cpu(pid: int) -> float:
-    """utime+stime of a live process (all its threads), in seconds."""
-    fields = stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def proc_status_kib(pid: int, key: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def ppid_table() -> dict[int, int]:
@@ -105,6 +86,3 @@ class MemoryMonitor(threading.Thread):
         self.stop_event.set()
         self.join()
 
-
-def proc_minflt(pid: int) -> int:
-    return int(stat_fields(pid)[7])

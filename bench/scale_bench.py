@@ -28,10 +28,11 @@ import sys
 import tempfile
 import time
 
-from procfs import proc_cpu
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from mountlib import Mount  # noqa: E402
+
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
 RECORD_ALIGN = 64
 
@@ -61,29 +62,6 @@ def record_bytes(size):
     return 64 + (payload + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
 
 
-def daemon_pid(mountpoint):
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if args and args[0].endswith(b"joaderfs") and mountpoint.encode() in args:
-            return int(pid)
-    return None
-
-
-def process_gone(pid):
-    """True once the daemon has exited (a zombie waiting for init counts)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def read_json(path):
     with open(path) as f:
         return json.load(f)
@@ -93,34 +71,28 @@ def run_case(args, source, fraction, schedule, sampler, disk):
     size = args.size
     decoded_set = args.images * size * size * 3
     ram = max(1 << 20, int(decoded_set * fraction))
-    mnt = tempfile.mkdtemp(prefix="jfs-scale-mnt-")
-    cache_dir = tempfile.mkdtemp(prefix="jfs-scale-cache-") if disk else None
-    opts = ["ram_cache=%d" % ram, "size=%d" % size, "seed=7",
-            "cache_dir=%s" % (cache_dir or "none"),
-            "log=%s" % os.path.join(args.out, "daemon.log")]
+    workdir = tempfile.mkdtemp(prefix="jfs-scale-")
+    cache_dir = os.path.join(workdir, "cache") if disk else "none"
+    opts = {"ram_cache": str(ram), "size": str(size), "seed": "7",
+            "cache_dir": cache_dir, "log_level": "info",
+            "log": os.path.join(args.out, "daemon.log")}
     if disk:
-        opts.append("disk_cache=%d" % (2 * decoded_set))
+        opts["disk_cache"] = str(2 * decoded_set)
     if sampler == "isa":
-        opts.append("sampler=isa")
-    cmd = [os.path.join(BUILD, "joaderfs"), source, mnt, "-o", ",".join(opts)]
-    if args.foreground:
-        fg = subprocess.Popen(cmd + ["-f"], stdin=subprocess.DEVNULL)
-        while not os.path.ismount(mnt):
-            if fg.poll() is not None:
-                raise SystemExit("joaderfs -f exited with %d" % fg.returncode)
-            time.sleep(0.05)
-        pid = fg.pid
-    else:
-        subprocess.run(cmd, check=True)
-        pid = daemon_pid(mnt)
+        opts["sampler"] = "isa"
+    daemon = Mount(source, workdir, opts, foreground=args.foreground,
+                   defaults={}, binary=os.path.join(BUILD, "joaderfs"))
+    daemon.mount_timeout = 300  # scanning 10000 images
+    mnt = daemon.mnt
     readers = []
     try:
+        daemon.start()
         jobs = ["j%d" % i for i in range(4)]
         for j in jobs:
             os.mkdir(os.path.join(mnt, "jobs", j))
             with open(os.path.join(mnt, "jobs", j, "spec"), "w") as f:
                 f.write("epochs=1")
-        cpu0 = proc_cpu(pid)
+        cpu0 = daemon.cpu()
         t0 = time.monotonic()
         rec = record_bytes(size)
 
@@ -145,22 +117,14 @@ def run_case(args, source, fraction, schedule, sampler, disk):
                 start(i)
         counts = [int(r.communicate()[0]) for r in readers]
         wall = time.monotonic() - t0
-        cpu = proc_cpu(pid) - cpu0
+        cpu = daemon.cpu() - cpu0
         stats = read_json(os.path.join(mnt, "stats"))
     finally:
         for r in readers:
             if r.poll() is None:
                 r.kill()
-        subprocess.run(["fusermount3", "-u", mnt], check=False)
-        for _ in range(100):
-            if pid is None or process_gone(pid):
-                break
-            time.sleep(0.1)
-        if args.foreground:
-            fg.wait(10)
-        os.rmdir(mnt)
-        if cache_dir:
-            shutil.rmtree(cache_dir, ignore_errors=True)
+        daemon.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
     delivered = sum(counts)
     predicted = None
     if not disk:

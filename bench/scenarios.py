@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import Daemon, Reaper
-from procfs import MemoryMonitor, proc_minflt
+from procfs import MemoryMonitor, group_alive
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+from mountlib import Mount  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "job.py"
@@ -117,6 +121,79 @@ class RunResult:
         return [sum(e["seconds"] for e in j["epochs"]) for j in self.jobs]
 
 
+class Reaper:
+    """Every process group and mount this program started, for cleanup.
+
+    Pids are also appended to ``pidfile`` so that bench.sh's trap can end
+    them if this program itself is killed (a daemonized joaderfs leads a
+    session, hence a process group, of its own).
+    """
+
+    def __init__(self, pidfile: Path | None) -> None:
+        self.pidfile = pidfile
+        self.groups: set[int] = set()
+        self.mounts: set[Mount] = set()
+        self.lock = threading.Lock()
+
+    def add_group(self, pid: int) -> None:
+        with self.lock:
+            self.groups.add(pid)
+        if self.pidfile:
+            with open(self.pidfile, "a") as f:
+                f.write(f"{pid}\n")
+
+    def drop_group(self, pid: int) -> None:
+        with self.lock:
+            self.groups.discard(pid)
+
+    def kill_group(self, pid: int) -> None:
+        """SIGTERM then SIGKILL to the process group led by ``pid``."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                return
+            for _ in range(50):
+                if not group_alive(pid):
+                    return
+                time.sleep(0.1)
+
+    def mount(self, workdir: Path, name: str, options: dict[str, str],
+              binary: str, source: str) -> Mount:
+        """A daemonized joaderfs over ``source`` in ``workdir/name``, as
+        users run it, logging at info level."""
+        m = Mount(source, str(workdir / name), dict(options, log_level="info"),
+                  defaults={}, binary=binary)
+        m.mount_timeout = 300  # scanning a large dataset
+        self.mounts.add(m)
+        try:
+            m.start()
+        except AssertionError as e:
+            self.stop(m)
+            raise RuntimeError(str(e)) from None
+        self.add_group(m.proc.pid)
+        return m
+
+    def stop(self, m: Mount) -> None:
+        """Unmounts and reaps ``m`` (SIGTERM, then SIGKILL if it hangs)."""
+        m.cleanup()
+        if m.proc is not None:
+            self.drop_group(m.proc.pid)
+        self.mounts.discard(m)
+
+    def cleanup(self) -> None:
+        for pid in list(self.groups):
+            self.kill_group(pid)
+        for m in list(self.mounts):
+            self.stop(m)
+        self.groups.clear()
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """``k=v,k=v`` mount options as a dict (later keys win)."""
+    return dict(kv.split("=", 1) for kv in text.split(",") if kv)
+
+
 class Bench:
     def __init__(self, args) -> None:
         self.args = args
@@ -148,17 +225,15 @@ class Bench:
         monitor = MemoryMonitor()
         try:
             if is_jfs(system):
-                opts = [f"ram_cache={args.ram_cache}", f"seed={args.seed}",
-                        f"size={args.size}"]
+                opts = {"ram_cache": args.ram_cache, "seed": str(args.seed),
+                        "size": str(args.size), "cache_dir": "none"}
                 if cache_dir:
                     cache_path = self.workdir / f"cache-{tag}"
                     cache_path.mkdir()
-                    opts.append(f"cache_dir={cache_path}")
-                else:
-                    opts.append("cache_dir=none")
-                if mount_options:
-                    opts.append(mount_options)
-                daemon = Daemon(args, self.reaper, self.workdir, tag, ",".join(opts))
+                    opts["cache_dir"] = str(cache_path)
+                opts.update(parse_options(mount_options))
+                daemon = self.reaper.mount(self.workdir, tag, opts, args.joaderfs,
+                                           args.data)
             for i, plan in enumerate(plans):
                 cmd = [sys.executable, str(JOB_SCRIPT), *job_args(system, args),
                        "--epochs", str(plan.epochs), "--batch", str(args.batch),
@@ -237,7 +312,7 @@ class Bench:
                             detail += f"; /stats: {json.dumps(daemon.stats())}"
                         except OSError as e:
                             detail += f"; /stats unreadable: {e}"
-                        detail += f"; daemon log tail:\n{daemon.log_tail()}"
+                        detail += f"; daemon:\n{daemon.diagnostics(tail=15)}"
                     raise RuntimeError(f"run {tag} {what}; {detail}")
             monitor.stop()
             result.jobs = [json.loads(outputs[i]) for i in range(len(procs))]
@@ -289,7 +364,7 @@ class Bench:
                         pass
                 self.reaper.drop_group(p.pid)
             if daemon:
-                daemon.stop()
+                self.reaper.stop(daemon)
             if cache_path:
                 subprocess.run(["rm", "-rf", str(cache_path)], check=False)
             for i in range(len(procs)):
@@ -396,14 +471,15 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
         out["pil_ms"], out["pil_faults"] = float(pil_ms), float(pil_faults)
     else:
         print(f"  PIL cost failed: {r.stderr[-500:]}", file=sys.stderr)
-    d = Daemon(a, bench.reaper, bench.workdir, "costs",
-               f"ram_cache={a.ram_cache},seed={a.seed},size={a.size},cache_dir=none")
+    d = bench.reaper.mount(bench.workdir, "costs",
+                           {"ram_cache": a.ram_cache, "seed": str(a.seed),
+                            "size": str(a.size), "cache_dir": "none"}, a.joaderfs, a.data)
     try:
         job = os.path.join(d.mnt, "jobs", "raw")
         os.mkdir(job)
-        s0, c0, f0 = d.stats(), d.cpu(), proc_minflt(d.proc.pid)
+        s0, c0, f0 = d.stats(), d.cpu(), d.minflt()
         read_epoch_raw(job)
-        s1, c1, f1 = d.stats(), d.cpu(), proc_minflt(d.proc.pid)
+        s1, c1, f1 = d.stats(), d.cpu(), d.minflt()
         decoded = max(1, s1["decoded"] - s0["decoded"])
         out["decode_ms"] = 1000 * (c1 - c0) / decoded
         out["decode_faults"] = (f1 - f0) / decoded
@@ -449,7 +525,7 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
                 for stream in (p.stdin, p.stdout):
                     stream.close()
     finally:
-        d.stop()
+        bench.reaper.stop(d)
     return out
 
 

@@ -19,52 +19,40 @@ Usage: bench/tiers.py --bin build/joaderfs --data DATASET [--runs 5] [--size 224
 """
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from mountlib import Mount  # noqa: E402
 
 HEADER = 64
 READ_SIZE = 1 << 20
 
 
-class Mount:
-    """A joaderfs daemon in the foreground over a temporary mountpoint."""
+@contextlib.contextmanager
+def mounted(args, options: dict[str, str]):
+    """A daemonized joaderfs over --data through the daemon harness,
+    unmounted and reaped on leaving."""
+    workdir = tempfile.mkdtemp(prefix="jfs-bench-")
+    m = Mount(args.data, workdir, dict(options, log_level="info"), defaults={},
+              binary=args.bin)
+    try:
+        m.start()
+        yield m
+    finally:
+        m.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
 
-    def __init__(self, binary: str, source: str, options: str):
-        self.dir = tempfile.mkdtemp(prefix="jfs-bench-")
-        self.mnt = os.path.join(self.dir, "mnt")
-        os.mkdir(self.mnt)
-        log = open(os.path.join(self.dir, "log"), "w")
-        self.proc = subprocess.Popen([binary, source, self.mnt, "-f", "-o", options],
-                                     stdout=log, stderr=log)
-        deadline = time.time() + 30
-        while not os.path.exists(os.path.join(self.mnt, "stats")):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("joaderfs did not mount; see " + log.name)
-            time.sleep(0.05)
 
-    def stats(self) -> dict:
-        with open(os.path.join(self.mnt, "stats")) as f:
-            return json.load(f)
-
-    def job(self, name: str, spec: str = "") -> str:
-        path = os.path.join(self.mnt, "jobs", name)
-        os.mkdir(path)
-        if spec:
-            with open(os.path.join(path, "spec"), "w") as f:
-                f.write(spec)
-        return path
-
-    def close(self):
-        subprocess.run(["fusermount3", "-u", self.mnt], check=False)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def make_job(m: Mount, name: str) -> str:
+    return os.path.dirname(m.mkjob(name))
 
 
 def read_epoch(job: str) -> tuple[int, int, float]:
@@ -92,11 +80,11 @@ def payload_bytes(total: int, records: int, size: int) -> int:
 
 def run_once(args) -> dict:
     out = {}
-    common = f"size={args.size},seed=1,threads={os.cpu_count()}"
+    common = {"size": str(args.size), "seed": "1", "threads": str(os.cpu_count()),
+              "ram_cache": "8G"}
     # Decode cost and first vs second epoch: RAM tier large enough for all.
-    m = Mount(args.bin, args.data, f"{common},cache_dir=none,ram_cache=8G")
-    try:
-        job = m.job("epochs")
+    with mounted(args, dict(common, cache_dir="none")) as m:
+        job = make_job(m, "epochs")
         n1, _, t1 = read_epoch(job)
         s = m.stats()
         out["decode_ms"] = 1000 * s["decode_busy_seconds"] / max(1, s["decoded"])
@@ -110,24 +98,18 @@ def run_once(args) -> dict:
             moved += payload_bytes(total, n, args.size)
             secs += t
         out["fuse_gbps"] = moved / secs / 1e9
-    finally:
-        m.close()
     # Disk-hit cost: fill the disk tier, restart, read an epoch.
     cache_dir = tempfile.mkdtemp(prefix="jfs-bench-cache-")
-    m = Mount(args.bin, args.data, f"{common},cache_dir={cache_dir},ram_cache=8G")
     try:
-        read_epoch(m.job("fill"))
+        with mounted(args, dict(common, cache_dir=cache_dir)) as m:
+            read_epoch(make_job(m, "fill"))
+        with mounted(args, dict(common, cache_dir=cache_dir)) as m:
+            read_epoch(make_job(m, "reuse"))
+            s = m.stats()
+            out["disk_ms"] = 1000 * s["decode_busy_seconds"] / max(1, s["disk_hits"])
+            out["restart_decoded"] = s["decoded"]
     finally:
-        m.close()
-    m = Mount(args.bin, args.data, f"{common},cache_dir={cache_dir},ram_cache=8G")
-    try:
-        read_epoch(m.job("reuse"))
-        s = m.stats()
-        out["disk_ms"] = 1000 * s["decode_busy_seconds"] / max(1, s["disk_hits"])
-        out["restart_decoded"] = s["decoded"]
-    finally:
-        m.close()
-        subprocess.run(["rm", "-rf", cache_dir], check=False)
+        shutil.rmtree(cache_dir, ignore_errors=True)
     out["disk_ratio"] = out["disk_ms"] / out["decode_ms"]
     return out
 
@@ -140,6 +122,7 @@ def main():
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--warm-epochs", type=int, default=5)
     args = p.parse_args()
+    args.data = os.path.abspath(args.data)
     runs = [run_once(args) for _ in range(args.runs)]
 
     def med(key):

@@ -243,28 +243,25 @@ def main() -> None:
         train(args)
         return
 
-    from client_cost import mount, unmount_and_reap
+    from client_cost import mount
     device = pick_device(args.device)
     counts = [int(k) for k in args.jobs.split(",")]
     systems = args.systems.split(",")
     rows = []
     ceiling, _ = run_jobs(args, "synthetic", 1, None, device)
     with tempfile.TemporaryDirectory(prefix="joaderfs-train-") as tmp:
-        mnt = Path(tmp) / "mnt"
-        mnt.mkdir()
-        pid = None
+        daemon = None
         if "joaderfs" in systems:
-            pid = mount(args.joaderfs, args.data, mnt,
-                        f"ram_cache={args.ram_cache},cache_dir=none,"
-                        f"size={args.size},log={tmp}/daemon.log")
+            daemon = mount(args.joaderfs, args.data, Path(tmp),
+                           {"ram_cache": args.ram_cache, "cache_dir": "none",
+                            "size": str(args.size)})
         try:
-            while pid and not (mnt / "stats").exists():
-                time.sleep(0.05)
             for count in counts:
                 for system in systems:
                     results, util = run_jobs(
                         args, system, count,
-                        mnt if system == "joaderfs" else None, device)
+                        Path(daemon.mnt) if system == "joaderfs" else None,
+                        device)
                     span = (max(r["end"] for r in results) -
                             min(r["start"] for r in results))
                     rows.append((system, count, [r["images_per_s"] for r in results],
@@ -272,8 +269,8 @@ def main() -> None:
                     print(f"{system} x{count}: {rows[-1][3]:.1f} images/s",
                           file=sys.stderr, flush=True)
         finally:
-            if pid:
-                unmount_and_reap(mnt, pid)
+            if daemon:
+                daemon.cleanup()
 
     print(f"ResNet-18 training, {device}, batch {args.batch}, size {args.size}, "
           f"{args.steps} steps per job ({args.warmup} warm-up steps left out), "

@@ -19,10 +19,11 @@
 #               -- --scenarios S1,S3 --reps 5
 #
 # The generated dataset (build/joaderfs-gendata, ImageNet-like JPEG sizes) is
-# cached under build/bench-data. Every joaderfs daemon runs in the foreground
-# of its own process group, one per run; on exit, error or Ctrl-C everything
-# this script started is ended and every mount under its work folder is
-# unmounted.
+# cached under build/bench-data. Every joaderfs daemon is mounted daemonized,
+# as users run it (its own session, hence process group), one per run,
+# through the daemon harness tests/integration/mountlib.py; on exit, error or
+# Ctrl-C everything this script started is ended and every mount under its
+# work folder is unmounted.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,23 +1,19 @@
 """The client against a real daemon: mount a small ImageFolder and read it.
 
 The daemon is ``$JOADERFS_BIN`` (default: build/joaderfs of this checkout),
-daemonized as admins run it (no ``-f``).  This process makes itself a child
-subreaper, so the daemon, orphaned when its launcher exits, becomes its
-child: cleanup always unmounts, then reaps the daemon and checks that it
-exited cleanly (or kills it after a grace period).
+daemonized as admins run it (no ``-f``), through the repository's daemon
+harness, tests/integration/mountlib.py: cleanup always unmounts, then reaps
+the daemon and checks that it exited cleanly (or kills it after a grace
+period).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 import unittest
 from pathlib import Path
 
@@ -26,15 +22,16 @@ from PIL import Image
 
 import joaderfs
 
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+import mountlib  # noqa: E402
+
 try:
     import torch
     from torch.utils.data import DataLoader
 except ImportError:  # the torch test is skipped, the rest still runs
     torch = None
 
-REPO = Path(__file__).resolve().parents[2]
-JOADERFS_BIN = Path(os.environ.get("JOADERFS_BIN",
-                                   REPO / "build" / "joaderfs"))
 CLASSES = ("b-dogs", "a-cats", "c-eels")  # made unsorted; labels are sorted
 PER_CLASS = 50
 SIZE = 64
@@ -65,65 +62,13 @@ def make_image_folder(root: Path) -> dict[str, tuple[int, int, int]]:
     return colours
 
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-
-
-def find_daemon(argv: list[str]) -> int:
-    """The pid of our child running exactly ``argv``: the daemonized
-    joaderfs (its launcher has exited by then)."""
-    wanted = "\0".join(argv).encode() + b"\0"
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-            stat = Path(f"/proc/{name}/stat").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        if cmdline == wanted and ppid == os.getpid():
-            return int(name)
-    raise RuntimeError(f"no daemon running {argv}")
-
-
-def unmount(mountpoint: Path) -> None:
-    if subprocess.run(["fusermount3", "-u", "-q", str(mountpoint)]).returncode:
-        # Busy or the daemon died: detach lazily so nothing is left behind.
-        if str(mountpoint) in Path("/proc/self/mounts").read_text():
-            subprocess.run(["fusermount3", "-u", "-z", "-q", str(mountpoint)])
-
-
-def wait_pid(pid: int, timeout: float) -> int | None:
-    """The exit status of child ``pid`` once reaped, None if still running."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-
-
-def reap(pid: int, log: Path, statuses: list[int]) -> None:
-    """Waits for the unmounted daemon to exit, else ends it; records its
-    exit status (negative: killed by that signal)."""
-    status = wait_pid(pid, 10)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if status is not None:
-            break
-        os.kill(pid, sig)
-        status = wait_pid(pid, 5)
-    statuses.append(status)
+def unmount_cleanly(mount: mountlib.Mount) -> None:
+    """Unmounts and reaps the daemon; a daemon that did not exit 0 fails
+    the class, with its log."""
+    status = mount.unmount()
     if status != 0:
-        print(f"\njoaderfs exited with {status}; its log:\n"
-              f"{log.read_text(errors='replace')[-10000:]}", file=sys.stderr)
+        print(f"\njoaderfs exited with {status}:\n{mount.saved_log}",
+              file=sys.stderr)
         raise RuntimeError(f"joaderfs exited with {status} after unmounting")
 
 
@@ -133,54 +78,28 @@ def _deadline_passed(signum, frame):
     raise TimeoutError(f"test took more than {TEST_DEADLINE_S} s")
 
 
-@unittest.skipUnless(JOADERFS_BIN.is_file(),
-                     f"no daemon binary at {JOADERFS_BIN}")
 class MountTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
+        mountlib.require_binary()
         folder = tempfile.mkdtemp(prefix="joaderfs-client-test-")
         cls.addClassCleanup(shutil.rmtree, folder, ignore_errors=True)
         cls.source = Path(folder) / "images"
         cls.source.mkdir()
-        cls.mount = Path(folder) / "mnt"
-        cls.mount.mkdir()
         cls.colours = make_image_folder(cls.source)
-        cls.log = Path(folder) / "daemon.log"
-        become_subreaper()
-        argv = [str(JOADERFS_BIN), "-o",
-                f"cache_dir=none,ram_cache=256M,size={SIZE},log={cls.log}",
-                str(cls.source), str(cls.mount)]
-        cls.daemon_status: list[int] = []
-        launcher = subprocess.run(argv, capture_output=True, text=True,
-                                  timeout=60)
-        if launcher.returncode != 0:
-            unmount(cls.mount)
-            raise RuntimeError(f"joaderfs exited with {launcher.returncode}:"
-                               f" {launcher.stderr}")
-        try:
-            cls.daemon_pid = find_daemon(argv)
-        except RuntimeError:
-            unmount(cls.mount)
-            raise
-        # Cleanups run last-in first-out: unmount, then reap.
-        cls.addClassCleanup(reap, cls.daemon_pid, cls.log, cls.daemon_status)
-        cls.addClassCleanup(unmount, cls.mount)
-        cls.wait_for_mount()
+        daemon = mountlib.Mount(
+            str(cls.source), folder,
+            {"cache_dir": "none", "ram_cache": "256M", "size": str(SIZE),
+             "log_level": "info"}, defaults={})
+        # Cleanups run last-in first-out: cleanup() only acts if the
+        # clean unmount did not happen (a failure half-way).
+        cls.addClassCleanup(daemon.cleanup)
+        daemon.start()
+        cls.addClassCleanup(unmount_cleanly, daemon)
+        cls.mount = Path(daemon.mnt)
         cls.manifest = joaderfs.read_manifest(cls.mount)
         cls.labels = {e.id: e.label for e in cls.manifest}
-
-    @classmethod
-    def wait_for_mount(cls) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                joaderfs.read_stats(cls.mount)
-                return
-            except (OSError, ValueError):
-                time.sleep(0.1)
-        raise RuntimeError(f"/stats not readable after 30 s:\n"
-                           f"{cls.log.read_text()}")
 
     def setUp(self) -> None:
         signal.signal(signal.SIGALRM, _deadline_passed)

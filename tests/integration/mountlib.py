@@ -1,14 +1,22 @@
-"""Shared helpers for the joaderfs mount-level integration tests.
+"""The one joaderfs daemon harness: mount-level tests (tests/integration,
+tests/tiers, tests/sampling), the Python client's tests (python/tests) and
+the benchmarks (bench/) all mount, read, measure and unmount through it.
 
 Everything here is written from the contract (DESIGN.md section 2), not from
 the daemon's sources: datasets are made with PIL, records are parsed by hand,
 the expected pixels come from an independent PIL decode.
 
+Importing it makes this process a child subreaper, so that every daemonized
+joaderfs it starts is its to reap, with its exit status.
+
 The daemon binary is $JOADERFS_BIN (CTest sets it), else build/joaderfs.
+Other folders import it with
+``sys.path.insert(0, "<repo>/tests/integration")``.
 """
 
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -347,6 +355,37 @@ def become_subreaper():
 become_subreaper()
 
 
+# ------------------------------------------------------------ /proc figures
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat_fields(pid):
+    """Fields of /proc/PID/stat after the command name (field 3 onward:
+    state is [0], ppid [1], pgrp [2], minflt [7], utime [11], stime [12])."""
+    with open("/proc/%s/stat" % pid, "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2:].split()
+
+
+def proc_cpu(pid):
+    """utime + stime of a live process (all its threads), in seconds."""
+    fields = proc_stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kib(pid, key):
+    """A kB figure of /proc/PID/status (VmHWM, VmRSS...), None if gone."""
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def daemon_pid(mountpoint, timeout=10.0, cwd=None):
     """The pid of our adopted joaderfs daemon serving `mountpoint` (given
     on its command line relative to `cwd`, if it was started there)."""
@@ -359,8 +398,7 @@ def daemon_pid(mountpoint, timeout=10.0, cwd=None):
             try:
                 with open("/proc/%s/cmdline" % pid, "rb") as f:
                     args = f.read().split(b"\0")
-                with open("/proc/%s/stat" % pid) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                ppid = int(proc_stat_fields(pid)[1])
             except (OSError, ValueError, IndexError):
                 continue
             if ppid == os.getpid() and any(
@@ -413,25 +451,30 @@ class Mount:
     with -f as a child instead, for tests about the foreground process)."""
 
     def __init__(self, source, workdir, options=None, extra_args=(),
-                 foreground=False):
+                 foreground=False, defaults=None, binary=None):
+        """`options` override `defaults` (BASE_OPTIONS and a debug log in
+        workdir); an option given as False is left out.  `binary`: the
+        daemon to run instead of BIN (the benchmarks' --joaderfs)."""
         self.source = source
         self.workdir = workdir
         self.mnt = os.path.join(workdir, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
         self.log_path = os.path.join(workdir, "joaderfs.log")
         self.stderr_path = os.path.join(workdir, "stderr.txt")
-        opts = dict(BASE_OPTIONS)
+        opts = dict(BASE_OPTIONS if defaults is None else defaults)
         opts.update({"log": self.log_path, "log_level": "debug"})
         if options:
             opts.update(options)
         self.options = {k: v for k, v in opts.items() if v is not False}
         self.foreground = foreground
-        self.argv = [BIN] + (["-f"] if foreground else []) + [
+        self.argv = [binary or BIN] + (["-f"] if foreground else []) + [
             "-o", format_options(self.options)] + list(extra_args) + [
             source, self.mnt]
         self.proc = None
         self.returncode = None
         self.saved_log = ""
+        # A big dataset takes longer to scan before the daemon mounts.
+        self.mount_timeout = MOUNT_TIMEOUT
 
     # -- life cycle
 
@@ -445,7 +488,8 @@ class Mount:
             # The launcher returns once the daemon has mounted.
             r = subprocess.run(self.argv, stdout=self._stderr,
                                stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=MOUNT_TIMEOUT)
+                               stdin=subprocess.DEVNULL,
+                               timeout=self.mount_timeout)
             if r.returncode != 0:
                 self.returncode = r.returncode
                 raise AssertionError(
@@ -455,7 +499,7 @@ class Mount:
                 raise AssertionError("joaderfs exited 0 but %s is not mounted"
                                      "\n%s" % (self.mnt, self.diagnostics()))
             self.proc = DaemonProcess(daemon_pid(self.mnt))
-        deadline = time.monotonic() + MOUNT_TIMEOUT
+        deadline = time.monotonic() + self.mount_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(
@@ -465,7 +509,7 @@ class Mount:
                 return self
             time.sleep(0.05)
         raise AssertionError("no mount after %.0fs\n%s"
-                             % (MOUNT_TIMEOUT, self.diagnostics()))
+                             % (self.mount_timeout, self.diagnostics()))
 
     def unmount(self, lazy_fallback=True):
         """fusermount3 -u (lazy if busy), then wait for / kill the daemon."""
@@ -528,6 +572,29 @@ class Mount:
             parts.append("---- %s (%s) ----\n%s"
                          % (title, path, "\n".join(lines)))
         return "\n".join(parts)
+
+    def log_problems(self):
+        """Warning, error and critical lines of the daemon's log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if "[warning]" in line
+                or "[error]" in line or "[critical]" in line]
+
+    # -- figures of the daemon process
+
+    def cpu(self):
+        """CPU seconds the daemon has used so far (all its threads)."""
+        return proc_cpu(self.proc.pid)
+
+    def minflt(self):
+        return int(proc_stat_fields(self.proc.pid)[7])
+
+    def hwm_kib(self):
+        """The daemon's peak resident memory (VmHWM) so far."""
+        return proc_status_kib(self.proc.pid, "VmHWM") or 0
 
     # -- the tree
 
@@ -662,3 +729,201 @@ class DatasetMixin:
 
 def ids_of(records_per_reader):
     return [r.id for rs in records_per_reader for r in rs]
+
+
+# ------------------------------------------------- cache-tier helpers
+# Used by tests/tiers (issue 4): sample digests, the files under cache_dir,
+# paced readers and the mount life cycles of restarts and crashes.
+
+SIZE = int(BASE_OPTIONS["size"])
+PIXELS = SIZE * SIZE * 3
+# Disk bytes a sample takes: its slot, a 32-byte header and the pixels to a
+# multiple of 64 (the disk tier's budget and disk_bytes count slots).
+SLOT = (32 + PIXELS + 63) // 64 * 64
+RECORD = record_size(PIXELS)
+
+
+def log(msg, *args):
+    """Figures for the report: go to stderr, which ctest -V shows."""
+    sys.stderr.write(("    [tiers] " + msg + "\n") % args)
+    sys.stderr.flush()
+
+
+def small_layout(n, classes=4, prefix="img"):
+    """{class: [names]} with n images spread over `classes` classes."""
+    layout = {}
+    for k in range(n):
+        cls = "c%02d" % (k % classes)
+        layout.setdefault(cls, []).append("%s%04d.jpg" % (prefix, k))
+    return layout
+
+
+def make_dataset(root, n, classes=4, seed=0):
+    """n small JPEGs (make_imagefolder's generator, 64..300 px) in
+    ImageFolder layout; returns (root, [(relpath, label)] in id order)."""
+    make_imagefolder(root, small_layout(n, classes), seed=seed)
+    return root, imagefolder_order(root)
+
+
+def rewrite_image(path, seed):
+    """Rewrites `path` in place (same name, same inode) with other pixels
+    of the same dimensions."""
+    with Image.open(path) as im:
+        w, h = im.size
+    rng = np.random.default_rng(seed)
+    _image(rng, w, h).save(path, "JPEG", quality=90)
+
+
+def payload_digest(record):
+    return hashlib.sha1(record.payload).hexdigest()
+
+
+def digests(records):
+    """{id: sha1 of pixels}; asserts no id twice."""
+    out = {}
+    for r in records:
+        assert r.id not in out, "id %d delivered twice in one epoch" % r.id
+        out[r.id] = payload_digest(r)
+    return out
+
+
+def cache_files(cache_dir, suffix="", prefix=""):
+    """Files anywhere under cache_dir whose names start with `prefix` and
+    end with `suffix` (slot files are `slots-<bytes>`; the RocksDB index
+    lives in <folder>/index/)."""
+    out = []
+    for root, _, names in os.walk(cache_dir):
+        for name in sorted(names):
+            if name.startswith(prefix) and name.endswith(suffix):
+                out.append(os.path.join(root, name))
+    return sorted(out)
+
+
+def flip_bytes(path, fractions=(0.3, 0.5, 0.7), length=64):
+    """XORs `length` bytes with 0xFF at each fraction of the file's size;
+    returns the offsets damaged."""
+    size = os.path.getsize(path)
+    offsets = []
+    with open(path, "r+b") as f:
+        for frac in fractions:
+            off = max(0, min(size - length, int(size * frac)))
+            f.seek(off)
+            data = bytearray(f.read(length))
+            for i in range(len(data)):
+                data[i] ^= 0xFF
+            f.seek(off)
+            f.write(bytes(data))
+            offsets.append(off)
+        f.flush()
+        os.fsync(f.fileno())
+    return offsets
+
+
+class PacedReader(threading.Thread):
+    """One reader of one job: reads one record at a time and sleeps
+    `delay` seconds per record received, until EOF."""
+
+    def __init__(self, next_path, delay, record_bytes=RECORD, on_eof=None):
+        super().__init__(daemon=True)
+        self.next_path = next_path
+        self.delay = delay
+        self.record_bytes = record_bytes
+        self.on_eof = on_eof
+        self.data = bytearray()
+        self.error = None
+        self.fd = os.open(next_path, os.O_RDONLY)  # opened before any read
+        self.finished_at = None
+        self.eof_stats = None
+
+    def run(self):
+        seen = 0
+        try:
+            while True:
+                chunk = os.read(self.fd, self.record_bytes)
+                if not chunk:
+                    break
+                self.data += chunk
+                complete = len(self.data) // self.record_bytes
+                if complete > seen and self.delay:
+                    time.sleep(self.delay * (complete - seen))
+                seen = complete
+            self.finished_at = time.monotonic()
+            if self.on_eof:
+                self.eof_stats = self.on_eof()
+        except OSError as e:
+            self.error = e
+        finally:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+    def records(self):
+        return parse_records(bytes(self.data))
+
+
+class TierTestCase(JoaderTestCase):
+    """JoaderTestCase plus the tier tests' epochs, references, clean
+    unmounts and crashes."""
+
+    def read_job(self, m, job, spec=None, readers=1, timeout=90.0):
+        """Makes `job` (if needed) and reads one epoch; returns records."""
+        if not os.path.isdir(m.path("jobs", job)):
+            m.mkjob(job, spec=spec)
+        recs = [r for rs in read_epoch(m.path("jobs", job, "next"), readers,
+                                       timeout=timeout) for r in rs]
+        ids = [r.id for r in recs]
+        self.assertEqual(len(ids), len(set(ids)),
+                         "job %s: an id was delivered twice in one epoch" % job)
+        return recs
+
+    def reference(self, source, size=SIZE, n=None):
+        """{id: sha1 of pixels} from a mount with cache_dir=none: every
+        sample decoded afresh (decoding is deterministic)."""
+        m = self.mount(source, {"cache_dir": "none", "size": str(size),
+                                "ram_cache": "256M"})
+        recs = self.read_job(m, "reference")
+        ref = digests(recs)
+        if n is not None:
+            self.assertEqual(len(ref), n, "reference mount: %d of %d records"
+                             % (len(ref), n))
+        st = m.stats()
+        self.assertEqual(st["skipped"], 0, "reference mount skipped samples")
+        m.unmount()
+        return ref
+
+    def clean_unmount(self, m):
+        """fusermount3 -u, then wait for the daemon to exit (it flushes the
+        disk tier before exiting); asserts a clean exit."""
+        r = subprocess.run([FUSERMOUNT, "-u", m.mnt], capture_output=True)
+        self.assertEqual(r.returncode, 0, "fusermount3 -u %s: %s"
+                         % (m.mnt, r.stderr.decode(errors="replace")))
+        rc = m.wait_exit(30.0)
+        self.assertEqual(rc, 0, "daemon exit status after fusermount3 -u")
+        self.assertFalse(is_mounted(m.mnt))
+
+    def kill9(self, m):
+        """SIGKILL the daemon, then unmount the dead mount ('Transport
+        endpoint is not connected'): fusermount3 -u, else -u -z."""
+        os.kill(m.proc.pid, signal.SIGKILL)
+        m.proc.wait(10)
+        r = subprocess.run([FUSERMOUNT, "-u", m.mnt], capture_output=True)
+        how = "fusermount3 -u"
+        if r.returncode != 0 and is_mounted(m.mnt):
+            r = subprocess.run([FUSERMOUNT, "-u", "-z", m.mnt],
+                               capture_output=True)
+            how = "fusermount3 -u -z"
+        self.assertFalse(is_mounted(m.mnt), "dead mount still mounted after "
+                         "%s: %s" % (how, r.stderr.decode(errors="replace")))
+        m.wait_exit(5.0)
+        return how
+
+
+def wait_for(pred, timeout, step=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()

@@ -12,12 +12,14 @@
 
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import unittest
 
-import tierlib
-from tierlib import TierTestCase, digests, log, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import mountlib  # noqa: E402
+from mountlib import TierTestCase, digests, log, wait_for  # noqa: E402
 
 N_CRASH = 200
 # 150 KB per sample at 224: ~30 MB to write, so memtables flush mid-epoch.
@@ -56,11 +58,11 @@ class CrashTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        tierlib.mountlib.require_binary()
+        mountlib.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = tierlib.make_dataset(
+        cls.source, cls.order = mountlib.make_dataset(
             os.path.join(cls._data, "src"), N_CRASH, classes=5, seed=21)
-        cls.small_source, _ = tierlib.make_dataset(
+        cls.small_source, _ = mountlib.make_dataset(
             os.path.join(cls._data, "small"), N_CORRUPT, classes=4, seed=22)
         cls._refs = {}
 
@@ -158,7 +160,7 @@ class CrashTest(TierTestCase):
         self.clean_unmount(m)
 
     def read_after_damage(self, cache_dir, what):
-        ref = self.ref(self.small_source, tierlib.SIZE, N_CORRUPT)
+        ref = self.ref(self.small_source, mountlib.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
                                            "threads": "2"})
         recs = self.read_job(m, "after")
@@ -176,15 +178,15 @@ class CrashTest(TierTestCase):
     def test_corrupt_slot_files(self):
         cache_dir = self.tempdir()
         self.fill_tier(cache_dir)
-        blobs = tierlib.cache_files(cache_dir, prefix="slots-")
+        blobs = mountlib.cache_files(cache_dir, prefix="slots-")
         self.assertTrue(blobs, "no slot files under %s" % cache_dir)
         for b in blobs:
-            offs = tierlib.flip_bytes(b)
+            offs = mountlib.flip_bytes(b)
             log("flipped 3x64 bytes of %s (%d bytes) at %s",
                 os.path.basename(b), os.path.getsize(b), offs)
         st = self.read_after_damage(cache_dir, "damaged slot files")
         # A second remount: the dropped entries were rewritten.
-        ref = self.ref(self.small_source, tierlib.SIZE, N_CORRUPT)
+        ref = self.ref(self.small_source, mountlib.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
                                            "threads": "2"})
         recs = self.read_job(m, "again")
@@ -197,16 +199,16 @@ class CrashTest(TierTestCase):
     def test_corrupt_index_files(self):
         cache_dir = self.tempdir()
         self.fill_tier(cache_dir)
-        ssts = (tierlib.cache_files(cache_dir, ".sst") +
-                tierlib.cache_files(cache_dir, ".log"))
+        ssts = (mountlib.cache_files(cache_dir, ".sst") +
+                mountlib.cache_files(cache_dir, ".log"))
         self.assertTrue(ssts, "no index files under %s" % cache_dir)
         for f in ssts:
-            offs = tierlib.flip_bytes(f, fractions=(0.5,), length=16)
+            offs = mountlib.flip_bytes(f, fractions=(0.5,), length=16)
             log("flipped 16 bytes of %s (%d bytes) at %s",
                 os.path.basename(f), os.path.getsize(f), offs)
         st = self.read_after_damage(cache_dir, "damaged index files")
         # A second remount: what was dropped or lost was stored again.
-        ref = self.ref(self.small_source, tierlib.SIZE, N_CORRUPT)
+        ref = self.ref(self.small_source, mountlib.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
                                            "threads": "2"})
         recs = self.read_job(m, "again")

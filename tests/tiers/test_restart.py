@@ -9,13 +9,15 @@ the new ones.
 
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-import tierlib
-from tierlib import SIZE, TierTestCase, digests, log
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import mountlib  # noqa: E402
+from mountlib import SIZE, TierTestCase, digests, log  # noqa: E402
 
 N = 40
 
@@ -24,9 +26,9 @@ class RestartTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        tierlib.mountlib.require_binary()
+        mountlib.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = tierlib.make_dataset(
+        cls.source, cls.order = mountlib.make_dataset(
             os.path.join(cls._data, "src"), N, classes=4, seed=11)
 
     @classmethod
@@ -48,7 +50,7 @@ class RestartTest(TierTestCase):
         self.assertEqual(st1["decoded"], N, st1)
         before = digests(first)
         self.clean_unmount(m1)
-        self.assertTrue(tierlib.cache_files(cache_dir, prefix="slots-"),
+        self.assertTrue(mountlib.cache_files(cache_dir, prefix="slots-"),
                         "no slot file under %s after a clean unmount: %s"
                         % (cache_dir, os.listdir(cache_dir)))
 
@@ -73,8 +75,8 @@ class RestartTest(TierTestCase):
         rel = self.order[victim][0]
         path = os.path.join(self.source, rel)
         old_pixels = {r.id: r.pixels().copy() for r in first}[victim]
-        tierlib.rewrite_image(path, seed=999)
-        new_ref = tierlib.mountlib.reference_pixels(path, SIZE)
+        mountlib.rewrite_image(path, seed=999)
+        new_ref = mountlib.reference_pixels(path, SIZE)
 
         m3 = self.mount_d(cache_dir)
         third = self.read_job(m3, "third")

@@ -9,13 +9,15 @@ disk_misses, disk_bytes, disk_evictions, decode_queue, decode_busy_seconds
 
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
 import unittest
 
-import tierlib
-from tierlib import PIXELS, SIZE, SLOT, TierTestCase, log, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import mountlib  # noqa: E402
+from mountlib import PIXELS, SIZE, SLOT, TierTestCase, log, wait_for  # noqa: E402
 
 N = 60
 THREADS = 2
@@ -63,9 +65,9 @@ class StatsTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        tierlib.mountlib.require_binary()
+        mountlib.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = tierlib.make_dataset(
+        cls.source, cls.order = mountlib.make_dataset(
             os.path.join(cls._data, "src"), N, classes=3, seed=41)
 
     @classmethod
@@ -98,7 +100,7 @@ class StatsTest(TierTestCase):
         def job(j):
             try:
                 for _ in range(EPOCHS):
-                    r = tierlib.PacedReader(m.path("jobs", "s%d" % j, "next"),
+                    r = mountlib.PacedReader(m.path("jobs", "s%d" % j, "next"),
                                             READ_DELAY)
                     r.run()
                     if r.error:

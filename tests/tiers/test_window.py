@@ -17,6 +17,7 @@ threads=2 throughout; cache_dir=none so every mount decodes afresh.
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 import unittest
@@ -24,8 +25,9 @@ import unittest
 import numpy as np
 from PIL import Image
 
-import tierlib
-from tierlib import TierTestCase, log
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import mountlib  # noqa: E402
+from mountlib import TierTestCase, log  # noqa: E402
 
 N_SMALL = 60
 N = N_SMALL + 1
@@ -53,10 +55,10 @@ class WindowTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        tierlib.mountlib.require_binary()
+        mountlib.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
         src = os.path.join(cls._data, "src")
-        tierlib.make_dataset(src, N_SMALL, classes=3, seed=31)
+        mountlib.make_dataset(src, N_SMALL, classes=3, seed=31)
         os.makedirs(os.path.join(src, "c01"), exist_ok=True)
         t = time.monotonic()
         make_big_jpeg(os.path.join(src, "c01", "zz_big.jpg"))
@@ -64,7 +66,7 @@ class WindowTest(TierTestCase):
             os.path.getsize(os.path.join(src, "c01", "zz_big.jpg")) / 1e6,
             time.monotonic() - t)
         cls.source = src
-        cls.order = tierlib.mountlib.imagefolder_order(src)
+        cls.order = mountlib.imagefolder_order(src)
         assert len(cls.order) == N
         cls.big = [i for i, (rel, _) in enumerate(cls.order)
                    if rel.endswith("zz_big.jpg")][0]
