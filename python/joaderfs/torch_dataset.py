@@ -17,10 +17,12 @@ The dataset reads whole batches (``batch_size=B``) with a few large reads
 straight into one array, so the DataLoader must not batch again
 (``batch_size=None``).  ``images`` is a dense tensor in PyTorch's
 ``channels_last`` layout (the stream's HWC records, permuted without a copy);
-models and ``.to(device)`` accept it as is.  A worker reads into a ring of
-four shared-memory buffers that it reuses (fresh shared memory costs a page
-fault per 4 KiB); the training process copies each batch out once when it
-receives it, which frees the buffer.
+models and ``.to(device)`` accept it as is.  No batch is copied on its way
+to the training loop: batch buffers are reused once every tensor made from
+one has been dropped (fresh memory costs a page fault per 4 KiB).  A worker
+reads into shared-memory buffers that the training process maps once, the
+first time it receives each, and then hands out as they are; a tensor the
+training code keeps stays valid, its buffer is simply not reused.
 
 Per sample::
 
@@ -43,8 +45,10 @@ the daemon already hands each job a uniformly random order.
 
 from __future__ import annotations
 
-import time
+import itertools
+import os
 import warnings
+import weakref
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -123,23 +127,25 @@ class JobDataset(IterableDataset):
     def _batches(self, raw) -> Iterator[Any]:
         in_worker = get_worker_info() is not None
         # A transform's output may alias its input, so a worker with one
-        # hands out fresh shared memory rather than its ring's buffers.
-        ring = _Ring() if in_worker and self._transform is None else None
+        # hands out fresh shared memory that torch sends as usual.
+        ring = _WorkerRing() if in_worker and self._transform is None else None
+        pool = None if in_worker else _BufferPool(self._allocator())
         allocate = (ring.take if ring else _shared_empty if in_worker
-                    else self._allocator())
+                    else pool.take)
         with raw:
             stream = BatchStream(raw, self._batch_size, allocate)
             while (batch := stream.read_batch()) is not None:
                 if self._drop_last and len(batch.ids) < self._batch_size:
                     return
+                if ring is not None:
+                    yield ring.message(batch, self._chw, self._pin_memory)
+                    continue
                 images = batch.images
+                if pool is not None:
+                    images = pool.tensor(images)
                 if self._chw:
                     images = images.permute(0, 3, 1, 2)
-                if ring is None:
-                    yield self._finish(images, batch.labels, batch.ids)
-                else:
-                    yield _WorkerBatch(images, batch.labels, batch.ids,
-                                       ring.flags, ring.slot, self._pin_memory)
+                yield self._finish(images, batch.labels, batch.ids)
 
     def _finish(self, images: torch.Tensor, labels: np.ndarray,
                 ids: np.ndarray) -> tuple[Any, torch.Tensor, torch.Tensor]:
@@ -147,74 +153,179 @@ class JobDataset(IterableDataset):
             images = self._transform(images)
         return images, torch.from_numpy(labels), torch.from_numpy(ids)
 
-    def _allocator(self) -> Callable[[tuple[int, ...]], torch.Tensor]:
+    def _allocator(self) -> Callable[[tuple[int, ...]], np.ndarray]:
         if self._pin_memory:
             if torch.cuda.is_available():
                 return _pinned_empty
             warnings.warn("pin_memory=True but no CUDA device: batches are "
                           "read into ordinary memory")
-        return _plain_empty
+        return _numpy_empty
 
 
-class _Ring:
-    """A worker's reusable shared-memory batch buffers.  ``flags[i]`` is 1
-    while buffer i is on its way to the training process, which clears it
-    once it has copied the batch out (_receive)."""
+class _BufferPool:
+    """The training process's batch buffers (numpy arrays, page-locked with
+    pin_memory).  A buffer goes back to the pool once the last tensor made
+    from it is gone: ``tensor()`` hands out ``torch.from_numpy`` of a fresh
+    view, and the tensor's storage holds that view until it is freed."""
 
-    SLOTS = 4  # DataLoader's default prefetch_factor of 2, plus slack
+    def __init__(self, empty: Callable[[tuple[int, ...]], np.ndarray]) -> None:
+        self._empty = empty
+        self._free: list[np.ndarray] = []  # appended to by finalizers
+        self._owner: np.ndarray | None = None
+
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        while self._free:
+            buffer = self._free.pop()
+            if buffer.shape == shape:
+                break
+        else:
+            buffer = self._empty(shape)
+        self._owner = buffer
+        return buffer
+
+    def tensor(self, images: np.ndarray) -> torch.Tensor:
+        """``images``: a view of the buffer last taken."""
+        view = images[:]
+        weakref.finalize(view, self._free.append, self._owner)
+        return torch.from_numpy(view)
+
+
+class _WorkerRing:
+    """A DataLoader worker's reusable shared-memory batch buffers.
+
+    Sending a shared buffer to another process passes a file descriptor and
+    maps it there, which costs more than reading the batch; so each buffer
+    travels once, with the first batch read into it, and the training
+    process keeps it mapped (_RingView).  ``control`` (shared too) holds,
+    per slot, whether the buffer is in use by the training process (cleared
+    by it once the batch's last tensor is gone) and whether the training
+    process has the buffer; its last byte says whether the training process
+    has ``control`` itself.  Once every slot is in use (the training code
+    keeps batches), batches go out in fresh shared memory instead.
+    """
+
+    SLOTS = 16
 
     def __init__(self) -> None:
-        self.flags = _shared_empty((self.SLOTS,))
-        self.flags.zero_()
+        self.id = (os.getpid(), next(_ring_serials), os.urandom(8))
+        self.control = _shared_empty((2 * self.SLOTS + 1,))
+        self.control.zero_()
+        self.flags = self.control.numpy()
         self.buffers: list[torch.Tensor] = []
         self.slot = -1
+        self.fresh: torch.Tensor | None = None
 
-    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
-        self.slot = (self.slot + 1) % self.SLOTS
-        # Waits only if the training process has not taken its prefetched
-        # batches (more than SLOTS - 1 of them, with a bigger prefetch_factor).
-        while self.flags[self.slot]:
-            time.sleep(0.001)
-        if len(self.buffers) <= self.slot:
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        for slot, buffer in enumerate(self.buffers):
+            if not self.flags[slot] and buffer.numel() == size:
+                break
+        else:
+            slot = len(self.buffers)
+            if slot == self.SLOTS:
+                self.slot = -1
+                self.fresh = _shared_empty(shape)
+                return self.fresh.numpy()
             self.buffers.append(_shared_empty(shape))
-        self.flags[self.slot] = 1
-        return self.buffers[self.slot]
+        self.slot = slot
+        self.flags[slot] = 1
+        return self.buffers[slot].numpy()
+
+    def message(self, batch, chw: bool, pin_memory: bool) -> "_WorkerBatch":
+        slot = self.slot
+        if slot < 0:
+            buffer = self.fresh
+        else:
+            known = self.flags[self.SLOTS + slot]
+            buffer = None if known else self.buffers[slot]
+        control = None if self.flags[2 * self.SLOTS] else self.control
+        return _WorkerBatch((self.id, slot, buffer, control,
+                             batch.images.shape, batch.labels, batch.ids,
+                             chw, pin_memory))
+
+
+_ring_serials = itertools.count()
 
 
 class _WorkerBatch:
     """What a worker hands the DataLoader: unpickled in the training process
     as the ``(images, labels, ids)`` tuple, by _receive."""
 
-    def __init__(self, images: torch.Tensor, labels: np.ndarray,
-                 ids: np.ndarray, flags: torch.Tensor, slot: int,
-                 pin_memory: bool) -> None:
-        self.args = (images, labels, ids, flags, slot, pin_memory)
+    def __init__(self, args: tuple) -> None:
+        self.args = args
 
     def __reduce__(self):
         return _receive, self.args
 
 
-def _receive(images: torch.Tensor, labels: np.ndarray, ids: np.ndarray,
-             flags: torch.Tensor, slot: int, pin_memory: bool) -> tuple:
-    # One copy per batch, into memory of this process (page-locked with
-    # pin_memory), then the worker may reuse its buffer.
-    layout = (torch.channels_last if images.dim() == 4 and images.stride(1) == 1
-              else torch.contiguous_format)
-    pin = pin_memory and torch.cuda.is_available()
-    out = torch.empty(images.shape, dtype=images.dtype, pin_memory=pin,
-                      memory_format=layout)
-    out.copy_(images)
+class _RingView:
+    """The training process's side of one worker's ring: its buffers as
+    numpy arrays, mapped once."""
+
+    def __init__(self, ring_id: tuple) -> None:
+        self.id = ring_id
+        self.control: torch.Tensor | None = None
+        self.flags: np.ndarray | None = None
+        self.buffers: dict[int, np.ndarray] = {}
+
+
+# The rings of the workers this process receives batches from, by worker
+# pid: a worker has one ring at a time (one per iteration of the dataset).
+_rings: dict[int, _RingView] = {}
+
+
+def _ring_view(ring_id: tuple) -> _RingView:
+    view = _rings.get(ring_id[0])
+    if view is None or view.id != ring_id:
+        # A new ring: a new epoch's workers.  Forget the rings of workers
+        # that have exited; tensors still in use keep their memory.
+        for pid in [p for p in _rings if not os.path.exists(f"/proc/{p}")]:
+            del _rings[pid]
+        view = _rings[ring_id[0]] = _RingView(ring_id)
+    return view
+
+
+def _release(flags: np.ndarray, slot: int) -> None:
     flags[slot] = 0
-    return out, torch.from_numpy(labels), torch.from_numpy(ids)
+
+
+def _receive(ring_id: tuple, slot: int, buffer: torch.Tensor | None,
+             control: torch.Tensor | None, shape: tuple[int, ...],
+             labels: np.ndarray, ids: np.ndarray, chw: bool,
+             pin_memory: bool) -> tuple:
+    if slot < 0:  # fresh shared memory, not a ring buffer
+        images = torch.from_numpy(
+            buffer.numpy().reshape(-1)[:int(np.prod(shape))].reshape(shape))
+    else:
+        view = _ring_view(ring_id)
+        if control is not None:
+            view.control, view.flags = control, control.numpy()
+            view.flags[-1] = 1
+        if buffer is not None:
+            view.buffers[slot] = buffer.numpy().reshape(-1)
+            view.flags[_WorkerRing.SLOTS + slot] = 1
+        array = view.buffers[slot][:int(np.prod(shape))].reshape(shape)
+        if pin_memory and torch.cuda.is_available():
+            # One copy into page-locked memory; the buffer is free again.
+            images = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+            images.numpy()[...] = array
+            view.flags[slot] = 0
+        else:
+            weakref.finalize(array, _release, view.flags, slot)
+            images = torch.from_numpy(array)
+    if chw:
+        images = images.permute(0, 3, 1, 2)
+    return images, torch.from_numpy(labels), torch.from_numpy(ids)
+
 
 def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
     storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
     return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
 
-def _pinned_empty(shape: tuple[int, ...]) -> torch.Tensor:
-    return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+def _pinned_empty(shape: tuple[int, ...]) -> np.ndarray:
+    return torch.empty(shape, dtype=torch.uint8, pin_memory=True).numpy()
 
 
-def _plain_empty(shape: tuple[int, ...]) -> torch.Tensor:
-    return torch.empty(shape, dtype=torch.uint8)
+def _numpy_empty(shape: tuple[int, ...]) -> np.ndarray:
+    return np.empty(shape, np.uint8)

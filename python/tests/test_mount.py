@@ -23,7 +23,7 @@ from PIL import Image
 import joaderfs
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.append(str(REPO / "tests" / "integration"))  # after this folder
 import mountlib  # noqa: E402
 
 try:
@@ -229,6 +229,52 @@ class MountTest(unittest.TestCase):
                         result[sample_id][1], pixels,
                         err_msg=f"sample {sample_id}")
                     self.check_pixels(pixels, sample_id)
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_kept_batches_stay_intact(self) -> None:
+        # Batch buffers are reused; one the training code still holds must
+        # never be.  Batches of 4: each worker reads more batches than its
+        # ring has buffers, so kept ones also go out in fresh memory.
+        for workers in (0, 2):
+            with self.subTest(num_workers=workers):
+                job = self.make_job(f"kept-w{workers}")
+                loader = DataLoader(joaderfs.JobDataset(job, batch_size=4),
+                                    batch_size=None, num_workers=workers,
+                                    timeout=60 if workers else 0)
+                kept = list(loader)
+                ids = [i for _, _, batch_ids in kept for i in batch_ids.tolist()]
+                self.check_epoch(ids, [label for _, labels, _ in kept
+                                       for label in labels.tolist()])
+                self.assertEqual(len({images.data_ptr() for images, _, _ in kept}),
+                                 len(kept), "two kept batches share memory")
+                for images, _, batch_ids in kept:
+                    for image, sample_id in zip(images, batch_ids.tolist()):
+                        self.check_pixels(image.permute(1, 2, 0).numpy(),
+                                          sample_id)
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_dropped_batches_reuse_their_memory(self) -> None:
+        # The batch path's speed rests on this: fresh memory for every batch
+        # costs a page fault per 4 KiB, and a shared buffer sent to the
+        # training process for every batch costs a file descriptor and a
+        # mapping.
+        for workers in (0, 2):
+            with self.subTest(num_workers=workers):
+                job = self.make_job(f"reuse-w{workers}")
+                loader = DataLoader(joaderfs.JobDataset(job, batch_size=4),
+                                    batch_size=None, num_workers=workers,
+                                    timeout=60 if workers else 0)
+                buffers, ids = set(), []
+                for images, _, batch_ids in loader:
+                    self.check_pixels(images[0].permute(1, 2, 0).numpy(),
+                                      int(batch_ids[0]))
+                    buffers.add(images.data_ptr())
+                    ids += batch_ids.tolist()
+                self.assertEqual(sorted(ids), sorted(self.labels))
+                # 38 batches; w0: the batch in hand and the one being read;
+                # w2: per worker, those and DataLoader's 2 prefetched ones.
+                self.assertLessEqual(len(buffers), 2 if workers == 0 else 8,
+                                     f"{len(buffers)} buffers for 38 batches")
 
     @unittest.skipIf(torch is None, "torch is not installed")
     def test_batch_options(self) -> None:
