@@ -560,8 +560,8 @@ def scenarios(bench: Bench, which: set[str]) -> None:
         for k in a.s3_jobs:
             plans = [JobPlan(f"s3-{i}") for i in range(k)]
             case = f"{k} job" + ("s" if k > 1 else "")
-            if k == 4:
-                # The target case: repeated; the num_workers=0 variant once.
+            if k in (4, 6):
+                # The target cases: repeated; the num_workers=0 variant once.
                 bench.pair("S3", case, plans, reps)
                 if a.w0:
                     bench.pair("S3", case, plans, a.reps_other, systems=("joaderfs-w0",))
