@@ -106,6 +106,12 @@ class JobDataset(IterableDataset):
         self._batch_size = batch_size
         self._drop_last = drop_last
         self._pin_memory = pin_memory
+        # The training process's batch buffers, kept from epoch to epoch.
+        self._pool: _BufferPool | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A spawned worker gets the settings, not the buffers.
+        return dict(self.__dict__, _pool=None)
 
     def __iter__(self) -> Iterator[tuple[Any, Any, Any]]:
         # The file is opened now, when the worker starts, so that no worker
@@ -129,7 +135,9 @@ class JobDataset(IterableDataset):
         # A transform's output may alias its input, so a worker with one
         # hands out fresh shared memory that torch sends as usual.
         ring = _WorkerRing() if in_worker and self._transform is None else None
-        pool = None if in_worker else _BufferPool(self._allocator())
+        if not in_worker and self._pool is None:
+            self._pool = _BufferPool(self._allocator())
+        pool = None if in_worker else self._pool
         allocate = (ring.take if ring else _shared_empty if in_worker
                     else pool.take)
         with raw:
@@ -166,27 +174,27 @@ class _BufferPool:
     """The training process's batch buffers (numpy arrays, page-locked with
     pin_memory).  A buffer goes back to the pool once the last tensor made
     from it is gone: ``tensor()`` hands out ``torch.from_numpy`` of a fresh
-    view, and the tensor's storage holds that view until it is freed."""
+    view, and the tensor's storage holds that view until it is freed.  Safe
+    for iterations in several threads at once (list appends and pops are
+    atomic)."""
 
     def __init__(self, empty: Callable[[tuple[int, ...]], np.ndarray]) -> None:
         self._empty = empty
         self._free: list[np.ndarray] = []  # appended to by finalizers
-        self._owner: np.ndarray | None = None
 
     def take(self, shape: tuple[int, ...]) -> np.ndarray:
-        while self._free:
-            buffer = self._free.pop()
+        while True:
+            try:
+                buffer = self._free.pop()
+            except IndexError:
+                return self._empty(shape)
             if buffer.shape == shape:
-                break
-        else:
-            buffer = self._empty(shape)
-        self._owner = buffer
-        return buffer
+                return buffer
 
     def tensor(self, images: np.ndarray) -> torch.Tensor:
-        """``images``: a view of the buffer last taken."""
+        """``images``: a slice of a buffer from take(), hence its base."""
         view = images[:]
-        weakref.finalize(view, self._free.append, self._owner)
+        weakref.finalize(view, self._free.append, images.base)
         return torch.from_numpy(view)
 
 

@@ -264,17 +264,20 @@ class MountTest(unittest.TestCase):
                 loader = DataLoader(joaderfs.JobDataset(job, batch_size=4),
                                     batch_size=None, num_workers=workers,
                                     timeout=60 if workers else 0)
-                buffers, ids = set(), []
-                for images, _, batch_ids in loader:
-                    self.check_pixels(images[0].permute(1, 2, 0).numpy(),
-                                      int(batch_ids[0]))
-                    buffers.add(images.data_ptr())
-                    ids += batch_ids.tolist()
-                self.assertEqual(sorted(ids), sorted(self.labels))
-                # 38 batches; w0: the batch in hand and the one being read;
-                # w2: per worker, those and DataLoader's 2 prefetched ones.
-                self.assertLessEqual(len(buffers), 2 if workers == 0 else 8,
-                                     f"{len(buffers)} buffers for 38 batches")
+                buffers = set()
+                for epoch in range(2):
+                    ids = []
+                    for images, _, batch_ids in loader:
+                        self.check_pixels(images[0].permute(1, 2, 0).numpy(),
+                                          int(batch_ids[0]))
+                        buffers.add(images.data_ptr())
+                        ids += batch_ids.tolist()
+                    self.assertEqual(sorted(ids), sorted(self.labels))
+                # 38 batches an epoch.  w0: the batch in hand and the one
+                # being read, kept from epoch to epoch; w2: per worker and
+                # epoch, those and the DataLoader's 2 prefetched ones.
+                self.assertLessEqual(len(buffers), 2 if workers == 0 else 16,
+                                     f"{len(buffers)} buffers for 76 batches")
 
     @unittest.skipIf(torch is None, "torch is not installed")
     def test_batch_options(self) -> None:
