@@ -242,11 +242,13 @@ class MountTest(unittest.TestCase):
                                     batch_size=None, num_workers=workers,
                                     timeout=60 if workers else 0)
                 kept = list(loader)
-                ids = [i for _, _, batch_ids in kept for i in batch_ids.tolist()]
+                ids = [i for _, _, batch_ids in kept
+                       for i in batch_ids.tolist()]
                 self.check_epoch(ids, [label for _, labels, _ in kept
                                        for label in labels.tolist()])
-                self.assertEqual(len({images.data_ptr() for images, _, _ in kept}),
-                                 len(kept), "two kept batches share memory")
+                buffers = {images.data_ptr() for images, _, _ in kept}
+                self.assertEqual(len(buffers), len(kept),
+                                 "two kept batches share memory")
                 for images, _, batch_ids in kept:
                     for image, sample_id in zip(images, batch_ids.tolist()):
                         self.check_pixels(image.permute(1, 2, 0).numpy(),

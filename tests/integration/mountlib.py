@@ -873,8 +873,8 @@ class TierTestCase(JoaderTestCase):
         recs = [r for rs in read_epoch(m.path("jobs", job, "next"), readers,
                                        timeout=timeout) for r in rs]
         ids = [r.id for r in recs]
-        self.assertEqual(len(ids), len(set(ids)),
-                         "job %s: an id was delivered twice in one epoch" % job)
+        self.assertEqual(len(ids), len(set(ids)), "job %s: an id was "
+                         "delivered twice in one epoch" % job)
         return recs
 
     def reference(self, source, size=SIZE, n=None):
