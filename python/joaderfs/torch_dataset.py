@@ -278,7 +278,9 @@ class _RingView:
 
 
 # The rings of the workers this process receives batches from, by worker
-# pid: a worker has one ring at a time (one per iteration of the dataset).
+# pid: a worker has one ring at a time (one per iteration of the dataset;
+# one JobDataset iterated after another in a worker, as ChainDataset does,
+# is fine, two interleaved in one worker are not supported).
 _rings: dict[int, _RingView] = {}
 
 
