@@ -40,6 +40,18 @@ std::string RenderJobStatus(const JobStatus& st) {
   json["window"] = st.window;
   json["shared_picks"] = st.shared_picks;
   json["owner"] = st.owner;
+  if (!st.ranks.empty()) {
+    Json ranks = Json::array();
+    for (const JobStatus& rank : st.ranks) {
+      Json r = StatusJson(rank);
+      r["running"] = rank.running;
+      r["epochs_completed"] = rank.epochs_completed;
+      r["skipped"] = rank.skipped;
+      r["delivered_total"] = rank.delivered_total;
+      ranks.push_back(std::move(r));
+    }
+    json["ranks"] = std::move(ranks);
+  }
   return Dump(json);
 }
 
