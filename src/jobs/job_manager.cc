@@ -69,6 +69,7 @@ struct JobManager::Lane {
   // ids of it already consumed (or handed out before the restart).
   std::optional<uint64_t> resume_epoch;
   Roaring resume_skip;
+  bool resume_written = false;     // by the resume file, not a restart
   uint64_t delivered_earlier = 0;  // by streams a resume replaced
 
   bool running() const { return stream && stream->running(); }
@@ -178,8 +179,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   for (const StoredStream& st : stored.streams) {
     if (st.index >= job->lanes.size()) continue;
     Lane* lane = job->lanes[st.index].get();
-    lane->resume_epoch = st.epoch;
-    lane->resume_skip = st.handed_out;
+    SetResume(lane, st.epoch, st.handed_out);
   }
   spdlog::info("job {} of uid {} restored: {} streams under way", stored.name, stored.uid,
                stored.streams.size());
@@ -388,10 +388,10 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   for (Lane* lane : lanes) {
     // A stream not yet read since the last resume of the same epoch adds
     // these ids to it.
-    const bool adds = !lane->stream && lane->resume_epoch == epoch;
+    const bool adds = lane->resume_written && lane->resume_epoch == epoch;
     ResetLane(lane, &actions);
-    lane->resume_skip = adds ? lane->resume_skip | consumed : consumed;
-    lane->resume_epoch = *epoch;
+    SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
+    lane->resume_written = true;
     if (store_) store_->StartEpoch(name, lane->index, *epoch, lane->resume_skip);
   }
   actions.Add([this] { cache_->RefreshNeeds(); });
@@ -604,17 +604,10 @@ void JobManager::StartEpoch(Lane* lane, Actions* actions) {
     skip = std::move(lane->resume_skip);
     lane->resume_epoch.reset();
     lane->resume_skip = Roaring();
+    lane->resume_written = false;
   }
   Roaring ids = EpochSubset(job, *lane, epoch);
-  if (!skip.isEmpty()) {
-    ids -= skip;
-    // Everything of the epoch was consumed: the next one begins.
-    if (ids.isEmpty()) {
-      ++epoch;
-      skip = Roaring();
-      ids = EpochSubset(job, *lane, epoch);
-    }
-  }
+  ids -= skip;  // not empty: SetResume moves past a fully consumed epoch
   const bool full = skip.isEmpty();
   if (!lane->group) {
     const uint64_t per_sample = SampleBytes(job->spec.size);
@@ -640,6 +633,19 @@ void JobManager::StartEpoch(Lane* lane, Actions* actions) {
   }
   actions->Add([this] { cache_->RefreshNeeds(); });  // its ids are needed again
   Plan(lane->group, actions);
+}
+
+void JobManager::SetResume(Lane* lane, uint64_t epoch, Roaring skip) {
+  Roaring epoch_ids = EpochSubset(lane->job, *lane, epoch);
+  skip &= epoch_ids;
+  if (skip.cardinality() == epoch_ids.cardinality()) {
+    // Nothing of it left: the stream goes on with the next epoch (ReaderAtEof
+    // then sees an epochs= limit).
+    ++epoch;
+    skip = Roaring();
+  }
+  lane->resume_epoch = epoch;
+  lane->resume_skip = std::move(skip);
 }
 
 void JobManager::ResetLane(Lane* lane, Actions* actions) {

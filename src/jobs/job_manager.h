@@ -181,6 +181,9 @@ class JobManager {
   // The epoch the stream is in, or begins at its next read.
   static uint64_t NextEpoch(const Lane& lane);
   void StartEpoch(Lane* lane, Actions* actions);
+  // Makes the stream begin `epoch` at its next read, without `skip` (those
+  // of its ids consumed or handed out already).
+  void SetResume(Lane* lane, uint64_t epoch, Roaring skip);
   // Drops the stream's epoch under way (for `resume`): pins, plan, state.
   void ResetLane(Lane* lane, Actions* actions);
   void Plan(PlanGroup* group, Actions* actions);

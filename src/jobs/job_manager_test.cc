@@ -1134,6 +1134,27 @@ TEST_F(JobManagerTest, ResumeDeliversExactlyTheRestOfTheEpoch) {
   EXPECT_EQ(next[0].header.epoch, 1u);
 }
 
+// A resume that lists the whole epoch moves on to the next one, which an
+// epochs= limit may forbid: then the stream is at its end.
+TEST_F(JobManagerTest, ResumeOfAWholeEpochMovesOn) {
+  Build();
+  MakeJob("j", "subset=classes:0 epochs=2");
+  std::string text = "epoch=0\n";
+  for (int id = 0; id < 8; ++id) text += std::to_string(id) + "\n";
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, text).ok());
+  JobManager::ReaderId reader = Open("j");
+  const std::vector<Record> next = ParseRecords(ReadToEof(reader, kBig));
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(next.size(), 8u);
+  EXPECT_EQ(next[0].header.epoch, 1u);
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=1\n0\n1\n2\n3\n4\n5\n6\n7\n").ok());
+  reader = Open("j");
+  bool eof = false;
+  EXPECT_TRUE(ReadToEof(reader, kBig, &eof).empty());
+  EXPECT_TRUE(eof);
+  jobs_->CloseReader(reader);
+}
+
 // With a job store, a new manager (a restarted daemon) lists the job and
 // continues its epoch without the ids handed out before.
 TEST_F(JobManagerTest, JobsSurviveARestartThroughTheStore) {

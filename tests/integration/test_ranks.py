@@ -196,6 +196,25 @@ class RanksTest(DatasetMixin, JoaderTestCase):
     def test_jobs_survive_kill_9(self):
         self.check_restart(signal.SIGKILL)
 
+    def test_resume_after_a_daemon_crash_returns_what_was_not_consumed(self):
+        cache_dir = self.tempdir()
+        m = self.mount(self.source, {"cache_dir": cache_dir})
+        m.mkjob("ckpt", "window=1")
+        fd = os.open(m.path("jobs", "ckpt", "next"), os.O_RDONLY)
+        handed = [rec.id for rec in read_records(fd, 6)]
+        m.proc.kill()
+        m.wait_exit(10)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        m2 = self.mount(self.source, {"cache_dir": cache_dir})
+        # The checkpoint saw only the first two: the other four come back.
+        m2.write_file("ckpt", "resume", "epoch=0\n%d\n%d\n" % tuple(handed[:2]))
+        rest = [rec.id for reader in read_epoch(m2.path("jobs", "ckpt", "next"))
+                for rec in reader]
+        self.assertEqual(sorted(handed[:2] + rest), list(range(self.N)))
+
     def test_no_persistence_without_cache_dir(self):
         m = self.mount(self.source)  # cache_dir=none
         m.mkjob("gone")
