@@ -10,6 +10,7 @@
 #include <map>
 
 #include "common/hash.h"
+#include "common/rate_limited_log.h"
 
 namespace joaderfs {
 namespace {
@@ -177,7 +178,8 @@ void JobStore::Write(const char* what, const std::string& name, void* batch) {
   rocksdb::WriteOptions options;
   options.sync = false;  // the WAL survives a kill -9 of the process
   const rocksdb::Status s = db_->Write(options, static_cast<rocksdb::WriteBatch*>(batch));
-  if (!s.ok()) spdlog::error("job store: {} {}: {}", what, name, s.ToString());
+  // A full or failing disk fails every write: one line per cause and interval.
+  if (!s.ok()) Warnings().Warn(what, "job store: {} {}: {}", what, name, s.ToString());
 }
 
 void JobStore::PutJob(const std::string& name, uint32_t uid, bool fixed, const std::string& spec,
