@@ -17,6 +17,8 @@ restart of the daemon (DESIGN.md 2.6, 2.7), checked from outside.
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import unittest
 
@@ -214,6 +216,24 @@ class RanksTest(DatasetMixin, JoaderTestCase):
         rest = [rec.id for reader in read_epoch(m2.path("jobs", "ckpt", "next"))
                 for rec in reader]
         self.assertEqual(sorted(handed[:2] + rest), list(range(self.N)))
+
+    def test_other_users_may_not_read_ranks_or_resume(self):
+        m = self.mount(self.source, {"allow_other": None})
+        os.chmod(m.workdir, 0o755)
+        m.mkjob("mine", "ranks=2")
+        probe = ("import errno, os, sys\n"
+                 "for path, flags in ((sys.argv[1], os.O_RDONLY),"
+                 " (sys.argv[2], os.O_WRONLY), (sys.argv[3], os.O_RDONLY)):\n"
+                 "    try:\n"
+                 "        os.close(os.open(path, flags)); print('ok')\n"
+                 "    except OSError as e:\n"
+                 "        print(errno.errorcode[e.errno])\n")
+        out = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             sys.executable, "-c", probe, m.path("jobs", "mine", "next.1"),
+             m.path("jobs", "mine", "resume"), m.path("jobs", "mine", "status")],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.stdout.split(), ["EACCES", "EACCES", "ok"], out.stderr)
 
     def test_no_persistence_without_cache_dir(self):
         m = self.mount(self.source)  # cache_dir=none
