@@ -19,7 +19,10 @@
 // thread that makes data ready. Replies and cache calls run after the
 // manager's lock is dropped (the cache's callbacks re-enter the manager);
 // the planning groups are called under it (they rank below it,
-// common/ranked_mutex.h).
+// common/ranked_mutex.h). The job store (jobs/job_store.h, RocksDB, no lock
+// of ours) is written under it for job records and epoch starts, so that no
+// hand-out of an epoch is saved before the epoch; a reply's hand-outs are
+// saved after the lock is dropped, before the reply.
 
 #ifndef JOADERFS_JOBS_JOB_MANAGER_H_
 #define JOADERFS_JOBS_JOB_MANAGER_H_
