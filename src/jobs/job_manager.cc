@@ -392,7 +392,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
     ResetLane(lane, &actions);
     SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
     lane->resume_written = true;
-    if (store_) store_->StartEpoch(name, lane->index, *epoch, lane->resume_skip);
+    if (store_) store_->StartEpoch(name, lane->index, *lane->resume_epoch, lane->resume_skip);
   }
   actions.Add([this] { cache_->RefreshNeeds(); });
   job->started = true;

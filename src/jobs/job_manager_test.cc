@@ -1155,6 +1155,41 @@ TEST_F(JobManagerTest, ResumeOfAWholeEpochMovesOn) {
   jobs_->CloseReader(reader);
 }
 
+// A resume is saved as the epoch it leads to: after a restart the stream
+// begins there.
+TEST_F(JobManagerTest, ResumeIsSavedInTheStore) {
+  TempDir cache_dir("joaderfs-job-store");
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  Build();
+  MakeJob("j", "subset=classes:0");
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=3\n0\n1\n2\n3\n4\n5\n6\n7\n").ok());
+  std::vector<StoredJob> stored;
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_EQ(stored[0].streams.size(), 1u);
+  EXPECT_EQ(stored[0].streams[0].epoch, 4u) << "epoch 3 all consumed: epoch 4 next";
+  EXPECT_TRUE(stored[0].streams[0].handed_out.isEmpty());
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=5\n2\n").ok());
+  Shutdown();
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_EQ(stored[0].streams.size(), 1u);
+  EXPECT_EQ(stored[0].streams[0].epoch, 5u);
+  EXPECT_EQ(stored[0].streams[0].handed_out, Roaring::bitmapOf(1, 2));
+  EXPECT_TRUE(stored[0].fixed);
+  store_->StartEpoch("j", 0, 3, Roaring::bitmapOf(8, 0, 1, 2, 3, 4, 5, 6, 7));
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  Build();
+  ASSERT_TRUE(jobs_->RestoreJob(stored[0]).ok());
+  JobManager::ReaderId reader = Open("j");
+  const std::vector<Record> next = ParseRecords(ReadToEof(reader, kBig));
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(next.size(), 8u) << "epoch 3 was all handed out: epoch 4 in full";
+  EXPECT_EQ(next[0].header.epoch, 4u);
+  Shutdown();
+  store_.reset();
+}
+
 // With a job store, a new manager (a restarted daemon) lists the job and
 // continues its epoch without the ids handed out before.
 TEST_F(JobManagerTest, JobsSurviveARestartThroughTheStore) {
