@@ -12,6 +12,9 @@
 //     random holes needs about a bit per id whatever holds it, so the
 //     "..._vs_bitsets" counters also compare with the subsets held without
 //     run containers.
+//   - ranks: splitting one epoch of ImageNet's 1.28 million ids among W
+//     ranks (jobs/rank_split.h), which the job manager does once per epoch
+//     of a ranked job, under its lock.
 
 #include <benchmark/benchmark.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "common/random.h"
+#include "jobs/rank_split.h"
 #include "sampling/dependent_planner.h"
 #include "sampling/id_sets.h"
 #include "thread_cpu.h"
@@ -172,6 +176,17 @@ BENCHMARK(BM_PlanEpoch)
     ->Args({kRandom, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+void BM_SplitEpoch(benchmark::State& state) {
+  Roaring subset;
+  subset.addRange(0, 1281167);
+  uint64_t epoch = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(SplitEpoch(subset, epoch++, static_cast<uint32_t>(state.range(0)),
+                                        /*drop_last=*/false));
+  }
+}
+BENCHMARK(BM_SplitEpoch)->ArgName("ranks")->Arg(8)->Arg(64)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace joaderfs

@@ -13,6 +13,11 @@ to EOF reads one epoch; opening it again reads the next epoch.
   of single samples (imports torch on first use).
 - ``make_job``, ``read_stats``, ``job_status``, ``dataset_info``,
   ``read_manifest``: the control files.
+- ``StreamState``: the ids the training process has received this epoch,
+  as a ``state_dict`` for checkpoints; ``load_state_dict`` resumes exactly
+  (``write_resume`` writes the ``resume`` file itself).
+- ``rank=`` (``JobDataset``, ``StreamState``) defaults to torch.distributed's
+  rank when a process group exists and the job has ``ranks=W``.
 
 Only numpy is needed, apart from ``JobDataset``.
 """
@@ -27,6 +32,8 @@ from .batches import HEADER_DTYPE, Batch, BatchStream, iter_batches
 from .control import (ManifestEntry, dataset_info, format_spec, job_dir,
                       job_status, make_job, read_manifest, read_stats,
                       remove_job, write_ids, write_spec)
+from .distributed import default_rank
+from .resume import StreamState, write_resume
 from .stream import (JobReader, Record, RecordHeader, RecordStream,
                      StreamError, next_path, open_next, parse_header,
                      read_records)
@@ -34,9 +41,10 @@ from .stream import (JobReader, Record, RecordHeader, RecordStream,
 __all__ = [
     "HEADER_DTYPE", "Batch", "BatchStream", "JobDataset", "JobReader",
     "ManifestEntry", "Record", "RecordHeader", "RecordStream", "StreamError",
-    "dataset_info", "format_spec", "iter_batches", "job_dir", "job_status",
+    "StreamState", "dataset_info", "default_rank", "format_spec", "iter_batches", "job_dir", "job_status",
     "make_job", "next_path", "open_next", "parse_header", "read_manifest",
-    "read_records", "read_stats", "remove_job", "write_ids", "write_spec",
+    "read_records", "read_stats", "remove_job", "write_ids", "write_resume",
+    "write_spec",
 ]
 
 

@@ -56,6 +56,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .batches import BatchStream
+from .distributed import default_rank
 from .stream import JobReader, PathLike, Record, open_next
 
 Transform = Callable[[torch.Tensor], Any]
@@ -84,7 +85,8 @@ class JobDataset(IterableDataset):
     ``transform``, if given, is applied in the worker to each image (per
     sample) or to each ``images`` tensor (per batch): torchvision transforms
     that take tensors (ConvertImageDtype, Normalize...) or any callable.
-    ``rank=R`` reads ``next.R`` of a job with ``ranks=W``.
+    ``rank=R`` reads ``next.R`` of a job with ``ranks=W``; by default the
+    process's torch.distributed rank when a process group exists.
     """
 
     def __init__(self, job: PathLike, layout: str = "CHW",
@@ -99,7 +101,7 @@ class JobDataset(IterableDataset):
         if batch_size is None and (drop_last or pin_memory):
             raise ValueError("drop_last and pin_memory need batch_size")
         self._job = job
-        self._rank = rank
+        self._rank = rank = default_rank(job, rank)
         self._reader = JobReader(job, rank)
         self._chw = layout == "CHW"
         self._transform = transform

@@ -38,6 +38,7 @@
 #include "daemon/options.h"
 #include "fs/filesystem.h"
 #include "jobs/job_manager.h"
+#include "jobs/job_store.h"
 #include "loader/decoder.h"
 #include "loader/loader_pool.h"
 #include "sampling/plan_groups.h"
@@ -191,7 +192,24 @@ int Run(int argc, char** argv) {
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
-  JobManager jobs(catalog.get(), &cache, pool.get(), &groups, jo);
+  // Jobs survive restarts in the cache_dir (DESIGN.md 2.7); a damaged store
+  // is left as it is and not used.
+  std::unique_ptr<JobStore> job_store;
+  std::vector<StoredJob> stored_jobs;
+  if (!o.cache_dir.empty()) {
+    s = JobStore::Open(o.cache_dir, *catalog, &job_store);
+    if (s.ok()) s = job_store->Load(&stored_jobs);
+    if (!s.ok()) {
+      spdlog::error("{}; jobs are not kept across restarts this time", s.message());
+      job_store.reset();
+      stored_jobs.clear();
+    }
+  }
+  JobManager jobs(catalog.get(), &cache, pool.get(), &groups, jo, job_store.get());
+  for (const StoredJob& stored : stored_jobs) {
+    s = jobs.RestoreJob(stored);
+    if (!s.ok()) spdlog::error("job {} not restored: {}", stored.name, s.message());
+  }
   Filesystem filesystem(catalog.get(), &jobs, o.size);
 
   // Show as "SOURCE on MNT type fuse.joaderfs" in /proc/mounts, as mounts

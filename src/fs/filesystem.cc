@@ -8,6 +8,7 @@
 #include <ctime>
 #include <vector>
 
+#include "common/parse.h"
 #include "common/printable.h"
 #include "fs/render.h"
 #include "jobs/spec.h"
@@ -23,8 +24,19 @@ constexpr fuse_ino_t kInfoIno = 5;
 constexpr fuse_ino_t kManifestIno = 6;
 constexpr fuse_ino_t kJobsIno = 7;
 constexpr fuse_ino_t kFirstJobIno = 16;
-constexpr fuse_ino_t kJobInodeStride = 8;  // dir, spec, ids, next, status
-enum JobFile : fuse_ino_t { kDirOffset, kSpecOffset, kIdsOffset, kNextOffset, kStatusOffset };
+// dir, spec, ids, next, status, resume, then next.R from kRankOffset on.
+enum JobFile : fuse_ino_t {
+  kDirOffset,
+  kSpecOffset,
+  kIdsOffset,
+  kNextOffset,
+  kStatusOffset,
+  kResumeOffset,
+  kRankOffset = 16
+};
+constexpr fuse_ino_t kJobInodeStride = kRankOffset + kMaxRanks;
+// A resume file lists the ids of at most one epoch.
+constexpr size_t kMaxResumeBytes = 256 << 20;
 
 // Static entries may be cached by the kernel; job entries come and go.
 constexpr double kStaticTimeout = 60.0;
@@ -171,7 +183,7 @@ fuse_ino_t Filesystem::JobInode(const std::string& job) {
   return it->second;
 }
 
-Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job) const {
+Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job, uint32_t* rank) const {
   switch (ino) {
     case kRootIno: return Node::kRoot;
     case kReadmeIno: return Node::kReadme;
@@ -190,14 +202,20 @@ Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job) const {
     if (it == job_names_.end()) return Node::kNone;
     *job = it->second;
   }
-  uint32_t owner;
-  if (!jobs_->JobOwner(*job, &owner).ok()) return Node::kNone;
+  uint32_t ranks;
+  if (!jobs_->Ranks(*job, &ranks).ok()) return Node::kNone;
+  if (offset >= kRankOffset) {
+    if (offset - kRankOffset >= ranks) return Node::kNone;
+    if (rank) *rank = static_cast<uint32_t>(offset - kRankOffset);
+    return Node::kRankNext;
+  }
   switch (offset) {
     case kDirOffset: return Node::kJobDir;
     case kSpecOffset: return Node::kSpec;
     case kIdsOffset: return Node::kIds;
-    case kNextOffset: return Node::kNext;
+    case kNextOffset: return ranks ? Node::kNone : Node::kNext;
     case kStatusOffset: return Node::kStatus;
+    case kResumeOffset: return Node::kResume;
     default: return Node::kNone;
   }
 }
@@ -230,7 +248,8 @@ bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
       st->st_nlink = 2;
       break;
     case Node::kSpec: st->st_mode = S_IFREG | 0644; break;
-    case Node::kIds: st->st_mode = S_IFREG | 0200; break;
+    case Node::kIds:
+    case Node::kResume: st->st_mode = S_IFREG | 0200; break;
     default: st->st_mode = S_IFREG | 0444; break;
   }
   if (!job.empty()) {
@@ -264,7 +283,13 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
           : n == "ids"    ? base + kIdsOffset
           : n == "next"   ? base + kNextOffset
           : n == "status" ? base + kStatusOffset
+          : n == "resume" ? base + kResumeOffset
                           : 0;
+    // next.R: R in decimal without leading zeros (Attr checks R < W).
+    if (n.starts_with("next.") && n.size() > 5 && (n[5] != '0' || n.size() == 6)) {
+      const auto rank = ParseUint(std::string_view(n).substr(5));
+      if (rank && *rank < kMaxRanks) ino = base + kRankOffset + *rank;
+    }
     dynamic = true;
   } else {
     fuse_reply_err(req, node == Node::kNone ? ENOENT : ENOTDIR);
@@ -303,12 +328,12 @@ void Filesystem::Setattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_se
   }
   const int allowed = FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
                       FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
-  if ((to_set & ~allowed) ||
-      ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kSpec && node != Node::kIds)) {
+  if ((to_set & ~allowed) || ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kSpec &&
+                              node != Node::kIds && node != Node::kResume)) {
     fuse_reply_err(req, EPERM);
     return;
   }
-  if (to_set & FUSE_SET_ATTR_SIZE) {
+  if ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kResume) {
     const Status s = jobs_->CheckWritable(job, fuse_req_ctx(req)->uid);
     if (!s.ok()) {
       fuse_reply_err(req, ToErrno(s));
@@ -339,8 +364,15 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
       entries[1].second = kJobsIno;
       entries.insert(entries.end(), {{"spec", ino + kSpecOffset},
                                      {"ids", ino + kIdsOffset},
-                                     {"next", ino + kNextOffset},
-                                     {"status", ino + kStatusOffset}});
+                                     {"status", ino + kStatusOffset},
+                                     {"resume", ino + kResumeOffset}});
+      if (uint32_t ranks = 0; jobs_->Ranks(job, &ranks).ok() && ranks > 0) {
+        for (uint32_t r = 0; r < ranks; ++r) {
+          entries.push_back({"next." + std::to_string(r), ino + kRankOffset + r});
+        }
+      } else {
+        entries.push_back({"next", ino + kNextOffset});
+      }
       break;
     case Node::kNone: fuse_reply_err(req, ENOENT); return;
     default: fuse_reply_err(req, ENOTDIR); return;
@@ -397,7 +429,8 @@ void Filesystem::Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto file = std::make_unique<OpenFile>();
-  file->node = Resolve(ino, &file->job);
+  uint32_t rank = 0;
+  file->node = Resolve(ino, &file->job, &rank);
   const int mode = fi->flags & O_ACCMODE;
   const bool writing = mode != O_RDONLY;
   const uint32_t uid = fuse_req_ctx(req)->uid;
@@ -420,9 +453,19 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
                            : jobs_->CheckWritable(file->job, uid);
       break;
     case Node::kNext:
+    case Node::kRankNext:
       s = writing ? Status::Permission("next is read-only")
-                  : jobs_->OpenReader(file->job, uid, &file->reader);
+                  : jobs_->OpenReader(
+                        file->job, uid, &file->reader,
+                        file->node == Node::kRankNext ? std::optional(rank) : std::nullopt);
       fi->nonseekable = 1;
+      break;
+    case Node::kResume:
+      if (mode == O_RDONLY) {
+        s = Status::Permission("resume is write-only");
+      } else if (uint32_t owner = 0; (s = jobs_->JobOwner(file->job, &owner)).ok()) {
+        if (uid != 0 && uid != owner) s = Status::Permission("job " + file->job + " is not yours");
+      }
       break;
     default:
       if (writing) {
@@ -455,7 +498,7 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
-  if (file->node != Node::kNext) {
+  if (file->node != Node::kNext && file->node != Node::kRankNext) {
     const size_t from = std::min(static_cast<size_t>(off), file->content.size());
     fuse_reply_buf(req, file->content.data() + from, std::min(size, file->content.size() - from));
     return;
@@ -508,13 +551,25 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
       }
     }
     if (s.ok()) file->wrote = true;
+  } else if (file->node == Node::kResume) {
+    // Applied whole on close: the first line names the epoch.
+    if (file->content.size() + size > kMaxResumeBytes) {
+      s = Status::InvalidArgument("resume: more than " + std::to_string(kMaxResumeBytes) +
+                                  " bytes");
+    } else {
+      file->content.append(data);
+      file->wrote = true;
+    }
   } else {
     s = Status::Permission("not writable");
   }
   if (!s.ok()) {
     // Nothing of a rejected write, and nothing after it, reaches the job.
     file->rejected = true;
-    spdlog::warn("write to jobs/{}/{}: {}", file->job, file->node == Node::kSpec ? "spec" : "ids",
+    spdlog::warn("write to jobs/{}/{}: {}", file->job,
+                 file->node == Node::kSpec  ? "spec"
+                 : file->node == Node::kIds ? "ids"
+                                            : "resume",
                  Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
@@ -534,6 +589,13 @@ void Filesystem::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     if (!s.ok()) {
       file->rejected = true;
       spdlog::warn("write to jobs/{}/ids: {}", file->job, Printable(s.message()));
+    }
+  } else if (file->node == Node::kResume && file->wrote && !file->rejected) {
+    file->wrote = false;
+    s = jobs_->Resume(file->job, fuse_req_ctx(req)->uid, file->content);
+    if (!s.ok()) {
+      file->rejected = true;
+      spdlog::warn("write to jobs/{}/resume: {}", file->job, Printable(s.message()));
     }
   }
   fuse_reply_err(req, ToErrno(s));

@@ -1,10 +1,12 @@
 // The FUSE front end: the tree of DESIGN.md 2.2 over the low-level API.
 //
 //   /README  /stats  /dataset/{info,manifest}
-//   /jobs/<id>/{spec,ids,next,status}
+//   /jobs/<id>/{spec,ids,next,status,resume}, or next.0 ... next.<W-1>
+//   instead of next with ranks=W
 //
 // Inode numbers are fixed for the static nodes; every job gets a block of
-// kJobInodeStride numbers that is never reused, so a stale inode of a
+// kJobInodeStride numbers (room for every rank's stream) that is never
+// reused, so a stale inode of a
 // removed job can only ever fail with ENOENT. Small files are rendered when
 // opened and served from the handle; `next` is a stream whose reads the
 // JobManager answers asynchronously (a blocked read holds no thread).
@@ -52,12 +54,15 @@ class Filesystem {
     kSpec,
     kIds,
     kNext,
-    kStatus
+    kStatus,
+    kResume,
+    kRankNext  // next.R
   };
   struct OpenFile;
 
-  // Resolves an inode to its node kind and, for job nodes, the job name.
-  Node Resolve(fuse_ino_t ino, std::string* job) const;
+  // Resolves an inode to its node kind and, for job nodes, the job name
+  // (and for kRankNext the rank, if `rank` is given).
+  Node Resolve(fuse_ino_t ino, std::string* job, uint32_t* rank = nullptr) const;
   fuse_ino_t JobInode(const std::string& job);
   bool Attr(fuse_ino_t ino, struct stat* st) const;
 

@@ -40,6 +40,18 @@ std::string RenderJobStatus(const JobStatus& st) {
   json["window"] = st.window;
   json["shared_picks"] = st.shared_picks;
   json["owner"] = st.owner;
+  if (!st.ranks.empty()) {
+    Json ranks = Json::array();
+    for (const JobStatus& rank : st.ranks) {
+      Json r = StatusJson(rank);
+      r["running"] = rank.running;
+      r["epochs_completed"] = rank.epochs_completed;
+      r["skipped"] = rank.skipped;
+      r["delivered_total"] = rank.delivered_total;
+      ranks.push_back(std::move(r));
+    }
+    json["ranks"] = std::move(ranks);
+  }
   return Dump(json);
 }
 
@@ -107,7 +119,11 @@ std::string RenderReadme(const Catalog& catalog) {
          "  size=N     shorter side resized to N, centre crop N x N; 0 keeps the original\n"
          "  epochs=N   EOF for good after N epochs (default unlimited)\n"
          "  window=W   deliver in completion order within W positions (default 64, 1 = strict)\n"
+         "  ranks=W    W data-parallel ranks: rank R reads next.R (equal counts per epoch)\n"
+         "  drop_last=0|1  pad every rank to ceil(S/W) samples (0, default) or drop to floor\n"
          "jobs/<id>/ids takes newline-separated sample ids or relative paths instead of subset=.\n"
+         "jobs/<id>/resume takes epoch=E, optionally rank=R, then the ids consumed: the stream\n"
+         "then delivers exactly the rest of epoch E.\n"
          "\n"
          "Each open() of next is one reader; the job's samples are divided among its open\n"
          "readers. A reader gets EOF when the epoch is over; the next open() starts the next\n"

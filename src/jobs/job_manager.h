@@ -1,8 +1,12 @@
 // JobManager: every job of the mount, its spec and its readers: the thin
 // layer that joins the parts of the data path.
 //
-// A job reads a subset of the catalog epoch after epoch. Its order and how
-// far ahead it plans come from the planning group of its output size
+// A job reads a subset of the catalog epoch after epoch through one stream
+// (`next`), or with `ranks=W` through W streams (`next.R`), one per
+// data-parallel rank, each with its own epochs, readers and status, reading
+// its shard of each epoch (jobs/rank_split.h). Each stream is a participant
+// of the planning group of its output size; its order and how far ahead it
+// plans come from there
 // (sampling/plan_group.h); its epoch's positions, window and delivery state
 // are a JobStream (jobs/job_stream.h); planned samples are pinned in the
 // RAM tier (cache/sample_cache.h) until done; each reader's unread records
@@ -15,7 +19,10 @@
 // thread that makes data ready. Replies and cache calls run after the
 // manager's lock is dropped (the cache's callbacks re-enter the manager);
 // the planning groups are called under it (they rank below it,
-// common/ranked_mutex.h).
+// common/ranked_mutex.h). The job store (jobs/job_store.h, RocksDB, no lock
+// of ours) is written under it for job records and epoch starts, so that no
+// hand-out of an epoch is saved before the epoch; a reply's hand-outs are
+// saved after the lock is dropped, before the reply.
 
 #ifndef JOADERFS_JOBS_JOB_MANAGER_H_
 #define JOADERFS_JOBS_JOB_MANAGER_H_
@@ -28,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -37,6 +45,7 @@
 #include "catalog/catalog.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
+#include "jobs/job_store.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
 #include "sampling/plan_groups.h"
@@ -66,6 +75,9 @@ struct JobStatus {
   uint32_t window = 0;
   uint64_t shared_picks = 0;
   uint32_t owner = 0;
+  // With ranks=W: each rank's figures (the fields above add them up; epoch
+  // and epochs_completed are the least of the ranks').
+  std::vector<JobStatus> ranks;
 };
 
 // Everything `/stats` shows, taken at one moment per part.
@@ -90,11 +102,16 @@ class JobManager {
   using ReaderId = uint64_t;
 
   // `groups` outlives the manager; the cache tiers evict by its counts.
+  // `store` (may be null: no persistence) outlives the manager too.
   JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool, PlanGroups* groups,
-             JobManagerOptions options);
+             JobManagerOptions options, JobStore* store = nullptr);
   ~JobManager();
 
   Status CreateJob(const std::string& name, uint32_t uid);
+  // Makes a job saved by the job store before a restart: its spec, and each
+  // stream's epoch continuing without the ids handed out. InvalidArgument
+  // when the record does not fit the catalog (nothing is made).
+  Status RestoreJob(const StoredJob& stored);
   // Ends the job: its readers' reads fail with Gone, its planned samples are
   // released.
   Status RemoveJob(const std::string& name, uint32_t uid);
@@ -115,9 +132,22 @@ class JobManager {
   // Busy or Permission as SetSpec would fail, else Ok.
   Status CheckWritable(const std::string& name, uint32_t uid) const;
 
-  // A new reader of the job's stream. Permission unless `uid` owns the job
-  // or is 0: reading consumes the job's samples.
-  Status OpenReader(const std::string& name, uint32_t uid, ReaderId* reader);
+  // Sets the rest of an epoch (DESIGN.md 2.7): `text` is `epoch=E`, an
+  // optional `rank=R`, then the ids consumed (the ids file's syntax). The
+  // streams named (rank R, else all) next deliver exactly the rest of epoch
+  // E, then go on to E+1. Writes with the same E before the epoch is read
+  // add up (several ranks may write theirs). Busy while a named stream has
+  // readers; Permission as SetSpec. Fixes the spec.
+  Status Resume(const std::string& name, uint32_t uid, std::string_view text);
+
+  // The job's rank count (0: no ranks, the job reads `next`), or NotFound.
+  Status Ranks(const std::string& name, uint32_t* ranks) const;
+
+  // A new reader of the job's stream: `next` when `rank` is empty, else
+  // `next.<rank>` (NotFound where the spec has no such file). Permission
+  // unless `uid` owns the job or is 0: reading consumes the job's samples.
+  Status OpenReader(const std::string& name, uint32_t uid, ReaderId* reader,
+                    std::optional<uint32_t> rank = std::nullopt);
   void CloseReader(ReaderId reader);
   // Up to `max_bytes` of the reader's stream. `token` names this read for
   // Interrupt(); it must differ from the reader's previous reads'.
@@ -135,21 +165,38 @@ class JobManager {
 
  private:
   struct Job;
+  struct Lane;
   struct Reader;
   class Actions;
 
   Job* FindJob(const std::string& name) const;
   Status CheckWritableLocked(const Job* job, uint32_t uid) const;
+  // Whether `subset` gives every rank of `spec` at least one sample.
+  static Status CheckRanksFit(const JobSpec& spec, const Roaring& subset);
+  // (Re)makes the job's streams for its spec. REQUIRES: none has readers.
+  void MakeLanes(Job* job);
+  // Saves the job's record in the store, if any.
+  void SaveJob(const Job& job);
+  JobStatus LaneStatus(const Lane& lane) const;
   JobStatus StatusLocked(const Job& job) const;
-  void StartEpoch(Job* job, Actions* actions);
+  // The ids the stream reads in `epoch`: the job's subset, or its shard.
+  Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch);
+  // The epoch the stream is in, or begins at its next read.
+  static uint64_t NextEpoch(const Lane& lane);
+  void StartEpoch(Lane* lane, Actions* actions);
+  // Makes the stream begin `epoch` at its next read, without `skip` (those
+  // of its ids consumed or handed out already).
+  void SetResume(Lane* lane, uint64_t epoch, Roaring skip);
+  // Drops the stream's epoch under way (for `resume`): pins, plan, state.
+  void ResetLane(Lane* lane, Actions* actions);
   void Plan(PlanGroup* group, Actions* actions);
-  void RequestPosition(Job* job, uint64_t position, Actions* actions);
-  void ReleasePins(Job* job, Actions* actions);
+  void RequestPosition(Lane* lane, uint64_t position, Actions* actions);
+  void ReleasePins(Lane* lane, Actions* actions);
   void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
-  // Releases what the job's stream finished, reports it to the planner and
-  // tops up the plans.
-  void AfterDone(Job* job, Actions* actions);
-  void ServeWaiters(Job* job, Actions* actions);
+  // Releases what the stream finished, reports it to the planner and tops
+  // up the plans.
+  void AfterDone(Lane* lane, Actions* actions);
+  void ServeWaiters(Lane* lane, Actions* actions);
   bool TryServe(Reader* reader, Actions* actions);
   bool ReaderAtEof(const Reader* reader) const;
   // Bytes of one sample at output size `size`.
@@ -161,16 +208,17 @@ class JobManager {
   PlanGroups* groups_;
   const JobManagerOptions options_;
   const JobSpec default_spec_;
+  JobStore* const store_;
 
   mutable RankedMutex<LockRank::kJobManager> mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;               // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, Job*> jobs_by_serial_;              // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, Lane*> lanes_by_serial_;            // GUARDED_BY(mu_)
   std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_;  // GUARDED_BY(mu_)
-  // Jobs taking part in planning, by group and handle.
-  std::map<std::pair<const PlanGroup*, JobHandle>, Job*> planning_;  // GUARDED_BY(mu_)
-  uint64_t next_serial_ = 1;                                         // GUARDED_BY(mu_)
-  ReaderId next_reader_ = 1;                                         // GUARDED_BY(mu_)
-  uint64_t delivered_ = 0;                                           // GUARDED_BY(mu_)
+  // Streams taking part in planning, by group and handle.
+  std::map<std::pair<const PlanGroup*, JobHandle>, Lane*> planning_;  // GUARDED_BY(mu_)
+  uint64_t next_serial_ = 1;                                          // GUARDED_BY(mu_)
+  ReaderId next_reader_ = 1;                                          // GUARDED_BY(mu_)
+  uint64_t delivered_ = 0;                                            // GUARDED_BY(mu_)
 };
 
 }  // namespace joaderfs

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "fs/render.h"
+#include "jobs/job_store.h"
+#include "jobs/rank_split.h"
 #include "jobs/record.h"
 #include "loader/decoder.h"
 #include "testing/test_util.h"
@@ -158,7 +160,7 @@ class JobManagerTest : public ::testing::Test {
     cache_ =
         std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, groups_.get(), budget);
     jobs_ = std::make_unique<JobManager>(catalog_.get(), cache_.get(), pool_.get(), groups_.get(),
-                                         options);
+                                         options, store_.get());
     pool_->Start();
   }
   void Build() { Build(Options()); }
@@ -283,6 +285,7 @@ class JobManagerTest : public ::testing::Test {
 
   static TempDir* dir_;
   std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<JobStore> store_;  // set before Build() to persist jobs
   std::unique_ptr<LoaderPool> pool_;
   std::unique_ptr<PlanGroups> groups_;
   std::unique_ptr<SampleCache> cache_;
@@ -1027,6 +1030,203 @@ TEST_F(JobManagerSkipTest, BadSamplesAreSkippedEveryEpoch) {
   // From the second epoch on every sample, good or bad, is known at once;
   // large reads take every ready record.
   CheckSkipping(1, false, 3, kBig);
+}
+
+}  // namespace
+}  // namespace joaderfs
+
+namespace joaderfs {
+namespace {
+
+// ranks=W over subsets not divisible by W, drop_last both ways, two readers
+// on rank 0: every rank gets ceil(S/W) (or floor) ids, no id twice within a
+// rank, and the ranks' ids are the subset (apart from padding), as
+// SplitEpoch says for that epoch.
+TEST_F(JobManagerTest, RanksSplitEachEpochEvenly) {
+  Build();
+  for (uint32_t ranks : {1u, 3u, 5u}) {
+    for (bool drop_last : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "W=" << ranks << " drop_last=" << drop_last);
+      const std::string name = "r" + std::to_string(ranks) + (drop_last ? "d" : "p");
+      MakeJob(name, "subset=classes:0-1 epochs=2 ranks=" + std::to_string(ranks) +
+                        " drop_last=" + (drop_last ? "1" : "0"));
+      JobManager::ReaderId reader = 0;
+      EXPECT_EQ(jobs_->OpenReader(name, kOwner, &reader).code(), Status::Code::kNotFound)
+          << "a ranked job has no next";
+      EXPECT_EQ(jobs_->OpenReader(name, kOwner, &reader, ranks).code(), Status::Code::kNotFound);
+      Roaring subset;
+      subset.addRange(0, 16);
+      const uint64_t per_rank = RankShardSize(16, ranks, drop_last);
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        const std::vector<Roaring> shards = SplitEpoch(subset, epoch, ranks, drop_last);
+        for (uint32_t r = 0; r < ranks; ++r) {
+          std::vector<JobManager::ReaderId> readers(r == 0 ? 2 : 1);
+          for (auto& id : readers) ASSERT_TRUE(jobs_->OpenReader(name, kOwner, &id, r).ok());
+          std::vector<SampleId> got;
+          for (auto id : readers) {
+            for (const Record& rec : ParseRecords(ReadToEof(id, kBig))) {
+              EXPECT_EQ(rec.header.epoch, epoch);
+              got.push_back(static_cast<SampleId>(rec.header.sample_id));
+            }
+          }
+          for (auto id : readers) jobs_->CloseReader(id);
+          ASSERT_EQ(got.size(), per_rank) << "rank " << r << " epoch " << epoch;
+          Roaring set;
+          set.addMany(got.size(), got.data());
+          EXPECT_EQ(set.cardinality(), got.size()) << "an id twice within a rank";
+          EXPECT_EQ(set, shards[r]) << "rank " << r << " epoch " << epoch;
+        }
+      }
+      const Json status = JobStatus(name);
+      EXPECT_EQ(status["ranks"].size(), ranks);
+      EXPECT_EQ(status["ranks"][0]["subset_size"], per_rank);
+      EXPECT_EQ(status["subset_size"], 16u);
+    }
+  }
+}
+
+TEST_F(JobManagerTest, RanksSpecChecks) {
+  Build();
+  MakeJob("j", "subset=range:0-2");
+  EXPECT_EQ(jobs_->SetSpec("j", kOwner, "subset=range:0-2 ranks=4 drop_last=1").code(),
+            Status::Code::kInvalidArgument)
+      << "no sample per rank";
+  EXPECT_TRUE(jobs_->SetSpec("j", kOwner, "subset=range:0-2 ranks=4").ok())
+      << "padded: one sample each";
+  for (const char* bad : {"ranks=0", "ranks=4097", "ranks=x", "drop_last=2"}) {
+    EXPECT_EQ(jobs_->SetSpec("j", kOwner, bad).code(), Status::Code::kInvalidArgument) << bad;
+  }
+  std::string text;
+  ASSERT_TRUE(jobs_->GetSpec("j", &text).ok());
+  EXPECT_NE(text.find("ranks=4\ndrop_last=0\n"), std::string::npos) << text;
+}
+
+// resume: epoch=E and the ids consumed; the stream then delivers exactly the
+// rest of E, then E+1 in full.
+TEST_F(JobManagerTest, ResumeDeliversExactlyTheRestOfTheEpoch) {
+  Build();
+  MakeJob("j", "subset=classes:0-1");
+  JobManager::ReaderId reader = Open("j");
+  const std::vector<SampleId> first = IdsOf(ReadRecords(reader, 5));
+  jobs_->CloseReader(reader);
+  std::string text = "epoch=0\n";
+  for (SampleId id : std::vector<SampleId>(first.begin(), first.begin() + 3)) {
+    text += std::to_string(id) + "\n";
+  }
+  EXPECT_EQ(jobs_->Resume("j", kOwner + 1, text).code(), Status::Code::kPermission);
+  EXPECT_EQ(jobs_->Resume("j", kOwner, "1\n2\n").code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, text).ok());
+  reader = Open("j");
+  EXPECT_EQ(jobs_->Resume("j", kOwner, text).code(), Status::Code::kBusy) << "a reader is open";
+  std::vector<SampleId> rest;
+  for (const Record& rec : ParseRecords(ReadToEof(reader, kBig))) {
+    EXPECT_EQ(rec.header.epoch, 0u);
+    rest.push_back(static_cast<SampleId>(rec.header.sample_id));
+  }
+  jobs_->CloseReader(reader);
+  std::vector<SampleId> all(first.begin(), first.begin() + 3);
+  all.insert(all.end(), rest.begin(), rest.end());
+  EXPECT_EQ(Sorted(all), Iota(0, 15)) << "consumed + rest = the epoch, each once";
+  reader = Open("j");
+  const std::vector<Record> next = ParseRecords(ReadToEof(reader, kBig));
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(next.size(), 16u);
+  EXPECT_EQ(next[0].header.epoch, 1u);
+}
+
+// A resume that lists the whole epoch moves on to the next one, which an
+// epochs= limit may forbid: then the stream is at its end.
+TEST_F(JobManagerTest, ResumeOfAWholeEpochMovesOn) {
+  Build();
+  MakeJob("j", "subset=classes:0 epochs=2");
+  std::string text = "epoch=0\n";
+  for (int id = 0; id < 8; ++id) text += std::to_string(id) + "\n";
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, text).ok());
+  JobManager::ReaderId reader = Open("j");
+  const std::vector<Record> next = ParseRecords(ReadToEof(reader, kBig));
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(next.size(), 8u);
+  EXPECT_EQ(next[0].header.epoch, 1u);
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=1\n0\n1\n2\n3\n4\n5\n6\n7\n").ok());
+  reader = Open("j");
+  bool eof = false;
+  EXPECT_TRUE(ReadToEof(reader, kBig, &eof).empty());
+  EXPECT_TRUE(eof);
+  jobs_->CloseReader(reader);
+}
+
+// A resume is saved as the epoch it leads to: after a restart the stream
+// begins there.
+TEST_F(JobManagerTest, ResumeIsSavedInTheStore) {
+  TempDir cache_dir("joaderfs-job-store");
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  Build();
+  MakeJob("j", "subset=classes:0");
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=3\n0\n1\n2\n3\n4\n5\n6\n7\n").ok());
+  std::vector<StoredJob> stored;
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_EQ(stored[0].streams.size(), 1u);
+  EXPECT_EQ(stored[0].streams[0].epoch, 4u) << "epoch 3 all consumed: epoch 4 next";
+  EXPECT_TRUE(stored[0].streams[0].handed_out.isEmpty());
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=5\n2\n").ok());
+  Shutdown();
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_EQ(stored[0].streams.size(), 1u);
+  EXPECT_EQ(stored[0].streams[0].epoch, 5u);
+  EXPECT_EQ(stored[0].streams[0].handed_out, Roaring::bitmapOf(1, 2));
+  EXPECT_TRUE(stored[0].fixed);
+  store_->StartEpoch("j", 0, 3, Roaring::bitmapOf(8, 0, 1, 2, 3, 4, 5, 6, 7));
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  Build();
+  ASSERT_TRUE(jobs_->RestoreJob(stored[0]).ok());
+  JobManager::ReaderId reader = Open("j");
+  const std::vector<Record> next = ParseRecords(ReadToEof(reader, kBig));
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(next.size(), 8u) << "epoch 3 was all handed out: epoch 4 in full";
+  EXPECT_EQ(next[0].header.epoch, 4u);
+  Shutdown();
+  store_.reset();
+}
+
+// With a job store, a new manager (a restarted daemon) lists the job and
+// continues its epoch without the ids handed out before.
+TEST_F(JobManagerTest, JobsSurviveARestartThroughTheStore) {
+  TempDir cache_dir("joaderfs-job-store");
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  Build();
+  MakeJob("j", "subset=classes:0-1 ranks=2");
+  JobManager::ReaderId reader = 0;
+  ASSERT_TRUE(jobs_->OpenReader("j", kOwner, &reader, 1).ok());
+  const std::vector<SampleId> before = IdsOf(ReadRecords(reader, 3));
+  Shutdown();  // the reader goes with the daemon
+  store_.reset();
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  std::vector<StoredJob> stored;
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  Build();
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_TRUE(jobs_->RestoreJob(stored[0]).ok());
+  EXPECT_EQ(jobs_->JobNames(), std::vector<std::string>{"j"});
+  EXPECT_EQ(jobs_->SetSpec("j", kOwner, "ranks=3").code(), Status::Code::kBusy)
+      << "the spec stays fixed";
+  ASSERT_TRUE(jobs_->OpenReader("j", kOwner, &reader, 1).ok());
+  std::vector<SampleId> after;
+  for (const Record& rec : ParseRecords(ReadToEof(reader, kBig))) {
+    EXPECT_EQ(rec.header.epoch, 0u);
+    after.push_back(static_cast<SampleId>(rec.header.sample_id));
+  }
+  jobs_->CloseReader(reader);
+  std::vector<SampleId> all = before;
+  all.insert(all.end(), after.begin(), after.end());
+  Roaring subset;
+  subset.addRange(0, 16);
+  const Roaring shard = SplitEpoch(subset, 0, 2, false)[1];
+  std::vector<SampleId> expected(shard.begin(), shard.end());
+  EXPECT_EQ(Sorted(all), expected);
+  Shutdown();
+  store_.reset();
 }
 
 }  // namespace

@@ -5,13 +5,16 @@
 
 namespace joaderfs {
 
-JobStream::JobStream(uint64_t epoch_size, uint64_t window)
-    : epoch_size_(epoch_size), window_(std::max<uint64_t>(window, 1)) {}
+JobStream::JobStream(uint64_t epoch_size, uint64_t window, uint64_t first_epoch)
+    : epoch_size_(epoch_size), window_(std::max<uint64_t>(window, 1)), epoch_(first_epoch) {}
 
 uint64_t JobStream::window_end() const { return std::min(window_start_ + window_, epoch_size_); }
 
-void JobStream::StartEpoch() {
-  assert(!running_);
+void JobStream::StartEpoch() { StartEpoch(epoch_size_); }
+
+void JobStream::StartEpoch(uint64_t epoch_size) {
+  assert(!running_ && epoch_size > 0);
+  epoch_size_ = epoch_size;
   running_ = true;
   slots_.clear();
   ready_.clear();

@@ -28,8 +28,9 @@ namespace joaderfs {
 class JobStream {
  public:
   // `epoch_size`: positions per epoch (the subset's size, > 0); `window`:
-  // the RINAS window (>= 1).
-  JobStream(uint64_t epoch_size, uint64_t window);
+  // the RINAS window (>= 1); `first_epoch`: the number of the first epoch
+  // (a resumed job's, DESIGN.md 2.7).
+  JobStream(uint64_t epoch_size, uint64_t window, uint64_t first_epoch = 0);
 
   // A sample ready to hand to a reader.
   struct Ready {
@@ -40,6 +41,8 @@ class JobStream {
 
   // Starts the next epoch. REQUIRES: !running().
   void StartEpoch();
+  // The same with `epoch_size` positions (> 0): a resumed epoch is shorter.
+  void StartEpoch(uint64_t epoch_size);
   // Appends the next planned id; returns its position. REQUIRES: running()
   // and fewer than epoch_size() planned.
   uint64_t Plan(SampleId id);
@@ -94,7 +97,7 @@ class JobStream {
   void AdvanceWindow();
   void EndEpoch();
 
-  const uint64_t epoch_size_;
+  uint64_t epoch_size_;
   const uint64_t window_;
   uint64_t epoch_ = 0;
   bool running_ = false;

@@ -88,7 +88,10 @@ std::string JobSpec::ToString() const {
   // what the file shows can be written back.
   return "subset=" + subset.text + "\nsize=" + std::to_string(size) +
          (epochs ? "\nepochs=" + std::to_string(epochs) : "") +
-         "\nwindow=" + std::to_string(window) + "\n";
+         "\nwindow=" + std::to_string(window) +
+         (ranks ? "\nranks=" + std::to_string(ranks) + "\ndrop_last=" + (drop_last ? "1" : "0")
+                : "") +
+         "\n";
 }
 
 Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,
@@ -125,6 +128,17 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
                                        std::to_string(kMaxWindow));
       }
       spec.window = static_cast<uint32_t>(*number);
+    } else if (key == "ranks") {
+      if (!number || *number == 0 || *number > kMaxRanks) {
+        return Status::InvalidArgument("ranks=" + std::string(value) + ": expected 1-" +
+                                       std::to_string(kMaxRanks));
+      }
+      spec.ranks = static_cast<uint32_t>(*number);
+    } else if (key == "drop_last") {
+      if (value != "0" && value != "1") {
+        return Status::InvalidArgument("drop_last=" + std::string(value) + ": expected 0 or 1");
+      }
+      spec.drop_last = value == "1";
     } else {
       return Status::InvalidArgument("unknown key '" + key + "'");
     }

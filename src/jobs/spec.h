@@ -31,6 +31,10 @@ struct JobSpec {
   uint32_t size = 224;  // 0 keeps the original size
   uint64_t epochs = 0;  // 0 = unlimited
   uint32_t window = 64;
+  // Data-parallel ranks (DESIGN.md 2.6): 0 = none (the job reads `next`),
+  // else files next.0 ... next.<ranks-1>.
+  uint32_t ranks = 0;
+  bool drop_last = false;
 
   // The spec as the `spec` file shows it: one key=value per line, which
   // parses back to the same spec (but for kIds subsets).
@@ -39,6 +43,7 @@ struct JobSpec {
 
 inline constexpr uint32_t kMaxSize = 8192;
 inline constexpr uint32_t kMaxWindow = 1 << 16;
+inline constexpr uint32_t kMaxRanks = 4096;
 
 // Parses `text` (key=value pairs separated by spaces or newlines) over
 // `base`: keys not named keep their value in `base`. Fails with

@@ -76,20 +76,10 @@ void DependentPlanner::AddJob(JobHandle job, const Roaring& subset) {
   }
   Job& j = slots_[slot];
   j.handle = job;
-  j.subset = subset;
-  j.subset.runOptimize();
-  j.subset.shrinkToFit();
-  j.subset_has_runs = HasRuns(j.subset);
-  j.first = j.subset.minimum();
-  j.last = j.subset.maximum();
   j.shared_picks = 0;
   j.last_label = 0;
   j.history.clear();
-  for (uint32_t other : present_) {
-    const uint64_t common = j.subset.and_cardinality(slots_[other].subset);
-    SubsetOverlap(slot, other) = common;
-    SubsetOverlap(other, slot) = common;
-  }
+  SetSubset(slot, subset);
   slot_of_[job] = slot;
   present_.insert(std::lower_bound(present_.begin(), present_.end(), slot), slot);
   Refill(slot);
@@ -113,6 +103,36 @@ void DependentPlanner::StartEpoch(JobHandle job) {
   const uint32_t slot = SlotOf(job);
   assert(slots_[slot].remaining_count == 0);
   Refill(slot);
+}
+
+void DependentPlanner::StartEpoch(JobHandle job, const Roaring& subset) {
+  assert(!subset.isEmpty());
+  const uint32_t slot = SlotOf(job);
+  Job& j = slots_[slot];
+  assert(j.remaining_count == 0);
+  // FindSource reads a job's earlier epochs in its history as runs of
+  // |subset| picks; a new length would misplace them, so they are dropped
+  // (other jobs then couple to this one from its new epoch on). Its labels
+  // stay: they only ever increase.
+  if (subset.cardinality() != j.subset.cardinality()) j.history.clear();
+  SetSubset(slot, subset);
+  Refill(slot);
+}
+
+void DependentPlanner::SetSubset(uint32_t slot, const Roaring& subset) {
+  Job& j = slots_[slot];
+  j.subset = subset;
+  j.subset.runOptimize();
+  j.subset.shrinkToFit();
+  j.subset_has_runs = HasRuns(j.subset);
+  j.first = j.subset.minimum();
+  j.last = j.subset.maximum();
+  for (uint32_t other : present_) {
+    if (other == slot) continue;
+    const uint64_t common = j.subset.and_cardinality(slots_[other].subset);
+    SubsetOverlap(slot, other) = common;
+    SubsetOverlap(other, slot) = common;
+  }
 }
 
 void DependentPlanner::Refill(uint32_t slot) {

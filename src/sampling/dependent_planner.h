@@ -117,6 +117,7 @@ class DependentPlanner final : public Planner {
   void AddJob(JobHandle job, const Roaring& subset) override;
   void RemoveJob(JobHandle job) override;
   void StartEpoch(JobHandle job) override;
+  void StartEpoch(JobHandle job, const Roaring& subset) override;
   void Round(std::span<const JobHandle> participants, std::vector<Pick>* out) override;
   uint64_t Remaining(JobHandle job) const override;
   uint32_t RefCount(SampleId id) const override;
@@ -173,6 +174,8 @@ class DependentPlanner final : public Planner {
     return subset_overlap_[static_cast<size_t>(a) * stride_ + b];
   }
   void GrowOverlapTable(size_t slots);
+  // Sets the slot's subset and its row of the subset overlap table.
+  void SetSubset(uint32_t slot, const Roaring& subset);
   // Sets R = subset for `slot` and recomputes its row of the overlap table.
   void Refill(uint32_t slot);
   SampleId DrawUniform(const Job& job);

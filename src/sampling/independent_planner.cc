@@ -33,6 +33,11 @@ class IndependentPlanner final : public Planner {
     Refill(job, j);
   }
 
+  void StartEpoch(JobHandle job, const Roaring& subset) override {
+    jobs_.at(job).subset = subset;
+    StartEpoch(job);
+  }
+
   void Round(std::span<const JobHandle> participants, std::vector<Pick>* out) override {
     bool picked = false;
     for (JobHandle job : participants) {

@@ -32,6 +32,15 @@ void PlanGroup::StartEpoch(JobHandle job) {
   m.planned = m.done = 0;
 }
 
+void PlanGroup::StartEpoch(JobHandle job, const Roaring& subset) {
+  std::lock_guard lock(mu_);
+  Member& m = members_.at(job);
+  assert(m.done == m.subset_size);
+  planner_->StartEpoch(job, subset);
+  m.subset_size = subset.cardinality();
+  m.planned = m.done = 0;
+}
+
 void PlanGroup::SetPaused(JobHandle job, bool paused) {
   std::lock_guard lock(mu_);
   members_.at(job).paused = paused;

@@ -66,6 +66,8 @@ class PlanGroup {
   void RemoveJob(JobHandle job);
   // Starts the job's next epoch. REQUIRES: its epoch is done.
   void StartEpoch(JobHandle job);
+  // The same over a new subset (not empty): a rank's shard of its new epoch.
+  void StartEpoch(JobHandle job, const Roaring& subset);
   // A paused job (no reader for a long time) takes part in no round.
   void SetPaused(JobHandle job, bool paused);
   // One planned sample of the job's epoch was delivered or skipped.

@@ -67,6 +67,11 @@ class Planner {
   // REQUIRES: Remaining(job) == 0.
   virtual void StartEpoch(JobHandle job) = 0;
 
+  // Starts the job's next epoch over a new subset (a data-parallel rank's
+  // shard changes every epoch). The same guarantees hold within the epoch.
+  // REQUIRES: Remaining(job) == 0; `subset` is not empty.
+  virtual void StartEpoch(JobHandle job, const Roaring& subset) = 0;
+
   // One planning round over `participants` (distinct, present). Appends one
   // Pick for every participant with ids left in its current epoch; a
   // participant whose epoch is exhausted gets none.

@@ -61,8 +61,11 @@ Roaring RandomSubset(Rng& rng, SampleId universe) {
 }
 
 // Plays one random schedule against `planner`, checking every answer
-// against the model; appends every pick to `log`.
-void PlaySchedule(Planner& planner, uint64_t seed, std::vector<Pick>* log) {
+// against the model; appends every pick to `log`. With `new_subsets`, half
+// the epochs a job starts are over a new random subset (as a data-parallel
+// rank's shard changes every epoch).
+void PlaySchedule(Planner& planner, uint64_t seed, std::vector<Pick>* log,
+                  bool new_subsets = false) {
   constexpr JobHandle kHandles = 12;
   constexpr int kSteps = 1500;
   Rng rng(seed);
@@ -109,7 +112,14 @@ void PlaySchedule(Planner& planner, uint64_t seed, std::vector<Pick>* log) {
     // Jobs whose epoch ended start the next one after their idle time.
     for (auto& [handle, job] : jobs) {
       if (job.remaining == 0 && job.waited++ >= job.restart_wait) {
-        planner.StartEpoch(handle);
+        if (new_subsets && rng.Below(2) == 0) {
+          const Roaring subset = RandomSubset(rng, universe);
+          job.subset.resize(subset.cardinality());
+          subset.toUint32Array(job.subset.data());
+          planner.StartEpoch(handle, subset);
+        } else {
+          planner.StartEpoch(handle);
+        }
         for (SampleId id : job.subset) job.needed[id] = 1;
         job.remaining = job.subset.size();
         job.waited = 0;
@@ -160,6 +170,18 @@ TEST_P(PlannerPropertyTest, EachIdExactlyOncePerEpochUnderRandomSchedules) {
     auto planner = GetParam().make(1000 + s);
     std::vector<Pick> log;
     PlaySchedule(*planner, s, &log);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(planner->Stats().picks, log.size());
+  }
+}
+
+TEST_P(PlannerPropertyTest, EachIdExactlyOncePerEpochWhenSubsetsChangeBetweenEpochs) {
+  constexpr int kSchedules = 150;
+  for (int s = 0; s < kSchedules; ++s) {
+    SCOPED_TRACE(testing::Message() << "schedule " << s);
+    auto planner = GetParam().make(5000 + s);
+    std::vector<Pick> log;
+    PlaySchedule(*planner, 7000 + s, &log, /*new_subsets=*/true);
     if (HasFatalFailure()) return;
     EXPECT_EQ(planner->Stats().picks, log.size());
   }

@@ -217,6 +217,96 @@ TEST(DependentPlannerRandomness, FourRandomJobsWithJitterAtSpeedsOneToFour) {
   ExpectUniformOrders(jobs, 23, /*jitter=*/true);
 }
 
+// Data-parallel ranks (DESIGN.md 2.6): each rank is a participant whose
+// subset is a new shard every epoch (StartEpoch with a subset). Two jobs of
+// two ranks each get the same shards (as the daemon gives jobs with the same
+// W), a third job reads all ids, every job at a jittered pace. Each rank's
+// order within its shard must be uniform: positions are counted by the id's
+// index within the epoch's shard.
+Rejections RunRankFamilies(uint64_t seed) {
+  constexpr uint32_t kIds = 400;
+  constexpr uint32_t kRanks = 2;
+  constexpr size_t kRankJobs = 2 * kRanks;  // handles 0..3: job A's ranks, then job B's
+  const uint32_t shard_size = kIds / kRanks;
+  auto planner = NewDependentPlanner(seed);
+  // The shards of epoch e: a seeded shuffle dealt round-robin.
+  auto shards_of = [&](uint64_t epoch) {
+    std::vector<SampleId> order(kIds);
+    std::iota(order.begin(), order.end(), 0);
+    Rng rng(MixSeed(seed, epoch));
+    rng.Shuffle(order);
+    std::vector<Roaring> shards(kRanks);
+    for (uint32_t i = 0; i < kIds; ++i) shards[i % kRanks].add(order[i]);
+    return shards;
+  };
+  std::vector<std::vector<Roaring>> shards;  // by epoch, made on demand
+  auto shard = [&](uint64_t epoch, size_t rank) -> const Roaring& {
+    while (shards.size() <= epoch) shards.push_back(shards_of(shards.size()));
+    return shards[epoch][rank];
+  };
+  std::vector<OrderStats> stats;
+  const Roaring index_space = IdRange(0, shard_size - 1);
+  for (size_t j = 0; j < kRankJobs; ++j) {
+    planner->AddJob(static_cast<JobHandle>(j), shard(0, j % kRanks));
+    stats.emplace_back(index_space, seed * 100 + j);
+  }
+  planner->AddJob(kRankJobs, IdRange(0, kIds - 1));
+  std::vector<uint64_t> epoch(kRankJobs + 1, 0);
+  Rng rng(MixSeed(seed, 99));
+  std::vector<JobHandle> participants;
+  std::vector<Pick> picks;
+  bool done = false;
+  while (!done) {
+    participants.clear();
+    for (JobHandle j = 0; j <= kRankJobs; ++j) {
+      if (rng.Unit() < 0.7) participants.push_back(j);
+    }
+    picks.clear();
+    planner->Round(participants, &picks);
+    for (const Pick& pick : picks) {
+      if (pick.job < kRankJobs) {
+        const Roaring& s = shard(epoch[pick.job], pick.job % kRanks);
+        stats[pick.job].Add(static_cast<SampleId>(s.rank(pick.id) - 1));
+      }
+    }
+    done = true;
+    for (JobHandle j = 0; j <= kRankJobs; ++j) {
+      if (planner->Remaining(j) > 0) {
+        done = done && j == kRankJobs;
+        continue;
+      }
+      ++epoch[j];
+      if (j == kRankJobs) {
+        planner->StartEpoch(j);
+      } else if (epoch[j] < kEpochs) {
+        planner->StartEpoch(j, shard(epoch[j], j % kRanks));
+        done = false;
+      }
+    }
+    // Shards older than every rank's epoch are not needed any more.
+    const uint64_t oldest = *std::min_element(epoch.begin(), epoch.begin() + kRankJobs);
+    for (uint64_t e = 0; e < oldest && e < shards.size(); ++e) shards[e].clear();
+  }
+  Rejections rejections;
+  for (size_t j = 0; j < kRankJobs; ++j) {
+    EXPECT_EQ(stats[j].epochs(), kEpochs);
+    rejections.positions.push_back(stats[j].PositionRejections());
+    rejections.pairs.push_back(stats[j].PairRejections());
+  }
+  return rejections;
+}
+
+TEST(DependentPlannerRandomness, RanksWhoseShardChangesEveryEpoch) {
+  const Rejections first = RunRankFamilies(41);
+  if (!first.any()) return;
+  const Rejections second = RunRankFamilies(1041);
+  for (size_t j = 0; j < first.positions.size(); ++j) {
+    SCOPED_TRACE(testing::Message() << "rank job " << j);
+    EXPECT_TRUE(first.positions[j] == 0 || second.positions[j] == 0);
+    EXPECT_TRUE(first.pairs[j] == 0 || second.pairs[j] == 0);
+  }
+}
+
 TEST(DependentPlannerRandomness, NegativeControlCatchesASmallBias) {
   // A shuffle that, at each step, takes the smallest remaining id with
   // probability 1% instead of a uniform one: far milder than the original

@@ -126,7 +126,8 @@ class CrashTest(TierTestCase):
         m = self.mount(self.source, {"cache_dir": cache_dir,
                                      "size": str(size), "threads": "2",
                                      "ram_cache": "8M"})
-        recs = self.read_job(m, "after")
+        # Jobs survive restarts with their spec (size included): one per size.
+        recs = self.read_job(m, "after-%d" % size)
         st = m.stats()
         log("%s, size %d: epoch of %d records; decoded %d, disk_hits %d, "
             "disk_corrupt %d", what, size, len(recs), st["decoded"],

@@ -1,0 +1,56 @@
+"""Which rank's stream a process reads, from torch.distributed by default.
+
+A job with ``ranks=W`` has one stream file per rank, ``next.0`` ...
+``next.<W-1>`` (DESIGN.md 2.6).  In a torch.distributed program each
+process reads the stream of its own rank: ``default_rank`` returns it when a
+process group exists and the caller gave none.  Imports torch only if it is
+already imported (a program without it has no process group).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .stream import PathLike
+
+
+def default_rank(job: PathLike, rank: int | None) -> int | None:
+    """``rank`` if given; else torch.distributed's rank when a process group
+    is initialised and ``job`` is a job directory with ``ranks=W`` (checked
+    against the world size); else None (the job's ``next``)."""
+    if rank is not None:
+        return rank
+    dist = _initialised_process_group()
+    path = Path(job)
+    if dist is None or not path.is_dir():
+        return None
+    world = dist.get_world_size()
+    ranks = _job_ranks(path)
+    if ranks == 0:
+        if world > 1:
+            raise ValueError(f"{path} has no ranks=: with {world} processes "
+                             f"write ranks={world} to its spec, or pass rank=")
+        return None
+    if ranks != world:
+        raise ValueError(f"{path} has ranks={ranks} but torch.distributed's "
+                         f"world size is {world}")
+    return dist.get_rank()
+
+
+def _initialised_process_group():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
+
+
+def _job_ranks(job: Path) -> int:
+    for token in (job / "spec").read_text().split():
+        key, _, value = token.partition("=")
+        if key == "ranks":
+            return int(value)
+    return 0

@@ -1,0 +1,128 @@
+"""Exact mid-epoch resume (DESIGN.md 2.7): what the training process has
+received, as a ``state_dict`` for its checkpoints, and the ``resume`` file.
+
+    state = joaderfs.StreamState(job)                  # or rank=R
+    if checkpoint:
+        model.load_state_dict(checkpoint["model"])
+        state.load_state_dict(checkpoint["data"])      # resumes the epoch
+    for epoch in range(epochs):
+        for images, labels, ids in state.track(loader):
+            ...train...
+            if time_to_checkpoint:
+                torch.save({"model": model.state_dict(),
+                            "data": state.state_dict()}, path)
+
+``track`` wraps any iterable of batches or samples whose third item is the
+ids (``JobDataset``'s tuples, through a DataLoader with any ``num_workers``)
+and records the ids as the training process receives them, so what a
+checkpoint holds is what was consumed, whatever the workers had read ahead.
+``load_state_dict`` writes ``epoch=E`` (and ``rank=R``) and those ids to the
+job's ``resume`` file before the next read: the job then delivers exactly
+the rest of epoch E, then E+1 in full.  Samples the workers had read but the
+training process never received are delivered again; none is delivered
+twice within what the checkpoints record.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from .distributed import default_rank
+from .stream import PathLike
+
+# The reader of a killed training process (its DataLoader workers) may still
+# hold the stream open for a moment; the daemon refuses a resume until then.
+_BUSY_RETRY_S = 30.0
+
+
+def _ids_of_item(item: Any) -> Iterable[int]:
+    ids = item[2]
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    return ids if isinstance(ids, (list, tuple)) else [ids]
+
+
+class StreamState:
+    """The ids of the current epoch the training process has received from
+    one stream of a job (``next``, or ``next.R`` of rank R; the rank
+    defaults as ``JobDataset``'s does)."""
+
+    def __init__(self, job: PathLike, rank: int | None = None,
+                 ids_of: Callable[[Any], Iterable[int]] = _ids_of_item
+                 ) -> None:
+        self.job = Path(job)
+        self.rank = default_rank(self.job, rank)
+        self._ids_of = ids_of
+        self.epoch: int | None = None  # of the ids below, once known
+        self.consumed: list[int] = []
+
+    def track(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        """Yields ``iterable``'s items, recording their ids; one pass is one
+        epoch of the stream."""
+        first = True
+        for item in iterable:
+            if first:
+                first = False
+                epoch = self._current_epoch()
+                if epoch != self.epoch:
+                    self.epoch, self.consumed = epoch, []
+            self.consumed.extend(int(i) for i in self._ids_of(item))
+            yield item
+        if not first:
+            # The epoch is over: a checkpoint now resumes at the next one.
+            self.epoch, self.consumed = self.epoch + 1, []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "rank": self.rank,
+                "consumed": list(self.consumed)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Takes a checkpoint's state and makes the job deliver the rest of
+        its epoch: writes the ``resume`` file (call it before reading)."""
+        if state.get("rank") != self.rank:
+            raise ValueError(f"the state is of rank {state.get('rank')}, "
+                             f"this stream of rank {self.rank}")
+        self.epoch = state["epoch"]
+        self.consumed = [int(i) for i in state["consumed"]]
+        if self.epoch is not None:
+            write_resume(self.job, self.epoch, self.consumed, self.rank)
+
+    def _current_epoch(self) -> int:
+        # Read once the first item of the pass has arrived: the stream is in
+        # that item's epoch, or has just ended it (then status shows it).
+        status = json.loads((self.job / "status").read_bytes())
+        if self.rank is not None:
+            status = status["ranks"][self.rank]
+        return int(status["epoch"])
+
+
+def write_resume(job: PathLike, epoch: int, consumed: Iterable[int],
+                 rank: int | None = None) -> None:
+    """Writes ``resume``: the job's stream (rank's, if given) delivers
+    exactly the rest of ``epoch`` after ``consumed``.  Retries while a
+    reader of a killed process still holds the stream (EBUSY)."""
+    text = f"epoch={epoch}\n" + (f"rank={rank}\n" if rank is not None else "")
+    data = (text + "".join(f"{i}\n" for i in consumed)).encode()
+    deadline = time.monotonic() + _BUSY_RETRY_S
+    while True:
+        try:
+            fd = os.open(Path(job) / "resume", os.O_WRONLY | os.O_TRUNC)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)  # the daemon applies the file here
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                if e.errno == errno.EINVAL:
+                    raise ValueError(f"joaderfs rejected the resume of {job} "
+                                     f"(the daemon log says why)") from e
+                raise
+            time.sleep(0.1)

@@ -1,0 +1,244 @@
+#include "jobs/job_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "common/hash.h"
+#include "common/rate_limited_log.h"
+
+namespace joaderfs {
+namespace {
+
+constexpr char kJobKey = 'j';
+constexpr char kEpochKey = 'e';
+constexpr char kHandedKey = 'h';
+
+void PutBigEndian(std::string* out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t GetBigEndian(std::string_view in, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(in[at + i]);
+  return v;
+}
+
+std::string JobKey(const std::string& name) { return kJobKey + name; }
+
+// <kind> <name> \0 <stream>: a job name holds no \0, so prefixes never collide.
+std::string StreamKey(char kind, const std::string& name, StreamIndex stream) {
+  std::string key = kind + name;
+  key.push_back('\0');
+  PutBigEndian(&key, stream, 4);
+  return key;
+}
+
+std::string Serialize(const Roaring& ids) {
+  std::string bytes(ids.getSizeInBytes(/*portable=*/true), '\0');
+  ids.write(bytes.data(), /*portable=*/true);
+  return bytes;
+}
+
+bool Deserialize(std::string_view bytes, Roaring* out) {
+  try {
+    *out = Roaring::readSafe(bytes.data(), bytes.size());
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+JobStore::~JobStore() = default;
+
+Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
+                      std::unique_ptr<JobStore>* out) {
+  std::unique_ptr<JobStore> store(new JobStore());
+  char folder[17];
+  std::snprintf(folder, sizeof folder, "%016llx",
+                static_cast<unsigned long long>(
+                    Fnv1a(kFnv1aBasis, catalog.source().data(), catalog.source().size())));
+  store->path_ = cache_dir + "/" + folder + "-jobs1";
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.max_background_jobs = 1;
+  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  options.keep_log_file_num = 2;
+  rocksdb::DB* db = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(options, store->path_, &db);
+  if (!s.ok()) {
+    if (s.IsCorruption())
+      return Status::Corruption("job store " + store->path_ + ": " + s.ToString());
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+      return Status::Busy("job store " + store->path_ + " is in use by another joaderfs");
+    }
+    return Status::IOError("cannot open job store " + store->path_ + ": " + s.ToString());
+  }
+  store->db_.reset(db);
+  *out = std::move(store);
+  return Status::Ok();
+}
+
+Status JobStore::Load(std::vector<StoredJob>* jobs) {
+  // Keys sort 'e' < 'h' < 'j': collect all, then join.
+  std::map<std::string, StoredJob> by_name;
+  std::map<std::pair<std::string, StreamIndex>, uint64_t> epochs;
+  struct HandOut {
+    std::string key, name;
+    StreamIndex stream;
+    uint64_t epoch;
+    Roaring ids;
+  };
+  std::vector<HandOut> hand_outs;
+  uint64_t max_seq = 0;
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+  auto corrupt = [&](std::string_view key) {
+    std::string shown(key);
+    for (char& c : shown) c = c == '\0' ? '/' : c;
+    return Status::Corruption("job store " + path_ + ": bad record '" + shown + "'");
+  };
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string_view key(it->key().data(), it->key().size());
+    const std::string_view value(it->value().data(), it->value().size());
+    if (key.empty()) return corrupt(key);
+    if (key[0] == kJobKey) {
+      StoredJob& job = by_name[std::string(key.substr(1))];
+      job.name = std::string(key.substr(1));
+      if (value.size() < 14) return corrupt(key);
+      job.uid = static_cast<uint32_t>(GetBigEndian(value, 0, 4));
+      job.fixed = value[4] != 0;
+      job.has_ids = value[5] != 0;
+      const uint64_t spec_bytes = GetBigEndian(value, 6, 8);
+      if (spec_bytes == 0 || value.size() < 14 + spec_bytes) return corrupt(key);
+      job.spec = std::string(value.substr(14, spec_bytes));
+      if (job.has_ids && !Deserialize(value.substr(14 + spec_bytes), &job.ids)) {
+        return corrupt(key);
+      }
+      continue;
+    }
+    const size_t nul = key.find('\0');
+    if ((key[0] != kEpochKey && key[0] != kHandedKey) || nul == std::string_view::npos ||
+        key.size() < nul + 5) {
+      return corrupt(key);
+    }
+    std::string name(key.substr(1, nul - 1));
+    const auto stream = static_cast<StreamIndex>(GetBigEndian(key, nul + 1, 4));
+    if (key[0] == kEpochKey) {
+      if (value.size() != 8) return corrupt(key);
+      epochs[{std::move(name), stream}] = GetBigEndian(value, 0, 8);
+      continue;
+    }
+    HandOut h{std::string(key), std::move(name), stream, 0, Roaring()};
+    if (key.size() != nul + 5 + 16 || !Deserialize(value, &h.ids)) return corrupt(key);
+    h.epoch = GetBigEndian(key, nul + 5, 8);
+    max_seq = std::max(max_seq, GetBigEndian(key, nul + 13, 8));
+    hand_outs.push_back(std::move(h));
+  }
+  if (!it->status().ok()) {
+    return Status::Corruption("job store " + path_ + ": " + it->status().ToString());
+  }
+  next_seq_ = max_seq + 1;
+  for (const auto& [key, epoch] : epochs) {
+    auto job = by_name.find(key.first);
+    if (job == by_name.end()) return corrupt(StreamKey(kEpochKey, key.first, key.second));
+    job->second.streams.push_back({key.second, epoch, Roaring()});
+  }
+  // Hand-outs of another epoch raced the next epoch's start: dropped.
+  rocksdb::WriteBatch stale;
+  for (HandOut& h : hand_outs) {
+    StoredStream* s = nullptr;
+    if (auto job = by_name.find(h.name); job != by_name.end()) {
+      for (StoredStream& candidate : job->second.streams) {
+        if (candidate.index == h.stream) s = &candidate;
+      }
+    }
+    if (s && s->epoch == h.epoch) {
+      s->handed_out |= h.ids;
+    } else {
+      stale.Delete(h.key);
+    }
+  }
+  if (stale.Count() > 0) Write("dropping stale hand-outs", path_, &stale);
+  jobs->clear();
+  for (auto& [name, job] : by_name) jobs->push_back(std::move(job));
+  return Status::Ok();
+}
+
+void JobStore::Write(const char* what, const std::string& name, void* batch) {
+  rocksdb::WriteOptions options;
+  options.sync = false;  // the WAL survives a kill -9 of the process
+  const rocksdb::Status s = db_->Write(options, static_cast<rocksdb::WriteBatch*>(batch));
+  // A full or failing disk fails every write: one line per cause and interval.
+  if (!s.ok()) Warnings().Warn(what, "job store: {} {}: {}", what, name, s.ToString());
+}
+
+void JobStore::PutJob(const std::string& name, uint32_t uid, bool fixed, const std::string& spec,
+                      const Roaring* ids) {
+  std::string value;
+  PutBigEndian(&value, uid, 4);
+  value.push_back(fixed ? 1 : 0);
+  value.push_back(ids ? 1 : 0);
+  PutBigEndian(&value, spec.size(), 8);
+  value += spec;
+  if (ids) value += Serialize(*ids);
+  rocksdb::WriteBatch batch;
+  batch.Put(JobKey(name), value);
+  Write("saving job", name, &batch);
+}
+
+void JobStore::RemoveJob(const std::string& name) {
+  rocksdb::WriteBatch batch;
+  batch.Delete(JobKey(name));
+  for (char kind : {kEpochKey, kHandedKey}) {
+    std::string begin = kind + name;
+    begin.push_back('\0');
+    std::string end = kind + name;
+    end.push_back('\1');
+    batch.DeleteRange(begin, end);
+  }
+  Write("removing job", name, &batch);
+}
+
+void JobStore::StartEpoch(const std::string& name, StreamIndex stream, uint64_t epoch,
+                          const Roaring& handed_out) {
+  rocksdb::WriteBatch batch;
+  std::string value;
+  PutBigEndian(&value, epoch, 8);
+  batch.Put(StreamKey(kEpochKey, name, stream), value);
+  const std::string handed = StreamKey(kHandedKey, name, stream);
+  std::string end = handed;
+  PutBigEndian(&end, ~uint64_t{0}, 8);
+  PutBigEndian(&end, ~uint64_t{0}, 8);
+  batch.DeleteRange(handed, end);
+  if (!handed_out.isEmpty()) {
+    std::string key = handed;
+    PutBigEndian(&key, epoch, 8);
+    PutBigEndian(&key, next_seq_++, 8);
+    batch.Put(key, Serialize(handed_out));
+  }
+  Write("starting an epoch of", name, &batch);
+}
+
+void JobStore::AddHandedOut(const std::string& name, StreamIndex stream, uint64_t epoch,
+                            std::span<const SampleId> ids) {
+  Roaring set;
+  set.addMany(ids.size(), ids.data());
+  std::string key = StreamKey(kHandedKey, name, stream);
+  PutBigEndian(&key, epoch, 8);
+  PutBigEndian(&key, next_seq_++, 8);
+  rocksdb::WriteBatch batch;
+  batch.Put(key, Serialize(set));
+  Write("recording hand-outs of", name, &batch);
+}
+
+}  // namespace joaderfs

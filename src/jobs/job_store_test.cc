@@ -1,0 +1,108 @@
+#include "jobs/job_store.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "testing/test_util.h"
+
+namespace joaderfs {
+namespace {
+
+using testing::TempDir;
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteImageFolder(source_.path(), {16});  // placeholders: no decode here
+    ASSERT_TRUE(Catalog::Open(source_.path(), &catalog_).ok());
+  }
+
+  std::unique_ptr<JobStore> OpenStore() {
+    std::unique_ptr<JobStore> store;
+    const Status s = JobStore::Open(cache_dir_.path(), *catalog_, &store);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return store;
+  }
+
+  static Roaring Ids(std::initializer_list<uint32_t> ids) {
+    Roaring r;
+    for (uint32_t id : ids) r.add(id);
+    return r;
+  }
+
+  TempDir source_{"joaderfs-store-src"};
+  TempDir cache_dir_{"joaderfs-store"};
+  std::unique_ptr<Catalog> catalog_;
+};
+
+TEST_F(JobStoreTest, KeepsJobsEpochsAndHandOutsAcrossReopens) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    store->PutJob("a", 1000, true, "subset=all\nsize=224\n", nullptr);
+    const Roaring ids = Ids({3, 5, 7});
+    store->PutJob("b", 0, false, "subset=ids\nsize=32\n", &ids);
+    store->StartEpoch("a", 1, 4, Ids({9}));
+    const SampleId handed[] = {1, 2};
+    store->AddHandedOut("a", 1, 4, handed);
+    const SampleId stale[] = {6};
+    store->AddHandedOut("a", 1, 3, stale);  // raced the start of epoch 4
+    store->StartEpoch("b", 0, 0, Roaring());
+    store->StartEpoch("gone", 0, 2, Roaring());
+    store->PutJob("gone", 1, false, "subset=all\n", nullptr);
+    store->RemoveJob("gone");
+  }
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  std::vector<StoredJob> jobs;
+  ASSERT_TRUE(store->Load(&jobs).ok());
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].name, "a");
+  EXPECT_EQ(jobs[0].uid, 1000u);
+  EXPECT_TRUE(jobs[0].fixed);
+  EXPECT_EQ(jobs[0].spec, "subset=all\nsize=224\n");
+  EXPECT_FALSE(jobs[0].has_ids);
+  ASSERT_EQ(jobs[0].streams.size(), 1u);
+  EXPECT_EQ(jobs[0].streams[0].index, 1u);
+  EXPECT_EQ(jobs[0].streams[0].epoch, 4u);
+  EXPECT_EQ(jobs[0].streams[0].handed_out, Ids({1, 2, 9}));
+  EXPECT_EQ(jobs[1].name, "b");
+  EXPECT_TRUE(jobs[1].has_ids);
+  EXPECT_EQ(jobs[1].ids, Ids({3, 5, 7}));
+  ASSERT_EQ(jobs[1].streams.size(), 1u);
+  EXPECT_TRUE(jobs[1].streams[0].handed_out.isEmpty());
+  // A new epoch drops the last one's hand-outs.
+  store->StartEpoch("a", 1, 5, Roaring());
+  store.reset();
+  store = OpenStore();
+  ASSERT_TRUE(store->Load(&jobs).ok());
+  EXPECT_EQ(jobs[0].streams[0].epoch, 5u);
+  EXPECT_TRUE(jobs[0].streams[0].handed_out.isEmpty());
+}
+
+TEST_F(JobStoreTest, ADamagedStoreIsRefused) {
+  std::string path;
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    store->PutJob("a", 1, false, "subset=all\n", nullptr);
+    path = store->path();
+  }
+  // Garbage over every file of the database (its manifest and log included).
+  for (const auto& entry : std::filesystem::directory_iterator(path)) {
+    if (!entry.is_regular_file() || entry.path().filename() == "LOCK") continue;
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << "not a rocksdb file";
+  }
+  std::unique_ptr<JobStore> store;
+  Status s = JobStore::Open(cache_dir_.path(), *catalog_, &store);
+  if (s.ok()) {
+    std::vector<StoredJob> jobs;
+    s = store->Load(&jobs);
+  }
+  EXPECT_FALSE(s.ok()) << "a damaged store was served";
+}
+
+}  // namespace
+}  // namespace joaderfs
