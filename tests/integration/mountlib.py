@@ -30,8 +30,10 @@ BIN = os.environ.get(
 FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
 
 # Every mount of the suite uses these unless a test says otherwise.
+# base=64: cache entries are JPEGs IDCT-scaled to a shorter side of at least
+# 64, as small as the output size allows.
 BASE_OPTIONS = {"cache_dir": "none", "ram_cache": "64M", "size": "64",
-                "seed": "1"}
+                "base": "64", "seed": "1"}
 
 HEADER = struct.Struct("<4sIQqIIIIIIQQ")
 assert HEADER.size == 64

@@ -27,9 +27,19 @@ from mountlib import (FUSERMOUNT, JoaderTestCase,  # noqa: E402
 
 SIZE = 64
 PIXELS = SIZE * SIZE * 3
-# Disk bytes a sample takes: its slot, a 32-byte header and the pixels to a
-# multiple of 64 (the disk tier's budget and disk_bytes count slots).
-SLOT = (32 + PIXELS + 63) // 64 * 64
+
+
+def slot_bytes(pixels):
+    """Disk bytes a sample takes: its slot, a 32-byte header and the pixels
+    rounded up to a step of 1/16 to 1/8 of their size (a power of two), as
+    the disk tier's budget and disk_bytes count them."""
+    need, step = 32 + pixels, 64
+    while step * 16 < need:
+        step *= 2
+    return (need + step - 1) // step * step
+
+
+SLOT = slot_bytes(PIXELS)
 RECORD = mountlib.record_size(PIXELS)
 
 
@@ -51,9 +61,16 @@ def small_layout(n, classes=4, prefix="img"):
 
 
 def make_dataset(root, n, classes=4, seed=0):
-    """n small JPEGs (mountlib's generator, 64..300 px) in ImageFolder
-    layout; returns (root, [(relpath, label)] in id order)."""
-    mountlib.make_imagefolder(root, small_layout(n, classes), seed=seed)
+    """n SIZE x SIZE JPEGs (mountlib's generator) in ImageFolder layout;
+    returns (root, [(relpath, label)] in id order). At the suite's base=SIZE
+    each cache entry is the whole image: PIXELS bytes, as the tiers' byte
+    counts below assume."""
+    rng = np.random.default_rng(seed)
+    for cls, names in small_layout(n, classes).items():
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for name in names:
+            mountlib._image(rng, SIZE, SIZE).save(os.path.join(root, cls, name), "JPEG",
+                                                  quality=90)
     return root, mountlib.imagefolder_order(root)
 
 
