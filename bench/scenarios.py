@@ -498,7 +498,7 @@ def scenarios(bench: Bench, which: set[str]) -> None:
                 # Issue 11: per-job random crops and flips keep at least 80%
                 # of the centre-crop figure, measured in the same run.
                 augmented = [JobPlan(f"s3-{i}", spec="crop=random flip=0.5") for i in range(k)]
-                bench.pair("S3", case + ", crop=random flip=0.5", augmented, reps,
+                bench.pair("S3", case + " random-crop flip-0.5", augmented, reps,
                            systems=("joaderfs",))
             else:
                 bench.pair("S3", case, plans, a.reps_other, systems=both)
