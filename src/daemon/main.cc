@@ -191,6 +191,8 @@ int Run(int argc, char** argv) {
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache);
   JobManagerOptions jo;
   jo.default_size = o.size;
+  jo.base = o.base;
+  jo.seed = o.seed;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
   // Jobs survive restarts in the cache_dir (DESIGN.md 2.7); a damaged store
   // is left as it is and not used.

@@ -103,7 +103,7 @@ struct JobManager::Reader {
   ReadReply reply;
 };
 
-JobManager::JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool,
+JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
                        PlanGroups* groups, JobManagerOptions options, JobStore* store)
     : catalog_(catalog),
       cache_(cache),
@@ -135,6 +135,7 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   job->name = name;
   job->uid = uid;
   job->spec = default_spec_;
+  job->spec.augment.seed = JobSeed(options_.seed, name);
   job->subset = ResolveSubset(job->spec.subset, *catalog_);
   MakeLanes(job.get());
   SaveJob(*job);
@@ -294,6 +295,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   // subset keeps one set through the ids file.
   JobSpec base = default_spec_;
   base.subset.kind = SubsetSpec::Kind::kIds;
+  base.augment.seed = JobSeed(options_.seed, name);
   JobSpec spec;
   Status s = ParseJobSpec(text, *catalog_, base, &spec);
   if (!s.ok()) return s;
@@ -552,6 +554,8 @@ bool JobManager::TryServe(Reader* r, Actions* actions) {
       h.height = next->sample->height;
       h.width = next->sample->width;
       h.channels = next->sample->channels;
+      h.flags = next->sample->record_flags;
+      h.reserved = next->sample->record_box;
       if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
       bytes += h.record_bytes();
       r->pending.Push(lane->stream->TakeReady()->sample, h);
@@ -582,10 +586,7 @@ void JobManager::ServeWaiters(Lane* lane, Actions* actions) {
   }
 }
 
-uint64_t JobManager::SampleBytes(uint32_t size) const {
-  // Size 0 keeps each image's own size: the mean of those loaded so far.
-  return size > 0 ? uint64_t{size} * size * 3 : cache_->AverageSampleBytes();
-}
+uint64_t JobManager::SampleBytes() const { return cache_->AverageSampleBytes(); }
 
 Roaring JobManager::EpochSubset(Job* job, const Lane& lane, uint64_t epoch) {
   if (!job->ranked()) return job->subset;
@@ -610,8 +611,7 @@ void JobManager::StartEpoch(Lane* lane, Actions* actions) {
   ids -= skip;  // not empty: SetResume moves past a fully consumed epoch
   const bool full = skip.isEmpty();
   if (!lane->group) {
-    const uint64_t per_sample = SampleBytes(job->spec.size);
-    lane->group = groups_->Get(job->spec.size, cache_->budget() / per_sample);
+    lane->group = groups_->Get(options_.base, cache_->budget() / SampleBytes());
     lane->handle = lane->group->AddJob(ids, job->spec.window);
     lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
@@ -667,7 +667,10 @@ void JobManager::ResetLane(Lane* lane, Actions* actions) {
 // Tops up the planned queues of the group's jobs; the group decides who
 // plans when (sampling/plan_group.h).
 void JobManager::Plan(PlanGroup* group, Actions* actions) {
-  const BudgetView budget{cache_->CommittedBytes(), cache_->budget(), SampleBytes(group->size())};
+  // Rendered deliveries not yet read hold RAM as well as the pinned base
+  // images they came from.
+  const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
+                          SampleBytes()};
   std::vector<Pick> picks;
   group->Plan(budget, &picks);
   for (const Pick& pick : picks) {
@@ -681,20 +684,43 @@ void JobManager::Plan(PlanGroup* group, Actions* actions) {
 void JobManager::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   if (lane->released) return;  // requested again when a reader comes back
   lane->stream->MarkRequested(position);
-  const SampleKey key{lane->job->spec.size, lane->stream->IdAt(position)};
-  actions->Add([this, key, serial = lane->serial, epoch = lane->epoch(), position] {
-    cache_->Acquire(key, [this, serial, epoch, position](const SamplePtr& sample) {
-      OnLoaded(serial, epoch, position, sample);
+  const SampleKey key{options_.base, lane->stream->IdAt(position)};
+  const JobSpec& spec = lane->job->spec;
+  // A size-0 evaluation job takes the base image as it is.
+  const bool render = spec.size > 0 || spec.augment.augmented();
+  actions->Add([this, key, render, augment = spec.augment, size = spec.size, serial = lane->serial,
+                epoch = lane->epoch(), position] {
+    cache_->Acquire(key, [=, this](const SamplePtr& base) {
+      if (!render || !base) {
+        OnLoaded(serial, epoch, position, base);
+        return;
+      }
+      // A decode's callback runs on the loader thread that decoded it:
+      // render there. A hit's runs on whichever thread planned, maybe a
+      // reader's FUSE thread, where rendering would serialise that reader:
+      // hand it to the loader threads ahead of queued decodes.
+      if (LoaderPool::OnWorkerThread()) {
+        Render(augment, size, serial, epoch, position, key.id, base);
+      } else {
+        pool_->SubmitUrgent(
+            [=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
+      }
     });
   });
+}
+
+void JobManager::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
+                        uint64_t position, SampleId id, const SamplePtr& base) {
+  OnLoaded(serial, epoch, position,
+           RenderDelivery(base, augment, size, epoch, id, rendered_bytes_));
 }
 
 void JobManager::ReleasePins(Lane* lane, Actions* actions) {
   if (!lane->stream) return;
   std::vector<SampleId> ids = lane->stream->ReleasePins();
   if (ids.empty()) return;
-  actions->Add([this, size = lane->job->spec.size, ids = std::move(ids)] {
-    for (SampleId id : ids) cache_->Release({size, id});
+  actions->Add([this, ids = std::move(ids)] {
+    for (SampleId id : ids) cache_->Release({options_.base, id});
   });
 }
 
@@ -713,8 +739,8 @@ void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
 void JobManager::AfterDone(Lane* lane, Actions* actions) {
   std::vector<SampleId> ids = lane->stream->TakeDoneIds();
   for (SampleId id : ids) lane->group->Done(lane->handle, id);
-  actions->Add([this, size = lane->job->spec.size, ids = std::move(ids)] {
-    for (SampleId id : ids) cache_->Release({size, id});
+  actions->Add([this, ids = std::move(ids)] {
+    for (SampleId id : ids) cache_->Release({options_.base, id});
   });
   if (!lane->running()) {
     // Waiting readers get EOF from the caller's ServeWaiters().

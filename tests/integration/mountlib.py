@@ -38,8 +38,10 @@ BIN = os.environ.get(
 FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
 
 # Every mount of the suite uses these unless a test says otherwise.
+# base=64: cache entries are JPEGs IDCT-scaled to a shorter side of at least
+# 64, as small as the output size allows.
 BASE_OPTIONS = {"cache_dir": "none", "ram_cache": "64M", "size": "64",
-                "seed": "1"}
+                "base": "64", "seed": "1"}
 
 HEADER = struct.Struct("<4sIQqIIIIIIQQ")
 assert HEADER.size == 64
@@ -737,9 +739,19 @@ def ids_of(records_per_reader):
 
 SIZE = int(BASE_OPTIONS["size"])
 PIXELS = SIZE * SIZE * 3
-# Disk bytes a sample takes: its slot, a 32-byte header and the pixels to a
-# multiple of 64 (the disk tier's budget and disk_bytes count slots).
-SLOT = (32 + PIXELS + 63) // 64 * 64
+
+
+def slot_bytes(pixels):
+    """Disk bytes a sample takes: its slot, a 32-byte header and the pixels
+    rounded up to a step of 1/16 to 1/8 of their size (a power of two), as
+    the disk tier's budget and disk_bytes count them."""
+    need, step = 32 + pixels, 64
+    while step * 16 < need:
+        step *= 2
+    return (need + step - 1) // step * step
+
+
+SLOT = slot_bytes(PIXELS)
 RECORD = record_size(PIXELS)
 
 
@@ -759,9 +771,16 @@ def small_layout(n, classes=4, prefix="img"):
 
 
 def make_dataset(root, n, classes=4, seed=0):
-    """n small JPEGs (make_imagefolder's generator, 64..300 px) in
-    ImageFolder layout; returns (root, [(relpath, label)] in id order)."""
-    make_imagefolder(root, small_layout(n, classes), seed=seed)
+    """n SIZE x SIZE JPEGs (make_imagefolder's generator) in ImageFolder
+    layout; returns (root, [(relpath, label)] in id order). At the suite's
+    base=SIZE each cache entry is the whole image: PIXELS bytes, as the
+    tiers' byte counts assume."""
+    rng = np.random.default_rng(seed)
+    for cls, names in small_layout(n, classes).items():
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for name in names:
+            _image(rng, SIZE, SIZE).save(os.path.join(root, cls, name), "JPEG",
+                                         quality=90)
     return root, imagefolder_order(root)
 
 

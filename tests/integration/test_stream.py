@@ -162,7 +162,8 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(rows, expected)
 
     def test_size_zero_keeps_original(self):
-        m = self.mount(self.source, {"size": "0"})
+        # size=0 delivers the base image; base=0 makes that the original.
+        m = self.mount(self.source, {"size": "0", "base": "0"})
         self.assertEqual(m.info()["size"], 0)
         recs = read_epoch(m.mkjob("orig"), 2)
         all_r = [r for rs in recs for r in rs]

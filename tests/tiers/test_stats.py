@@ -244,7 +244,7 @@ class StatsTest(TierTestCase):
         self.assertEqual(st2["disk_hits"], 0)
         recs2 = self.read_job(m2, "after")
         st3 = m2.stats()
-        kept = disk_bytes // PIXELS
+        kept = disk_bytes // SLOT
         self.assertEqual(st3["disk_hits"], kept,
                          "the %d samples kept on disk should all be hits: %s"
                          % (kept, st3))
