@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 
 // Bump when the key, index or slot layout changes: old tiers are then left
 // alone in their own folder.
-constexpr char kFormat[] = "v2";
+// v3: entries are base images (loader/decoder.h DecodeBase), no longer
+// centre crops at an output size.
+constexpr char kFormat[] = "v3";
 constexpr char kSlotFilePrefix[] = "slots-";
 constexpr uint32_t kSlotMagic = 0x3253444a;  // "JDS2"
 // Slot header: magic, height, width, channels, key hash (8), crc, reserved.
@@ -61,17 +63,14 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 }  // namespace
 
-// Samples of one output size all have one size: their slot is exact (to 64
-// bytes). Original-size samples (size 0) vary: slots in steps of 1/8 of a
-// power of two waste at most 12% and keep the number of slot files small.
-uint64_t DiskCache::SlotBytes(uint32_t size, uint64_t bytes) {
-  uint64_t need = kSlotHeader + bytes;
-  if (size == 0) {
-    uint64_t step = 64;
-    while (step * 16 < need) step *= 2;
-    return (need + step - 1) / step * step;
-  }
-  return (need + 63) / 64 * 64;
+// Base images vary in size with each image's aspect and IDCT scale: slots
+// in steps of 1/8 of a power of two waste at most 12% and keep the number
+// of slot files small.
+uint64_t DiskCache::SlotBytes(uint64_t bytes) {
+  const uint64_t need = kSlotHeader + bytes;
+  uint64_t step = 64;
+  while (step * 16 < need) step *= 2;
+  return (need + step - 1) / step * step;
 }
 
 Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
@@ -323,8 +322,7 @@ void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
 void DiskCache::PutAsync(uint32_t size, SampleId id, SamplePtr sample) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || SlotBytes(size, sample->bytes()) > stats_.budget ||
-        index_.count(Key(size, id))) {
+    if (stopping_ || SlotBytes(sample->bytes()) > stats_.budget || index_.count(Key(size, id))) {
       return;
     }
     if (queue_.size() >= kMaxQueuedWrites) {
@@ -378,7 +376,7 @@ void DiskCache::WriteLoop() {
     const DecodedSample& sample = *w.sample;
     Location where;
     where.bytes = sample.bytes();
-    where.slot_bytes = SlotBytes(w.size, where.bytes);
+    where.slot_bytes = SlotBytes(where.bytes);
     where.crc = Crc32c(sample.pixels.get(), where.bytes);
     std::vector<std::string> victims;
     int fd = -1;

@@ -1,18 +1,18 @@
 // The disk tier: decoded samples kept under cache_dir, so that a RAM miss, a
 // later epoch, or a restarted daemon need not decode again.
 //
-// Storage: one folder per SOURCE (cache_dir/<hash of SOURCE>-v2/) holding
-// slot files and a RocksDB index. A sample's bytes go to a slot of a slot
-// file: every sample of one output size has the same byte size, so a file
-// per slot size (`slots-<bytes>`) reuses freed slots exactly and never
-// fragments; original-size samples use slot sizes in steps of 1/8 of a
-// power of two. A write is one pwrite() of the slot, a read one pread():
-// the values RocksDB's blob files used to hold were copied into a write
-// batch, the memtable and, at flush, the blob file (0.43 CPU ms per 224x224
-// write, 0.28 ms per read, against 1.3 ms for the decode they save).
+// Storage: one folder per SOURCE (cache_dir/<hash of SOURCE>-v3/) holding
+// slot files and a RocksDB index. A sample's bytes (a base image,
+// loader/decoder.h DecodeBase) go to a slot of a slot file: one file per slot
+// size (`slots-<bytes>`), slot sizes in steps of 1/8 of a power of two, so
+// freed slots are reused and files never fragment. A write is one pwrite()
+// of the slot, a read one pread(): the values RocksDB's blob files used to
+// hold were copied into a write batch, the memtable and, at flush, the blob
+// file (0.43 CPU ms per 224x224 write, 0.28 ms per read, against 1.3 ms for
+// the decode they save).
 //
 // The index (RocksDB, WAL on, not synced) maps a key to the sample's slot,
-// byte size and CRC32C. Keys: the output size and a fingerprint of the
+// byte size and CRC32C. Keys: the base resolution and a fingerprint of the
 // source file (its relative path, size, mtime and inode), so a changed file
 // is simply a miss while every unchanged sample stays valid. Each slot
 // starts with a header naming its key's hash, the image's dimensions and
@@ -91,9 +91,9 @@ class DiskCache {
   // The tier's folder (for tests that damage it on purpose).
   const std::string& path() const { return path_; }
 
-  // Disk bytes a sample of `bytes` pixels at output size `size` takes: its
-  // slot, which is what the budget counts.
-  static uint64_t SlotBytes(uint32_t size, uint64_t bytes);
+  // Disk bytes a sample of `bytes` pixels takes: its slot, which is what
+  // the budget counts.
+  static uint64_t SlotBytes(uint64_t bytes);
 
  private:
   // Where a sample is, and what it must look like there.

@@ -83,7 +83,7 @@ TEST_F(DiskCacheTest, StoresAndServesSamples) {
   EXPECT_EQ(stats.hits, 1u);
   EXPECT_EQ(stats.misses, 2u);
   EXPECT_EQ(stats.entries, 1u);
-  EXPECT_EQ(stats.bytes, DiskCache::SlotBytes(16, 16 * 16 * 3));
+  EXPECT_EQ(stats.bytes, DiskCache::SlotBytes(16 * 16 * 3));
 }
 
 TEST_F(DiskCacheTest, SurvivesReopen) {
@@ -164,7 +164,7 @@ TEST_F(DiskCacheTest, CorruptBytesAreNeverServed) {
 TEST_F(DiskCacheTest, ASlotHoldingAnotherSamplesBytesIsNeverServed) {
   // What a reused slot looks like after a crash lost the eviction's index
   // delete: the slot header names another key.
-  const uint64_t slot = DiskCache::SlotBytes(16, 16 * 16 * 3);
+  const uint64_t slot = DiskCache::SlotBytes(16 * 16 * 3);
   std::string slots;
   {
     auto cache = OpenCache();
@@ -199,7 +199,7 @@ TEST_F(DiskCacheTest, ASlotHoldingAnotherSamplesBytesIsNeverServed) {
 }
 
 TEST_F(DiskCacheTest, OverBudgetDropsWhatFewestJobsNeed) {
-  const uint64_t one = DiskCache::SlotBytes(16, 16 * 16 * 3);
+  const uint64_t one = DiskCache::SlotBytes(16 * 16 * 3);
   auto cache = OpenCache(4 * one);
   // Ids 0-3 are needed by two jobs, ids 4-7 by none.
   counts_.two_jobs_need_below = 4;

@@ -1,5 +1,8 @@
-// The RAM tier of decoded samples, keyed by (output size, sample id), in
-// front of the disk tier and the decoder.
+// The RAM tier of decoded samples, keyed by (base resolution, sample id), in
+// front of the disk tier and the decoder. An entry is the image decoded at
+// the mount's `base` (loader/decoder.h DecodeBase), uncropped: every job
+// cuts its own deliveries from it (loader/augment.h), whatever its size,
+// crop and flip, so one entry serves them all.
 //
 // Acquire() is single-flight: however many jobs ask for a sample while it
 // is being loaded, it is loaded once (from the disk tier, else decoded) and
@@ -51,7 +54,7 @@
 namespace joaderfs {
 
 struct SampleKey {
-  uint32_t size;
+  uint32_t size;  // the base resolution decoded at (DecodeBase's `base`)
   SampleId id;
   bool operator==(const SampleKey&) const = default;
 };

@@ -133,14 +133,17 @@ TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
   EXPECT_EQ(cache.Stats().decoded, 1u);
 }
 
-TEST_F(SampleCacheTest, MatchesDecodeImage) {
+// Entries are base images: decoded at the key's resolution, uncropped.
+TEST_F(SampleCacheTest, MatchesDecodeBase) {
   LoaderPool pool(1);
   pool.Start();
   SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
   const SamplePtr s = AcquireSync(&cache, {kSize, 2});
   ASSERT_NE(s, nullptr);
   DecodedSample direct;
-  ASSERT_TRUE(DecodeImage(catalog_->path(2), kSize, &direct).ok());
+  ASSERT_TRUE(DecodeBase(catalog_->path(2), kSize, &direct).ok());
+  ASSERT_EQ(s->width, direct.width);
+  ASSERT_EQ(s->height, direct.height);
   ASSERT_EQ(s->bytes(), direct.bytes());
   EXPECT_EQ(std::memcmp(s->pixels.get(), direct.pixels.get(), direct.bytes()), 0);
 }

@@ -190,6 +190,8 @@ int Run(int argc, char** argv) {
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache);
   JobManagerOptions jo;
   jo.default_size = o.size;
+  jo.base = o.base;
+  jo.seed = o.seed;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
   JobManager jobs(catalog.get(), &cache, pool.get(), &groups, jo);
   Filesystem filesystem(catalog.get(), &jobs, o.size);

@@ -21,6 +21,7 @@ enum Key {
   kDiskCache,
   kThreads,
   kSize,
+  kBase,
   kSeed,
   kLookahead,
   kIdleTimeout,
@@ -40,6 +41,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("disk_cache=%s", kDiskCache),
     FUSE_OPT_KEY("threads=%s", kThreads),
     FUSE_OPT_KEY("size=%s", kSize),
+    FUSE_OPT_KEY("base=%s", kBase),
     FUSE_OPT_KEY("seed=%s", kSeed),
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
@@ -106,6 +108,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kSize:
       if (!number || *number > 8192) return bad("0-8192");
       o.size = static_cast<uint32_t>(*number);
+      break;
+    case kBase:
+      if (!number || *number > 8192) return bad("0-8192");
+      o.base = static_cast<uint32_t>(*number);
       break;
     case kSeed:
       if (!number) return bad("a non-negative integer");
@@ -256,7 +262,10 @@ options:
     -o threads=N             decode threads (default: number of cores)
     -o size=N                output size: shorter side N, centre crop N x N;
                              0 keeps the original size (default 224)
-    -o seed=N                sampler seed (default random)
+    -o base=N                cache images decoded with their shorter side at
+                             least N, cut per job; 0 = full size (default 256)
+    -o seed=N                sampler seed (default random), also the root of
+                             each job's augmentation seed
     -o lookahead=N           samples each job's plan runs ahead (default 128)
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
     -o max_pixels=N          refuse images of more than N pixels, from their

@@ -23,6 +23,9 @@ struct DaemonOptions {
   uint64_t disk_cache = 10ULL << 30;
   unsigned threads = 0;
   uint32_t size = 224;
+  // The cache's base resolution (loader/decoder.h DecodeBase); 256 by
+  // measurement (docs/augmentation.md).
+  uint32_t base = 256;
   uint64_t seed = 0;
   uint32_t lookahead = 128;
   uint64_t job_idle_timeout = 600;

@@ -62,7 +62,7 @@ struct JobManager::Reader {
   ReadReply reply;
 };
 
-JobManager::JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool,
+JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
                        PlanGroups* groups, JobManagerOptions options)
     : catalog_(catalog),
       cache_(cache),
@@ -94,6 +94,7 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   job->uid = uid;
   job->serial = next_serial_++;
   job->spec = default_spec_;
+  job->spec.augment.seed = JobSeed(options_.seed, name);
   job->subset = ResolveSubset(job->spec.subset, *catalog_);
   jobs_by_serial_[job->serial] = job.get();
   jobs_[name] = std::move(job);
@@ -173,6 +174,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   // subset keeps one set through the ids file.
   JobSpec base = default_spec_;
   base.subset.kind = SubsetSpec::Kind::kIds;
+  base.augment.seed = JobSeed(options_.seed, name);
   JobSpec spec;
   Status s = ParseJobSpec(text, *catalog_, base, &spec);
   if (!s.ok()) return s;
@@ -343,6 +345,8 @@ bool JobManager::TryServe(Reader* r, Actions* actions) {
       h.height = next->sample->height;
       h.width = next->sample->width;
       h.channels = next->sample->channels;
+      h.flags = next->sample->record_flags;
+      h.reserved = next->sample->record_box;
       if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
       bytes += h.record_bytes();
       r->pending.Push(job->stream->TakeReady()->sample, h);
@@ -365,15 +369,11 @@ void JobManager::ServeWaiters(Job* job, Actions* actions) {
   }
 }
 
-uint64_t JobManager::SampleBytes(uint32_t size) const {
-  // Size 0 keeps each image's own size: the mean of those loaded so far.
-  return size > 0 ? uint64_t{size} * size * 3 : cache_->AverageSampleBytes();
-}
+uint64_t JobManager::SampleBytes() const { return cache_->AverageSampleBytes(); }
 
 void JobManager::StartEpoch(Job* job, Actions* actions) {
   if (!job->group) {
-    const uint64_t per_sample = SampleBytes(job->spec.size);
-    job->group = groups_->Get(job->spec.size, cache_->budget() / per_sample);
+    job->group = groups_->Get(options_.base, cache_->budget() / SampleBytes());
     job->handle = job->group->AddJob(job->subset, job->spec.window);
     job->stream = std::make_unique<JobStream>(job->subset.cardinality(), job->spec.window);
     planning_[{job->group, job->handle}] = job;
@@ -390,7 +390,10 @@ void JobManager::StartEpoch(Job* job, Actions* actions) {
 // Tops up the planned queues of the group's jobs; the group decides who
 // plans when (sampling/plan_group.h).
 void JobManager::Plan(PlanGroup* group, Actions* actions) {
-  const BudgetView budget{cache_->CommittedBytes(), cache_->budget(), SampleBytes(group->size())};
+  // Rendered deliveries not yet read hold RAM as well as the pinned base
+  // images they came from.
+  const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
+                          SampleBytes()};
   std::vector<Pick> picks;
   group->Plan(budget, &picks);
   for (const Pick& pick : picks) {
@@ -404,20 +407,35 @@ void JobManager::Plan(PlanGroup* group, Actions* actions) {
 void JobManager::RequestPosition(Job* job, uint64_t position, Actions* actions) {
   if (job->released) return;  // requested again when a reader comes back
   job->stream->MarkRequested(position);
-  const SampleKey key{job->spec.size, job->stream->IdAt(position)};
-  actions->Add([this, key, serial = job->serial, epoch = job->epoch(), position] {
-    cache_->Acquire(key, [this, serial, epoch, position](const SamplePtr& sample) {
-      OnLoaded(serial, epoch, position, sample);
+  const SampleKey key{options_.base, job->stream->IdAt(position)};
+  // A size-0 evaluation job takes the base image as it is.
+  const bool render = job->spec.size > 0 || job->spec.augment.augmented();
+  actions->Add([this, key, render, augment = job->spec.augment, size = job->spec.size,
+                serial = job->serial, epoch = job->epoch(), position] {
+    cache_->Acquire(key, [=, this](const SamplePtr& base) {
+      if (!render || !base) {
+        OnLoaded(serial, epoch, position, base);
+        return;
+      }
+      // The callback may run on a reader's FUSE thread (a cache hit):
+      // rendering there would serialise that reader.
+      pool_->Submit([=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
     });
   });
+}
+
+void JobManager::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
+                        uint64_t position, SampleId id, const SamplePtr& base) {
+  OnLoaded(serial, epoch, position,
+           RenderDelivery(base, augment, size, epoch, id, rendered_bytes_));
 }
 
 void JobManager::ReleasePins(Job* job, Actions* actions) {
   if (!job->stream) return;
   std::vector<SampleId> ids = job->stream->ReleasePins();
   if (ids.empty()) return;
-  actions->Add([this, size = job->spec.size, ids = std::move(ids)] {
-    for (SampleId id : ids) cache_->Release({size, id});
+  actions->Add([this, ids = std::move(ids)] {
+    for (SampleId id : ids) cache_->Release({options_.base, id});
   });
 }
 
@@ -436,8 +454,8 @@ void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
 void JobManager::AfterDone(Job* job, Actions* actions) {
   std::vector<SampleId> ids = job->stream->TakeDoneIds();
   for (SampleId id : ids) job->group->Done(job->handle, id);
-  actions->Add([this, size = job->spec.size, ids = std::move(ids)] {
-    for (SampleId id : ids) cache_->Release({size, id});
+  actions->Add([this, ids = std::move(ids)] {
+    for (SampleId id : ids) cache_->Release({options_.base, id});
   });
   if (!job->running()) {
     // Waiting readers get EOF from the caller's ServeWaiters().

@@ -2,11 +2,16 @@
 // layer that joins the parts of the data path.
 //
 // A job reads a subset of the catalog epoch after epoch. Its order and how
-// far ahead it plans come from the planning group of its output size
-// (sampling/plan_group.h); its epoch's positions, window and delivery state
-// are a JobStream (jobs/job_stream.h); planned samples are pinned in the
-// RAM tier (cache/sample_cache.h) until done; each reader's unread records
-// are a RecordQueue (jobs/record_queue.h), which frames replies.
+// far ahead it plans come from the mount's one planning group
+// (sampling/plan_group.h): every job shares the base images of the cache,
+// whatever its size, crop and flip; its epoch's positions, window and
+// delivery state are a JobStream (jobs/job_stream.h); planned base images
+// are pinned in the RAM tier (cache/sample_cache.h) until done. When a
+// position's base image is ready, a loader thread renders the job's own
+// crop, resize and flip of it (loader/augment.h), off the manager's lock
+// and off the readers' FUSE threads; rendered bytes count against the RAM
+// budget when the group plans. Each reader's unread records are a
+// RecordQueue (jobs/record_queue.h), which frames replies.
 //
 // This is the FUSE-free core of the filesystem: the fs/ layer maps paths to
 // these calls and Status codes to errno, and renders the snapshots below.
@@ -22,6 +27,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -48,6 +54,11 @@ inline constexpr size_t kMaxSpecBytes = 64 << 10;
 
 struct JobManagerOptions {
   uint32_t default_size = 224;
+  // The cache's base resolution (loader/decoder.h DecodeBase): one entry and
+  // one planning group per sample id for every job of the mount.
+  uint32_t base = 256;
+  // The sampler's seed, from which each job's default `seed` is derived.
+  uint64_t seed = 0;
   std::chrono::seconds idle_timeout{600};
 };
 
@@ -90,7 +101,8 @@ class JobManager {
   using ReaderId = uint64_t;
 
   // `groups` outlives the manager; the cache tiers evict by its counts.
-  JobManager(const Catalog* catalog, SampleCache* cache, const LoaderPool* pool, PlanGroups* groups,
+  // `pool` runs the renders.
+  JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
              JobManagerOptions options);
   ~JobManager();
 
@@ -152,15 +164,23 @@ class JobManager {
   void ServeWaiters(Job* job, Actions* actions);
   bool TryServe(Reader* reader, Actions* actions);
   bool ReaderAtEof(const Reader* reader) const;
-  // Bytes of one sample at output size `size`.
-  uint64_t SampleBytes(uint32_t size) const;
+  // Bytes of the planning group's samples: the mean base image.
+  uint64_t SampleBytes() const;
+  // Renders the job's delivery of a loaded base image, then OnLoaded().
+  // Runs on a loader thread, without the lock.
+  void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
+              uint64_t position, SampleId id, const SamplePtr& base);
 
   const Catalog* catalog_;
   SampleCache* cache_;
-  const LoaderPool* pool_;
+  LoaderPool* pool_;
   PlanGroups* groups_;
   const JobManagerOptions options_;
   const JobSpec default_spec_;
+  // Bytes of rendered deliveries alive (in streams and readers' queues):
+  // counted down by their pixels' deleter, so shared with them.
+  const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
 
   mutable RankedMutex<LockRank::kJobManager> mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;               // GUARDED_BY(mu_)

@@ -26,6 +26,7 @@
 
 #include "fs/render.h"
 #include "jobs/record.h"
+#include "loader/augment.h"
 #include "loader/decoder.h"
 #include "testing/test_util.h"
 
@@ -145,6 +146,7 @@ class JobManagerTest : public ::testing::Test {
   JobManagerOptions Options() const {
     JobManagerOptions o;
     o.default_size = kSize;
+    o.base = kSize;  // the cache's keys are {kSize, id}
     return o;
   }
 
@@ -462,11 +464,15 @@ TEST_F(JobManagerTest, OneReaderGetsEveryIdOnceWithGoodRecords) {
     EXPECT_EQ(r.header.epoch, 0u);
     EXPECT_EQ(r.header.height, kSize);
     EXPECT_EQ(r.header.width, kSize);
-    // The payload is the decoded image.
-    DecodedSample direct;
-    ASSERT_TRUE(DecodeImage(catalog_->path(id), kSize, &direct).ok());
-    ASSERT_EQ(r.payload.size(), direct.bytes());
-    EXPECT_EQ(std::memcmp(r.payload.data(), direct.pixels.get(), direct.bytes()), 0)
+    // The payload is the centre crop of the base image; an evaluation
+    // job's record has no flags.
+    EXPECT_EQ(r.header.flags, 0u);
+    EXPECT_EQ(r.header.reserved, 0u);
+    auto base = std::make_shared<DecodedSample>();
+    ASSERT_TRUE(DecodeBase(catalog_->path(id), kSize, base.get()).ok());
+    const SamplePtr direct = RenderDelivery(base, AugmentSpec(), kSize, 0, id);
+    ASSERT_EQ(r.payload.size(), direct->bytes());
+    EXPECT_EQ(std::memcmp(r.payload.data(), direct->pixels.get(), direct->bytes()), 0)
         << "payload of " << id;
   }
   // Still the end of the stream.

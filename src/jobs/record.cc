@@ -37,6 +37,7 @@ std::array<uint8_t, kRecordHeaderSize> EncodeRecordHeader(const RecordHeader& h)
   Put<uint32_t>(b.data() + 40, h.channels);
   Put<uint32_t>(b.data() + 44, h.dtype);
   Put<uint64_t>(b.data() + 48, h.payload_bytes());
+  Put<uint64_t>(b.data() + 56, h.reserved);
   return b;
 }
 
@@ -51,6 +52,7 @@ std::optional<RecordHeader> DecodeRecordHeader(const uint8_t* b) {
   h.width = Get<uint32_t>(b + 36);
   h.channels = Get<uint32_t>(b + 40);
   h.dtype = Get<uint32_t>(b + 44);
+  h.reserved = Get<uint64_t>(b + 56);
   if (h.dtype != kDtypeUint8 || Get<uint64_t>(b + 48) != h.payload_bytes()) return {};
   return h;
 }

@@ -1,8 +1,10 @@
 #include "jobs/spec.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 
+#include "common/hash.h"
 #include "common/parse.h"
 #include "common/random.h"
 
@@ -81,14 +83,80 @@ Status ParseSubset(std::string_view value, const Catalog& catalog, SubsetSpec* o
   return Status::Ok();
 }
 
+// "A-B" with lo <= A <= B <= hi (lo_open: lo itself excluded).
+bool ParseDoubleRange(std::string_view s, double lo, double hi, std::pair<double, double>* out) {
+  const size_t dash = s.find('-');
+  if (dash == std::string_view::npos) return false;
+  const auto first = ParseDouble(s.substr(0, dash));
+  const auto last = ParseDouble(s.substr(dash + 1));
+  if (!first || !last || !(*first > lo) || *first > *last || *last > hi) return false;
+  *out = {*first, *last};
+  return true;
+}
+
+Status ParseCrop(std::string_view value, AugmentSpec* out) {
+  AugmentSpec a = *out;
+  const AugmentSpec defaults;
+  a.scale_min = defaults.scale_min;
+  a.scale_max = defaults.scale_max;
+  a.ratio_min = defaults.ratio_min;
+  a.ratio_max = defaults.ratio_max;
+  if (value == "center") {
+    a.crop = AugmentSpec::Crop::kCenter;
+  } else if (value == "random") {
+    a.crop = AugmentSpec::Crop::kRandom;
+  } else if (value.starts_with("random:")) {
+    a.crop = AugmentSpec::Crop::kRandom;
+    const auto parts = Split(value.substr(7), ":");
+    std::pair<double, double> scale, ratio;
+    if (parts.size() != 2 || !ParseDoubleRange(parts[0], 0, 1, &scale) ||
+        !ParseDoubleRange(parts[1], 0, 1e3, &ratio)) {
+      return Status::InvalidArgument(
+          "crop=" + std::string(value) +
+          ": expected center, random or random:SMIN-SMAX:RMIN-RMAX with 0 < SMIN <= SMAX <= 1 "
+          "and 0 < RMIN <= RMAX <= 1000");
+    }
+    std::tie(a.scale_min, a.scale_max) = scale;
+    std::tie(a.ratio_min, a.ratio_max) = ratio;
+  } else {
+    return Status::InvalidArgument("crop=" + std::string(value) +
+                                   ": expected center, random or random:SMIN-SMAX:RMIN-RMAX");
+  }
+  *out = a;
+  return Status::Ok();
+}
+
+// The shortest text that parses back to `v`.
+std::string ShortestDouble(double v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
+}
+
+std::string CropText(const AugmentSpec& a) {
+  if (a.crop == AugmentSpec::Crop::kCenter) return "center";
+  const AugmentSpec defaults;
+  if (a.scale_min == defaults.scale_min && a.scale_max == defaults.scale_max &&
+      a.ratio_min == defaults.ratio_min && a.ratio_max == defaults.ratio_max) {
+    return "random";
+  }
+  return "random:" + ShortestDouble(a.scale_min) + "-" + ShortestDouble(a.scale_max) + ":" +
+         ShortestDouble(a.ratio_min) + "-" + ShortestDouble(a.ratio_max);
+}
+
 }  // namespace
+
+uint64_t JobSeed(uint64_t mount_seed, std::string_view name) {
+  return MixSeed(mount_seed, Fnv1a(kFnv1aBasis, name.data(), name.size()));
+}
 
 std::string JobSpec::ToString() const {
   // Unlimited epochs has no value to write: the key is left out, so that
   // what the file shows can be written back.
   return "subset=" + subset.text + "\nsize=" + std::to_string(size) +
          (epochs ? "\nepochs=" + std::to_string(epochs) : "") +
-         "\nwindow=" + std::to_string(window) + "\n";
+         "\nwindow=" + std::to_string(window) + "\ncrop=" + CropText(augment) +
+         "\nflip=" + ShortestDouble(augment.flip) + "\nseed=" + std::to_string(augment.seed) + "\n";
 }
 
 Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,
@@ -125,6 +193,22 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
                                        std::to_string(kMaxWindow));
       }
       spec.window = static_cast<uint32_t>(*number);
+    } else if (key == "crop") {
+      Status s = ParseCrop(value, &spec.augment);
+      if (!s.ok()) return s;
+    } else if (key == "flip") {
+      const auto p = ParseDouble(value);
+      if (!p || *p < 0 || *p > 1) {
+        return Status::InvalidArgument("flip=" + std::string(value) +
+                                       ": expected a probability 0-1");
+      }
+      spec.augment.flip = *p;
+    } else if (key == "seed") {
+      if (!number) {
+        return Status::InvalidArgument("seed=" + std::string(value) +
+                                       ": expected a non-negative integer");
+      }
+      spec.augment.seed = *number;
     } else {
       return Status::InvalidArgument("unknown key '" + key + "'");
     }

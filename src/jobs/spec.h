@@ -1,5 +1,6 @@
-// The job spec of DESIGN.md 2.3: which samples a job reads, at what size,
-// for how many epochs, and how far delivery may reorder them.
+// The job spec of DESIGN.md 2.3: which samples a job reads, at what size
+// and with which crop and flip, for how many epochs, and how far delivery
+// may reorder them.
 
 #ifndef JOADERFS_JOBS_SPEC_H_
 #define JOADERFS_JOBS_SPEC_H_
@@ -14,6 +15,7 @@
 
 #include "catalog/catalog.h"
 #include "common/status.h"
+#include "loader/augment.h"
 
 namespace joaderfs {
 
@@ -31,6 +33,9 @@ struct JobSpec {
   uint32_t size = 224;  // 0 keeps the original size
   uint64_t epochs = 0;  // 0 = unlimited
   uint32_t window = 64;
+  // crop, flip and seed. The daemon resolves the default seed when it makes
+  // the job (JobSeed()), so the spec file always shows one.
+  AugmentSpec augment;
 
   // The spec as the `spec` file shows it: one key=value per line, which
   // parses back to the same spec (but for kIds subsets).
@@ -53,6 +58,10 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog);
 // Parses the `ids` file: one sample id or relative path per line (blank
 // lines ignored). Fails naming the first bad line.
 Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out);
+
+// The default `seed` of job `name` on a mount whose sampler seed is
+// `mount_seed`.
+uint64_t JobSeed(uint64_t mount_seed, std::string_view name);
 
 // True for 1-64 characters of [A-Za-z0-9._-], not "." or "..".
 bool IsValidJobName(std::string_view name);

@@ -15,6 +15,10 @@ struct DecodedSample {
   uint32_t channels = 3;
   // Owned with whatever deleter matches its allocator (libvips' g_free).
   std::shared_ptr<uint8_t> pixels;
+  // How a delivery was cut from its base image (loader/augment.h), for the
+  // record header's flags and reserved fields; 0 for cache entries.
+  uint32_t record_flags = 0;
+  uint64_t record_box = 0;
 
   uint64_t bytes() const { return uint64_t{height} * width * channels; }
 };

@@ -168,7 +168,11 @@ Status DecodeWithVips(const std::string& path, const std::string& file, uint64_t
 
 }  // namespace
 
-Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
+namespace {
+
+// The picture at the smallest JPEG IDCT scale whose shorter side is at least
+// `min_shorter` (0: full size), or at full size for other formats.
+Status DecodeRgb(const std::string& path, uint32_t min_shorter, RgbImage* rgb) {
   const uint64_t limit = MaxPixels();
   // The file is read once into memory and decoded from there: opening it by
   // name makes libvips probe every loader and reopen the file. An allowed
@@ -176,30 +180,48 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
   std::string file;
   Status s = ReadFile(path, limit * 8 + kMetadataBytes, &file);
   if (!s.ok()) return s;
-  RgbImage rgb;
   s = Status::InvalidArgument("not a JPEG");
   if (IsJpeg(file)) {
-    s = DecodeJpeg(file, size, limit, &rgb);
+    s = DecodeJpeg(file, min_shorter, limit, rgb);
     if (s.code() == Status::Code::kCorruption) return Status::Corruption(path + ": " + s.message());
   }
-  if (!s.ok()) {
-    s = DecodeWithVips(path, file, limit, &rgb);
-    if (!s.ok()) return s;
-  }
+  if (!s.ok()) return DecodeWithVips(path, file, limit, rgb);
+  return Status::Ok();
+}
+
+void TakePixels(RgbImage* rgb, DecodedSample* out) {
   out->channels = 3;
+  out->width = rgb->width;
+  out->height = rgb->height;
+  auto owner = std::make_shared<std::vector<uint8_t>>(std::move(rgb->pixels));
+  out->pixels = std::shared_ptr<uint8_t>(owner, owner->data());
+}
+
+}  // namespace
+
+Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
+  RgbImage rgb;
+  Status s = DecodeRgb(path, size, &rgb);
+  if (!s.ok()) return s;
   if (size == 0) {
-    out->width = rgb.width;
-    out->height = rgb.height;
-    auto owner = std::make_shared<std::vector<uint8_t>>(std::move(rgb.pixels));
-    out->pixels = std::shared_ptr<uint8_t>(owner, owner->data());
+    TakePixels(&rgb, out);
     return Status::Ok();
   }
+  out->channels = 3;
   const ResizeCrop plan = PlanResizeCrop(rgb.full_width, rgb.full_height, size);
   out->width = plan.width;
   out->height = plan.height;
   out->pixels =
       std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
   ResampleRgb(rgb.pixels.data(), rgb.width, rgb.height, plan, out->pixels.get());
+  return Status::Ok();
+}
+
+Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out) {
+  RgbImage rgb;
+  Status s = DecodeRgb(path, base, &rgb);
+  if (!s.ok()) return s;
+  TakePixels(&rgb, out);
   return Status::Ok();
 }
 

@@ -48,6 +48,13 @@ uint64_t MaxPixels();
 // over MaxPixels().
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out);
 
+// The base image of the cache (loader/augment.h cuts every delivery from
+// it): a JPEG at the smallest IDCT scale (M/8) whose shorter side is at
+// least `base`, any other format at full size; `base` 0 decodes JPEGs at
+// full size too. Uncropped and unresized beyond the IDCT's scaling. Fails as
+// DecodeImage() does.
+Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out);
+
 }  // namespace joaderfs
 
 #endif  // JOADERFS_LOADER_DECODER_H_

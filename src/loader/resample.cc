@@ -25,22 +25,30 @@ struct AxisWeights {
   std::vector<float> weights;  // taps per output
 };
 
-AxisWeights Weights(uint32_t source, uint32_t resized, uint32_t offset, uint32_t count) {
-  const double scale = static_cast<double>(source) / resized;
+// Output o is centred at source coordinate origin + (o + 0.5) * scale and
+// reads only source samples in [lo_limit, hi_limit): the whole axis for a
+// resize, the crop box for a crop that is then resized (torchvision crops
+// before it resizes, so nothing outside the box bleeds in). `mirror`
+// reverses the outputs: a horizontal flip costs nothing.
+AxisWeights Weights(double origin, double scale, uint32_t lo_limit, uint32_t hi_limit,
+                    uint32_t count, bool mirror) {
   // The triangle spans one output sample either side: `radius` source samples.
   const double radius = std::max(scale, 1.0);
+  const uint32_t extent = hi_limit - lo_limit;
   AxisWeights a;
-  a.taps = std::min(static_cast<uint32_t>(std::ceil(radius)) * 2 + 1, source);
+  a.taps = std::min(static_cast<uint32_t>(std::ceil(radius)) * 2 + 1, extent);
   a.first.resize(count);
   a.weights.assign(size_t{count} * a.taps, 0.0f);
   for (uint32_t o = 0; o < count; ++o) {
-    const double centre = (offset + o + 0.5) * scale;
-    const auto lo = static_cast<uint32_t>(std::max(0.0, std::floor(centre - radius + 0.5)));
+    const double centre = origin + (o + 0.5) * scale;
+    const auto lo = static_cast<uint32_t>(
+        std::max(static_cast<double>(lo_limit), std::floor(centre - radius + 0.5)));
     const auto hi = static_cast<uint32_t>(
-        std::min(static_cast<double>(source), std::floor(centre + radius + 0.5)));
+        std::min(static_cast<double>(hi_limit), std::floor(centre + radius + 0.5)));
     assert(hi > lo && hi - lo <= a.taps);
-    const uint32_t first = std::min(lo, source - a.taps);
-    float* w = &a.weights[size_t{o} * a.taps];
+    const uint32_t first = std::min(lo, hi_limit - a.taps);
+    const uint32_t slot = mirror ? count - 1 - o : o;
+    float* w = &a.weights[size_t{slot} * a.taps];
     double sum = 0;
     for (uint32_t i = lo; i < hi; ++i) {
       const double d = std::abs((i + 0.5 - centre) / radius);
@@ -48,12 +56,53 @@ AxisWeights Weights(uint32_t source, uint32_t resized, uint32_t offset, uint32_t
       sum += w[i - first];
     }
     for (uint32_t i = 0; i < a.taps; ++i) w[i] = static_cast<float>(w[i] / sum);
-    a.first[o] = first;
+    a.first[slot] = first;
   }
   return a;
 }
 
 uint8_t ToByte(float v) { return static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f)); }
+
+// Separable resample: `width` x `height` outputs from the weights of each axis.
+void Resample(const uint8_t* src, uint32_t src_width, const AxisWeights& xs, const AxisWeights& ys,
+              uint32_t width, uint32_t height, uint8_t* dst) {
+  // Horizontal pass over the source rows the vertical pass reads.
+  const uint32_t row0 = ys.first.front();
+  const uint32_t rows = ys.first.back() + ys.taps - row0;
+  const size_t out_row = size_t{width} * 3;
+  std::vector<float> wide(size_t{rows} * out_row);
+  for (uint32_t r = 0; r < rows; ++r) {
+    const uint8_t* in = src + size_t{row0 + r} * src_width * 3;
+    float* out = &wide[r * out_row];
+    for (uint32_t x = 0; x < width; ++x) {
+      const float* w = &xs.weights[size_t{x} * xs.taps];
+      const uint8_t* p = in + size_t{xs.first[x]} * 3;
+      float c0 = 0, c1 = 0, c2 = 0;
+      for (uint32_t t = 0; t < xs.taps; ++t, p += 3) {
+        c0 += w[t] * p[0];
+        c1 += w[t] * p[1];
+        c2 += w[t] * p[2];
+      }
+      out[x * 3] = c0;
+      out[x * 3 + 1] = c1;
+      out[x * 3 + 2] = c2;
+    }
+  }
+  // Vertical pass, one output row at a time.
+  std::vector<float> acc(out_row);
+  for (uint32_t y = 0; y < height; ++y) {
+    const float* w = &ys.weights[size_t{y} * ys.taps];
+    const uint32_t first = ys.first[y] - row0;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (uint32_t t = 0; t < ys.taps; ++t) {
+      if (w[t] == 0.0f) continue;
+      const float* in = &wide[size_t{first + t} * out_row];
+      for (size_t i = 0; i < out_row; ++i) acc[i] += w[t] * in[i];
+    }
+    uint8_t* out = dst + y * out_row;
+    for (size_t i = 0; i < out_row; ++i) out[i] = ToByte(acc[i]);
+  }
+}
 
 }  // namespace
 
@@ -75,45 +124,21 @@ ResizeCrop PlanResizeCrop(uint32_t width, uint32_t height, uint32_t size) {
 }
 
 void ResampleRgb(const uint8_t* src, uint32_t src_width, uint32_t src_height,
-                 const ResizeCrop& plan, uint8_t* dst) {
-  const AxisWeights xs = Weights(src_width, plan.resized_width, plan.left, plan.width);
-  const AxisWeights ys = Weights(src_height, plan.resized_height, plan.top, plan.height);
-  // Horizontal pass over the source rows the vertical pass reads.
-  const uint32_t row0 = ys.first.front();
-  const uint32_t rows = ys.first.back() + ys.taps - row0;
-  const size_t out_row = size_t{plan.width} * 3;
-  std::vector<float> wide(size_t{rows} * out_row);
-  for (uint32_t r = 0; r < rows; ++r) {
-    const uint8_t* in = src + size_t{row0 + r} * src_width * 3;
-    float* out = &wide[r * out_row];
-    for (uint32_t x = 0; x < plan.width; ++x) {
-      const float* w = &xs.weights[size_t{x} * xs.taps];
-      const uint8_t* p = in + size_t{xs.first[x]} * 3;
-      float c0 = 0, c1 = 0, c2 = 0;
-      for (uint32_t t = 0; t < xs.taps; ++t, p += 3) {
-        c0 += w[t] * p[0];
-        c1 += w[t] * p[1];
-        c2 += w[t] * p[2];
-      }
-      out[x * 3] = c0;
-      out[x * 3 + 1] = c1;
-      out[x * 3 + 2] = c2;
-    }
-  }
-  // Vertical pass, one output row at a time.
-  std::vector<float> acc(out_row);
-  for (uint32_t y = 0; y < plan.height; ++y) {
-    const float* w = &ys.weights[size_t{y} * ys.taps];
-    const uint32_t first = ys.first[y] - row0;
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (uint32_t t = 0; t < ys.taps; ++t) {
-      if (w[t] == 0.0f) continue;
-      const float* in = &wide[size_t{first + t} * out_row];
-      for (size_t i = 0; i < out_row; ++i) acc[i] += w[t] * in[i];
-    }
-    uint8_t* out = dst + y * out_row;
-    for (size_t i = 0; i < out_row; ++i) out[i] = ToByte(acc[i]);
-  }
+                 const ResizeCrop& plan, uint8_t* dst, bool mirror) {
+  const double x_scale = static_cast<double>(src_width) / plan.resized_width;
+  const double y_scale = static_cast<double>(src_height) / plan.resized_height;
+  const AxisWeights xs = Weights(plan.left * x_scale, x_scale, 0, src_width, plan.width, mirror);
+  const AxisWeights ys = Weights(plan.top * y_scale, y_scale, 0, src_height, plan.height, false);
+  Resample(src, src_width, xs, ys, plan.width, plan.height, dst);
+}
+
+void ResampleBox(const uint8_t* src, uint32_t src_width, const PixelBox& box, uint32_t width,
+                 uint32_t height, uint8_t* dst, bool mirror) {
+  const double x_scale = static_cast<double>(box.width) / width;
+  const double y_scale = static_cast<double>(box.height) / height;
+  const AxisWeights xs = Weights(box.left, x_scale, box.left, box.left + box.width, width, mirror);
+  const AxisWeights ys = Weights(box.top, y_scale, box.top, box.top + box.height, height, false);
+  Resample(src, src_width, xs, ys, width, height, dst);
 }
 
 }  // namespace joaderfs

@@ -5,7 +5,11 @@
 //
 // The filter is PIL's bilinear one: a triangle whose width grows with the
 // shrink factor, so every source pixel counts when shrinking (antialiased)
-// and plain bilinear interpolation when enlarging.
+// and plain bilinear interpolation when enlarging: torchvision's tensor
+// path with antialias=True uses the same filter.
+//
+// Both entry points can mirror their output (a horizontal flip) at no cost:
+// the horizontal weights are simply laid out in reverse.
 
 #ifndef JOADERFS_LOADER_RESAMPLE_H_
 #define JOADERFS_LOADER_RESAMPLE_H_
@@ -32,7 +36,23 @@ ResizeCrop PlanResizeCrop(uint32_t width, uint32_t height, uint32_t size);
 // from `src`, the whole picture at `src_width` x `src_height`: the size the
 // plan was made for, or smaller when the decoder already scaled it down.
 void ResampleRgb(const uint8_t* src, uint32_t src_width, uint32_t src_height,
-                 const ResizeCrop& plan, uint8_t* dst);
+                 const ResizeCrop& plan, uint8_t* dst, bool mirror = false);
+
+// A rectangle of a picture, in its pixels.
+struct PixelBox {
+  uint32_t left = 0;
+  uint32_t top = 0;
+  uint32_t width = 0;
+  uint32_t height = 0;
+};
+
+// torchvision's resized_crop(img, top, left, height, width, [height_out,
+// width_out], antialias=True): cuts `box` out of `src` (packed RGB,
+// `src_width` pixels a row) and resizes it to `width` x `height` into `dst`
+// (width * height * 3 bytes), then mirrors it when asked. Only pixels
+// inside the box are read. REQUIRES: box inside the picture, all sizes > 0.
+void ResampleBox(const uint8_t* src, uint32_t src_width, const PixelBox& box, uint32_t width,
+                 uint32_t height, uint8_t* dst, bool mirror = false);
 
 }  // namespace joaderfs
 
