@@ -15,6 +15,10 @@ Schedules (4 jobs over the whole dataset):
   stagger  job i starts when job 0 has delivered i/4 of its epoch
   speeds   readers paced at 1:2:3:4 (a sleep per record)
 
+With --augment the 4 jobs differ in size, crop and flip (AUGMENTS below)
+and still share one decode per image: the cache holds base images (mount
+option base=), so the RAM fraction is of the base images' bytes.
+
 Run with Debian's interpreter:
   /usr/bin/python3 bench/scale_bench.py --images 10000 --fractions 0.05,0.1,0.2
 """
@@ -56,6 +60,25 @@ print(n)
 """
 
 
+# Four jobs with different augmentations (issue 11: they must still decode
+# each image about once).
+AUGMENTS = [(224, "crop=center"), (224, "crop=random flip=0.5"),
+            (160, "crop=random:0.25-1:0.75-1.33 flip=1"), (192, "crop=center flip=0.5")]
+
+
+def base_set_bytes(source, base):
+    """Bytes of every image's base image: the JPEG IDCT scale M/8 (ceil) that
+    keeps the shorter side at least `base`, from the headers only."""
+    from PIL import Image
+    total = 0
+    for root, _, files in os.walk(source):
+        for name in files:
+            w, h = Image.open(os.path.join(root, name)).size
+            m = next((m for m in range(1, 9) if (min(w, h) * m + 7) // 8 >= base), 8)
+            total += ((w * m + 7) // 8) * ((h * m + 7) // 8) * 3
+    return total
+
+
 def record_bytes(size):
     payload = size * size * 3
     return 64 + (payload + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
@@ -92,10 +115,12 @@ def read_json(path):
 def run_case(args, source, fraction, schedule, sampler, disk):
     size = args.size
     decoded_set = args.images * size * size * 3
+    if args.augment:
+        decoded_set = base_set_bytes(source, args.base)
     ram = max(1 << 20, int(decoded_set * fraction))
     mnt = tempfile.mkdtemp(prefix="jfs-scale-mnt-")
     cache_dir = tempfile.mkdtemp(prefix="jfs-scale-cache-") if disk else None
-    opts = ["ram_cache=%d" % ram, "size=%d" % size, "seed=7",
+    opts = ["ram_cache=%d" % ram, "size=%d" % size, "seed=7", "base=%d" % args.base,
             "cache_dir=%s" % (cache_dir or "none"),
             "log=%s" % os.path.join(args.out, "daemon.log")]
     if disk:
@@ -119,12 +144,12 @@ def run_case(args, source, fraction, schedule, sampler, disk):
         for j in jobs:
             os.mkdir(os.path.join(mnt, "jobs", j))
             with open(os.path.join(mnt, "jobs", j, "spec"), "w") as f:
-                f.write("epochs=1")
+                i = jobs.index(j)
+                f.write("epochs=1" + (" size=%d %s" % AUGMENTS[i] if args.augment else ""))
         cpu0 = proc_cpu(pid)
         t0 = time.monotonic()
-        rec = record_bytes(size)
-
         def start(i):
+            rec = record_bytes(AUGMENTS[i][0] if args.augment else size)
             delay = 0.0
             if schedule == "speeds":
                 delay = args.pace / (i + 1)
@@ -191,6 +216,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--images", type=int, default=10000)
     p.add_argument("--size", type=int, default=224)
+    p.add_argument("--base", type=int, default=256)
+    p.add_argument("--augment", action="store_true",
+                   help="jobs with different size, crop and flip (AUGMENTS)")
     p.add_argument("--fractions", default="0.05,0.1,0.2")
     p.add_argument("--schedules", default="same,stagger,speeds")
     p.add_argument("--samplers", default="dsa,isa")

@@ -49,6 +49,7 @@ class JobPlan:
     delay: float = 0.0            # seconds per batch
     range: tuple[int, int] | None = None  # inclusive ids; None = all
     start_after: tuple[int, float] | None = None  # (job index, fraction of its epoch)
+    spec: str = ""                # joaderfs: more spec keys (crop=, flip=)
 
 
 @dataclass
@@ -168,8 +169,11 @@ class Bench:
                        "--result", str(self.workdir / f"result-{tag}-{i}.json")]
                 if is_jfs(system):
                     cmd += ["--job-dir", os.path.join(daemon.mnt, "jobs", plan.name)]
+                    spec = [plan.spec] if plan.spec else []
                     if plan.range:
-                        cmd += ["--spec", f"subset=range:{plan.range[0]}-{plan.range[1]}"]
+                        spec.append(f"subset=range:{plan.range[0]}-{plan.range[1]}")
+                    if spec:
+                        cmd += ["--spec", " ".join(spec)]
                 else:
                     cmd += ["--data", args.data]
                     if plan.range:
@@ -491,6 +495,11 @@ def scenarios(bench: Bench, which: set[str]) -> None:
                     bench.pair("S3", case, plans, a.reps_other, systems=("joaderfs-w0",))
                 if a.batch_path:
                     bench.pair("S3", case, plans, reps, systems=("joaderfs-batch",))
+                # Issue 11: per-job random crops and flips keep at least 80%
+                # of the centre-crop figure, measured in the same run.
+                augmented = [JobPlan(f"s3-{i}", spec="crop=random flip=0.5") for i in range(k)]
+                bench.pair("S3", case + ", crop=random flip=0.5", augmented, reps,
+                           systems=("joaderfs",))
             else:
                 bench.pair("S3", case, plans, a.reps_other, systems=both)
     if "S4" in which:

@@ -28,7 +28,8 @@ using testing::TempDir;
 ::testing::Environment* const kDecoderEnvironment =
     testing::AddDecoderEnvironment("sample_cache_test");
 
-// Samples 0-3 are good 40x30 PNGs (class "a"), sample 4 is not an image.
+// Samples 0-3 are good kSize x kSize PNGs (class "a"), sample 4 is not an
+// image. PNGs are their own base image at any base resolution.
 constexpr uint32_t kSize = 32;
 constexpr uint64_t kBytes = kSize * kSize * 3;
 constexpr SampleId kBad = 4;
@@ -54,7 +55,7 @@ class SampleCacheTest : public ::testing::Test {
     fs::create_directories(dir_ / "a");
     fs::create_directories(dir_ / "b");
     for (int i = 0; i < 4; ++i) {
-      testing::WriteNoiseImage(dir_ / ("a/" + std::to_string(i) + ".png"), 40, 30, i + 1);
+      testing::WriteNoiseImage(dir_ / ("a/" + std::to_string(i) + ".png"), kSize, kSize, i + 1);
     }
     testing::WriteFile(dir_ / "b/bad.jpg", "not a jpeg at all");
     const Status s = Catalog::Open(dir_.path(), &catalog_);
@@ -194,23 +195,22 @@ TEST_F(SampleCacheTest, SingleFlight) {
   EXPECT_EQ(st.pinned_bytes, kBytes);
 }
 
-TEST_F(SampleCacheTest, KeysDifferBySize) {
+// One entry per base resolution, each a whole image.
+TEST_F(SampleCacheTest, KeysDifferByBase) {
   LoaderPool pool(1);
   pool.Start();
   SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
-  const SamplePtr small = Touch(&cache, {16, 0});
-  const SamplePtr large = Touch(&cache, {kSize, 0});
-  const SamplePtr original = Touch(&cache, {0, 0});
-  ASSERT_TRUE(small && large && original);
-  EXPECT_EQ(small->width, 16u);
-  EXPECT_EQ(large->width, kSize);
-  EXPECT_EQ(original->width, 40u);
-  EXPECT_EQ(original->height, 30u);
+  for (uint32_t base : {16u, kSize, 0u}) {
+    const SamplePtr s = Touch(&cache, {base, 0});
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->width, kSize);
+    EXPECT_EQ(s->height, kSize);
+  }
   const CacheStats st = cache.Stats();
   EXPECT_EQ(st.misses, 3u);
   EXPECT_EQ(st.decoded, 3u);
   EXPECT_EQ(st.entries, 3u);
-  EXPECT_EQ(st.bytes, 16u * 16 * 3 + kBytes + 40u * 30 * 3);
+  EXPECT_EQ(st.bytes, 3 * kBytes);
 }
 
 TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
@@ -463,12 +463,12 @@ TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
   for (auto& t : threads) t.join();
   ASSERT_EQ(all_called.get_future().wait_for(10s), std::future_status::ready);
   const CacheStats st = cache.Stats();
-  EXPECT_EQ(st.misses, 10u);  // 5 ids x 2 sizes, each loaded once
+  EXPECT_EQ(st.misses, 10u);  // 5 ids x 2 bases, each loaded once
   EXPECT_EQ(st.hits, uint64_t{kThreads * kRounds} - 10);
   EXPECT_EQ(st.decoded, 8u);
-  EXPECT_EQ(st.failed, 2u);  // the bad id at both sizes
+  EXPECT_EQ(st.failed, 2u);  // the bad id at both bases
   EXPECT_EQ(st.entries, 8u);
-  EXPECT_EQ(st.bytes, 4 * kBytes + 4 * 16u * 16 * 3);
+  EXPECT_EQ(st.bytes, 8 * kBytes);  // whole PNGs at either base
   EXPECT_EQ(st.pinned_bytes, 0u);
   EXPECT_EQ(st.loading, 0u);
 }

@@ -35,7 +35,7 @@ Status ParseLine(const std::string& opts, DaemonOptions* o) {
 
 TEST(OptionsTest, GoodValues) {
   DaemonOptions o;
-  ASSERT_TRUE(ParseLine("ram_cache=512M,disk_cache=2G,threads=3,size=0,seed=7,lookahead=16,"
+  ASSERT_TRUE(ParseLine("ram_cache=512M,disk_cache=2G,threads=3,size=0,base=0,seed=7,lookahead=16,"
                         "job_idle_timeout=0,max_pixels=1000000,cache_dir=none",
                         &o)
                   .ok());
@@ -43,6 +43,7 @@ TEST(OptionsTest, GoodValues) {
   EXPECT_EQ(o.disk_cache, 2ull << 30);
   EXPECT_EQ(o.threads, 3u);
   EXPECT_EQ(o.size, 0u);
+  EXPECT_EQ(o.base, 0u);
   EXPECT_EQ(o.seed, 7u);
   EXPECT_EQ(o.lookahead, 16u);
   EXPECT_EQ(o.job_idle_timeout, 0u);
@@ -53,6 +54,7 @@ TEST(OptionsTest, GoodValues) {
   DaemonOptions defaults;
   ASSERT_TRUE(ParseLine("", &defaults).ok());
   EXPECT_EQ(defaults.max_pixels, kDefaultMaxPixels);
+  EXPECT_EQ(defaults.base, 256u);
   EXPECT_EQ(defaults.ram_cache, 0u);  // a quarter of RAM, set by ParseOptions
   ASSERT_TRUE(ParseLine("max_pixels=4294967296,job_idle_timeout=315360000", &o).ok());
   EXPECT_EQ(o.max_pixels, kMaxMaxPixels);
@@ -70,6 +72,8 @@ TEST(OptionsTest, EdgeValuesAreRefused) {
                           "threads=0",
                           "threads=1025",
                           "size=8193",
+                          "base=8193",
+                          "base=x",
                           "lookahead=0",
                           "job_idle_timeout=315360001",
                           "job_idle_timeout=18446744073709551615",

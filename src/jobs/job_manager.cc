@@ -417,9 +417,16 @@ void JobManager::RequestPosition(Job* job, uint64_t position, Actions* actions) 
         OnLoaded(serial, epoch, position, base);
         return;
       }
-      // The callback may run on a reader's FUSE thread (a cache hit):
-      // rendering there would serialise that reader.
-      pool_->Submit([=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
+      // A decode's callback runs on the loader thread that decoded it:
+      // render there. A hit's runs on whichever thread planned, maybe a
+      // reader's FUSE thread, where rendering would serialise that reader:
+      // hand it to the loader threads ahead of queued decodes.
+      if (LoaderPool::OnWorkerThread()) {
+        Render(augment, size, serial, epoch, position, key.id, base);
+      } else {
+        pool_->SubmitUrgent(
+            [=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
+      }
     });
   });
 }

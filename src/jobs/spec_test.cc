@@ -270,7 +270,10 @@ TEST_F(SpecTest, ToStringShowsOneKeyPerLine) {
   EXPECT_NE(text.find("size=32\n"), std::string::npos) << text;
   EXPECT_NE(text.find("epochs=2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("window=8\n"), std::string::npos) << text;
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;
+  EXPECT_NE(text.find("crop=center\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("flip=0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("seed=0\n"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 7) << text;
 }
 
 TEST_F(SpecTest, ToStringRoundTrips) {

@@ -11,6 +11,7 @@ LoaderPool::~LoaderPool() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    urgent_.clear();
     queue_.clear();
   }
   wake_.notify_all();
@@ -25,20 +26,36 @@ void LoaderPool::Submit(std::function<void()> task) {
   wake_.notify_one();
 }
 
+void LoaderPool::SubmitUrgent(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    urgent_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
+namespace {
+thread_local bool on_worker = false;
+}  // namespace
+
+bool LoaderPool::OnWorkerThread() { return on_worker; }
+
 size_t LoaderPool::queue_depth() const {
   std::lock_guard lock(mu_);
-  return queue_.size();
+  return urgent_.size() + queue_.size();
 }
 
 void LoaderPool::Work() {
+  on_worker = true;
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return stopping_ || !urgent_.empty() || !queue_.empty(); });
       if (stopping_) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      auto& from = urgent_.empty() ? queue_ : urgent_;
+      task = std::move(from.front());
+      from.pop_front();
     }
     const auto start = std::chrono::steady_clock::now();
     task();

@@ -1,5 +1,7 @@
-// A fixed pool of decode threads fed from one FIFO queue. Tasks are
-// type-erased so the cache decides what a load means (decode, disk read).
+// A fixed pool of decode threads fed from two FIFO queues: urgent tasks
+// (short ones a reader waits for: rendering a delivery from a cached image)
+// run before the others (decodes, disk reads). Tasks are type-erased so the
+// cache decides what a load means.
 //
 // Thread-safe. Threads start with Start(), so that a daemon can build the
 // pool before it forks; tasks submitted earlier wait. The destructor drops
@@ -28,6 +30,10 @@ class LoaderPool {
 
   void Start();
   void Submit(std::function<void()> task);
+  // Runs `task` before every task of Submit() not yet started.
+  void SubmitUrgent(std::function<void()> task);
+  // True on the pool's threads (of any pool).
+  static bool OnWorkerThread();
 
   unsigned threads() const { return threads_; }
   size_t queue_depth() const;
@@ -40,8 +46,9 @@ class LoaderPool {
   const unsigned threads_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;                    // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> urgent_;  // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> queue_;   // GUARDED_BY(mu_)
+  bool stopping_ = false;                     // GUARDED_BY(mu_)
   std::atomic<uint64_t> busy_ns_{0};
   std::vector<std::thread> workers_;
 };

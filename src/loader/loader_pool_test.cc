@@ -58,6 +58,28 @@ TEST(LoaderPoolTest, TasksSubmittedBeforeStartWait) {
   EXPECT_EQ(pool.queue_depth(), 0u);
 }
 
+// Renders of cached samples go ahead of queued decodes, in their own order.
+TEST(LoaderPoolTest, UrgentTasksRunFirst) {
+  LoaderPool pool(1);
+  std::vector<int> order;  // only the pool's one thread touches it
+  std::vector<bool> on_worker;
+  std::promise<void> done;
+  for (int i = 0; i < 3; ++i) pool.Submit([&, i] { order.push_back(i); });
+  for (int i = 10; i < 13; ++i) {
+    pool.SubmitUrgent([&, i] {
+      order.push_back(i);
+      on_worker.push_back(LoaderPool::OnWorkerThread());
+    });
+  }
+  pool.Submit([&] { done.set_value(); });
+  EXPECT_EQ(pool.queue_depth(), 7u);
+  pool.Start();
+  ASSERT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(order, (std::vector<int>{10, 11, 12, 0, 1, 2}));
+  EXPECT_EQ(on_worker, (std::vector<bool>{true, true, true}));
+  EXPECT_FALSE(LoaderPool::OnWorkerThread());
+}
+
 TEST(LoaderPoolTest, OneThreadRunsTasksInSubmissionOrder) {
   LoaderPool pool(1);
   std::vector<int> order;  // only the pool's one thread touches it

@@ -63,44 +63,48 @@ AxisWeights Weights(double origin, double scale, uint32_t lo_limit, uint32_t hi_
 
 uint8_t ToByte(float v) { return static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f)); }
 
-// Separable resample: `width` x `height` outputs from the weights of each axis.
+// acc[i] += weight * in[i]: the bytes cannot alias the floats, which lets
+// the compiler vectorise it.
+void AccumulateRow(const uint8_t* __restrict in, float weight, size_t n, float* __restrict acc) {
+  for (size_t i = 0; i < n; ++i) acc[i] += weight * static_cast<float>(in[i]);
+}
+
+// Separable resample: `width` x `height` outputs from the weights of each
+// axis, one output row at a time: the vertical pass makes one row of floats
+// over the columns the horizontal pass reads (contiguous, so it
+// vectorises), and the horizontal pass turns it into the output row. The
+// row stays in L1; no picture-sized buffer is allocated.
 void Resample(const uint8_t* src, uint32_t src_width, const AxisWeights& xs, const AxisWeights& ys,
               uint32_t width, uint32_t height, uint8_t* dst) {
-  // Horizontal pass over the source rows the vertical pass reads.
-  const uint32_t row0 = ys.first.front();
-  const uint32_t rows = ys.first.back() + ys.taps - row0;
-  const size_t out_row = size_t{width} * 3;
-  std::vector<float> wide(size_t{rows} * out_row);
-  for (uint32_t r = 0; r < rows; ++r) {
-    const uint8_t* in = src + size_t{row0 + r} * src_width * 3;
-    float* out = &wide[r * out_row];
-    for (uint32_t x = 0; x < width; ++x) {
-      const float* w = &xs.weights[size_t{x} * xs.taps];
-      const uint8_t* p = in + size_t{xs.first[x]} * 3;
-      float c0 = 0, c1 = 0, c2 = 0;
-      for (uint32_t t = 0; t < xs.taps; ++t, p += 3) {
-        c0 += w[t] * p[0];
-        c1 += w[t] * p[1];
-        c2 += w[t] * p[2];
-      }
-      out[x * 3] = c0;
-      out[x * 3 + 1] = c1;
-      out[x * 3 + 2] = c2;
-    }
+  uint32_t col0 = UINT32_MAX, col1 = 0;
+  for (uint32_t first : xs.first) {
+    col0 = std::min(col0, first);
+    col1 = std::max(col1, first + xs.taps);
   }
-  // Vertical pass, one output row at a time.
-  std::vector<float> acc(out_row);
+  const size_t span = size_t{col1 - col0} * 3;
+  std::vector<float> row(span);
   for (uint32_t y = 0; y < height; ++y) {
     const float* w = &ys.weights[size_t{y} * ys.taps];
-    const uint32_t first = ys.first[y] - row0;
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(row.begin(), row.end(), 0.0f);
+    float* acc = row.data();
     for (uint32_t t = 0; t < ys.taps; ++t) {
       if (w[t] == 0.0f) continue;
-      const float* in = &wide[size_t{first + t} * out_row];
-      for (size_t i = 0; i < out_row; ++i) acc[i] += w[t] * in[i];
+      AccumulateRow(src + (size_t{ys.first[y] + t} * src_width + col0) * 3, w[t], span, acc);
     }
-    uint8_t* out = dst + y * out_row;
-    for (size_t i = 0; i < out_row; ++i) out[i] = ToByte(acc[i]);
+    uint8_t* out = dst + size_t{y} * width * 3;
+    for (uint32_t x = 0; x < width; ++x) {
+      const float* wx = &xs.weights[size_t{x} * xs.taps];
+      const float* p = acc + size_t{xs.first[x] - col0} * 3;
+      float c0 = 0, c1 = 0, c2 = 0;
+      for (uint32_t t = 0; t < xs.taps; ++t, p += 3) {
+        c0 += wx[t] * p[0];
+        c1 += wx[t] * p[1];
+        c2 += wx[t] * p[2];
+      }
+      out[x * 3] = ToByte(c0);
+      out[x * 3 + 1] = ToByte(c1);
+      out[x * 3 + 2] = ToByte(c2);
+    }
   }
 }
 
