@@ -309,6 +309,22 @@ def write_curves(result: dict, dat: Path, png: Path) -> None:
     subprocess.run(["gnuplot"], input=script.encode(), check=True)
 
 
+def verdict(result: dict) -> str:
+    """One paragraph: whether the means are within 2 points, and the
+    seed-to-seed spread that the comparison has to be read against."""
+    accs = {s: final_accuracies(result, s) for s in SYSTEMS}
+    if not all(accs.values()):
+        return ""
+    diff = 100 * (statistics.mean(accs["joaderfs"])
+                  - statistics.mean(accs["torchvision"]))
+    spread = ", ".join("%s %.1f-%.1f%%" % (s, 100 * min(a), 100 * max(a))
+                       for s, a in accs.items())
+    met = "meets" if abs(diff) <= 2 else "misses"
+    return ("The difference of the means, %+.1f points, %s the 2-point "
+            "target. Final accuracies across seeds span %s." % (diff, met,
+                                                                spread))
+
+
 def write_markdown(result: dict, args, path: Path, seconds: float) -> None:
     skipped = "".join("\n%s was not run: %s.\n" % (s, why)
                       for s, why in result["skipped"].items())
@@ -324,6 +340,8 @@ same final accuracy. Target: the means over 3 seeds within 2 points.
 ![loss and accuracy curves](parity.png)
 
 {summary_table(result, args.seeds)}
+
+{verdict(result)}
 {skipped}
 ## Set-up
 
@@ -376,12 +394,24 @@ def main() -> None:
     parser.add_argument("--docs", help="write parity.png, parity.md and "
                         "bench/parity.dat here")
     parser.add_argument("--json", help="write every run's curves here")
+    parser.add_argument("--replot", metavar="JSON", help="no training: "
+                        "rewrite --docs from a --json of an earlier run "
+                        "(run with the same --epochs, --batch, --lr, "
+                        "--train, --val)")
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
     systems = args.systems.split(",")
     if set(systems) - set(SYSTEMS):
         parser.error("systems are %s" % ", ".join(SYSTEMS))
 
+    if args.replot:
+        result = json.loads(Path(args.replot).read_text())
+        seconds = result.get("seconds",
+                             sum(r["seconds"] for r in result["runs"]))
+        print(summary_table(result, args.seeds))
+        if args.docs:
+            write_docs(result, args, seconds)
+        return
     started = time.monotonic()
     tmp = None
     try:
@@ -398,6 +428,7 @@ def main() -> None:
         if tmp:
             shutil.rmtree(tmp, True)
     seconds = time.monotonic() - started
+    result["seconds"] = seconds
     print()
     print(summary_table(result, args.seeds))
     for system, why in result["skipped"].items():
@@ -405,11 +436,14 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     if args.docs:
-        docs = Path(args.docs)
-        write_curves(result, docs / "bench" / "parity.dat",
-                     docs / "parity.png")
-        write_markdown(result, args, docs / "parity.md", seconds)
+        write_docs(result, args, seconds)
     print("\n%.0f s in all" % seconds)
+
+
+def write_docs(result: dict, args, seconds: float) -> None:
+    docs = Path(args.docs)
+    write_curves(result, docs / "bench" / "parity.dat", docs / "parity.png")
+    write_markdown(result, args, docs / "parity.md", seconds)
 
 
 if __name__ == "__main__":
