@@ -2,7 +2,7 @@
 """Convergence parity: training on joaderfs's augmented stream reaches the
 same accuracy as training on torchvision's own augmentation.
 
-    bench/parity.py [--data DIR] [--epochs 12] [--seeds 1,2,3] [--batch 32]
+    bench/parity.py [--data DIR] [--epochs 16] [--seeds 1,2,3] [--batch 32]
                     [--train 150] [--val 50] [--systems torchvision,joaderfs]
                     [--docs docs]
 
@@ -25,8 +25,8 @@ val/ through plain torchvision Resize(64) + CenterCrop(64). It prints a
 Markdown table (final validation accuracy per seed, the means, their
 difference) and, with --docs, writes DOCS/parity.png (loss and accuracy
 curves, gnuplot), DOCS/parity.md (the table and the set-up) and
-DOCS/bench/parity.dat (the curves). The default configuration takes about
-10 minutes on 2 cores. Run it with Debian's /usr/bin/python3 (torch).
+DOCS/bench/parity.dat (the curves). The default configuration took 14
+minutes on 2 cores shared with other builds. Run it with /usr/bin/python3.
 """
 
 from __future__ import annotations
@@ -348,9 +348,8 @@ same final accuracy. Target: the means over 3 seeds within 2 points.
 - Data: `bench/textures.py` (seed 1), {result['classes']} classes of
   textures (horizontal, vertical, diagonal stripes, checks, dots, rings at a
   random period, phase, tilt and sharpness, in random colour gradients with
-  noise and distractor strokes), 64-96 px JPEGs, {args.train} training and
-  {args.val}
-  validation images per class. Chance is {100 * result['chance']:.1f}%.
+  noise and distractor strokes), 64-96 px JPEGs, {args.train} training
+  and {args.val} validation images per class. Chance is {100 * result['chance']:.1f}%.
 - Model: 3 conv layers (24-96 channels, batch norm), global pooling, one
   linear layer; SGD (momentum 0.9, Nesterov, weight decay 5e-4), one-cycle
   learning rate peaking at {args.lr}, batch {args.batch}, {args.epochs} epochs;
@@ -386,7 +385,7 @@ def main() -> None:
                         help="generated training images per class")
     parser.add_argument("--val", type=int, default=50,
                         help="generated validation images per class")
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seeds", default="1,2,3")
