@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/printable.h"
+#include "common/rate_limited_log.h"
 #include "fs/render.h"
 #include "jobs/spec.h"
 
@@ -514,8 +515,9 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
   if (!s.ok()) {
     // Nothing of a rejected write, and nothing after it, reaches the job.
     file->rejected = true;
-    spdlog::warn("write to jobs/{}/{}: {}", file->job, file->node == Node::kSpec ? "spec" : "ids",
-                 Printable(s.message()));
+    // Rate-limited: a user may repeat a bad write as fast as FUSE takes it.
+    Warnings().Warn("rejected write", "write to jobs/{}/{}: {}", file->job,
+                    file->node == Node::kSpec ? "spec" : "ids", Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -533,7 +535,8 @@ void Filesystem::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     if (s.ok()) s = jobs_->SetIdSubset(file->job, fuse_req_ctx(req)->uid, file->ids | last);
     if (!s.ok()) {
       file->rejected = true;
-      spdlog::warn("write to jobs/{}/ids: {}", file->job, Printable(s.message()));
+      Warnings().Warn("rejected write", "write to jobs/{}/ids: {}", file->job,
+                      Printable(s.message()));
     }
   }
   fuse_reply_err(req, ToErrno(s));

@@ -176,6 +176,13 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   JobSpec spec;
   Status s = ParseJobSpec(text, *catalog_, base, &spec);
   if (!s.ok()) return s;
+  // Past the RAM budget only PlanOverdraft() bytes may be planned, so a
+  // larger sample would never be.
+  if (spec.size > 0 && SampleBytes(spec.size) > PlanOverdraft(cache_->budget())) {
+    return Status::InvalidArgument("spec: a sample of size=" + std::to_string(spec.size) +
+                                   " takes " + std::to_string(SampleBytes(spec.size) >> 10) +
+                                   " KiB, more than a quarter of ram_cache");
+  }
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
   if (!names_subset) spec.subset = default_spec_.subset;
   Roaring subset = ResolveSubset(spec.subset, *catalog_);
