@@ -73,22 +73,6 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
     for (const auto& [job, m] : members_) {
       if (Wants(m, LookaheadLimit(m, committed >= budget.budget))) participants.push_back(job);
     }
-    // A round costs up to one sample per participant: take only as many as
-    // fit under the cap: those with the fewest samples in flight, then the
-    // fewest planned this epoch, so no job is left out round after round.
-    const uint64_t cap = budget.budget + PlanOverdraft(budget.budget);
-    const uint64_t room =
-        committed < cap ? (cap - committed) / std::max<uint64_t>(budget.per_sample, 1) : 0;
-    if (participants.size() > room) {
-      std::stable_sort(participants.begin(), participants.end(), [&](JobHandle a, JobHandle b) {
-        const Member& ma = members_.at(a);
-        const Member& mb = members_.at(b);
-        return std::pair(ma.planned - ma.done, ma.planned) <
-               std::pair(mb.planned - mb.done, mb.planned);
-      });
-      participants.resize(room);
-      std::sort(participants.begin(), participants.end());
-    }
     if (participants.empty()) return;
     round.clear();
     planner_->Round(participants, &round);

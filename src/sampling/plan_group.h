@@ -13,10 +13,6 @@
 // would otherwise plan a whole lookahead alone. Planned samples are pinned
 // in the RAM tier until done, so once pinned bytes reach the budget jobs
 // plan only `min_lookahead` ahead, enough to keep the decode threads busy.
-// That floor is shared: all jobs of the mount together pin at most
-// PlanOverdraft() bytes beyond the budget, so RAM stays bounded however many
-// jobs users make and whatever their sizes; past the budget, the jobs with
-// the fewest samples in flight plan first.
 //
 // The same class drives the daemon (jobs/job_manager.h) and the simulator
 // (tools/sim), so the simulator replays the daemon's real cadence.
@@ -56,9 +52,9 @@ struct BudgetView {
   uint64_t per_sample = 0;  // bytes of one sample of this group
 };
 
-// How far planned samples may pin past the RAM budget, all jobs together.
-// A sample larger than this could never be planned once the budget is
-// full, so the job manager refuses sizes whose sample exceeds it.
+// The largest sample a job may ask for: a quarter of the RAM budget, so
+// that a job's floor of samples past a full budget stays a bounded part of
+// it (the job manager refuses larger sizes with EINVAL).
 inline uint64_t PlanOverdraft(uint64_t budget) { return budget / 4; }
 
 class PlanGroup {
@@ -81,8 +77,7 @@ class PlanGroup {
   void Done(JobHandle job, SampleId id);
 
   // Runs rounds while some job has fallen to half its lookahead and appends
-  // every pick, in order; each job's picks are its next positions. Planned
-  // bytes never pass budget + PlanOverdraft(budget).
+  // every pick, in order; each job's picks are its next positions.
   void Plan(const BudgetView& budget, std::vector<Pick>* picks);
 
   // How many jobs still need each id in their current epoch, counting picks
@@ -112,9 +107,9 @@ class PlanGroup {
   const CadenceOptions options_;
 
   mutable RankedMutex<LockRank::kPlanGroup> mu_;
-  std::unique_ptr<Planner> planner_;     // GUARDED_BY(mu_)
-  std::map<JobHandle, Member> members_;  // GUARDED_BY(mu_)
-  JobHandle next_handle_ = 0;            // GUARDED_BY(mu_)
+  std::unique_ptr<Planner> planner_ GUARDED_BY(mu_);
+  std::map<JobHandle, Member> members_ GUARDED_BY(mu_);
+  JobHandle next_handle_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace joaderfs

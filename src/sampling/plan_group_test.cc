@@ -70,30 +70,6 @@ TEST(PlanGroup, FullBudgetPlansOnlyTheFloor) {
   EXPECT_EQ(picks.size(), 3u);
 }
 
-// The floor is shared: however many jobs plan, picks stop at budget plus
-// PlanOverdraft(budget), and the jobs with the fewest in flight go first.
-TEST(PlanGroup, PlannedBytesStopAtTheOverdraftWhateverTheJobs) {
-  PlanGroup group = MakeGroup(16, 4);
-  std::vector<JobHandle> jobs;
-  for (int i = 0; i < 10; ++i) jobs.push_back(group.AddJob(IdRange(100 * i, 100 * i + 99), 1));
-  std::vector<Pick> picks;
-  // Budget 100 bytes, full; 10-byte samples: 25 bytes of overdraft, room
-  // for 2 samples, though each of the 10 jobs is below its floor of 4.
-  group.Plan({100, 100, 10}, &picks);
-  EXPECT_EQ(picks.size(), 2u);
-  const std::map<JobHandle, int> first = CountByJob(picks);
-  // The cache now holds those 2; room for none more.
-  std::vector<Pick> more;
-  group.Plan({120, 100, 10}, &more);
-  EXPECT_TRUE(more.empty());
-  // One is done and released: the next pick goes to a job with nothing in
-  // flight, not to the one that still has a sample.
-  group.Done(picks[0].job, picks[0].id);
-  group.Plan({110, 100, 10}, &more);
-  ASSERT_EQ(more.size(), 1u);
-  EXPECT_EQ(first.count(more[0].job), 0u);
-}
-
 TEST(PlanGroup, RoundsWaitForHalfTheLookaheadAndTakeEveryoneBelowIt) {
   PlanGroup group = MakeGroup(8, 8);
   const JobHandle a = group.AddJob(IdRange(0, 99), 1);

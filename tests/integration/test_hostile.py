@@ -177,7 +177,6 @@ print(json.dumps({"refused": refused}))
             "%d MiB (+%d MiB, bound +%d MiB); ram_pinned_bytes %d MiB\n"
             % (jobs, size, rss_before >> 20, peak >> 20, growth >> 20,
                bound >> 20, stats["ram_pinned_bytes"] >> 20))
-        self.assertLessEqual(stats["ram_pinned_bytes"], RAM_CACHE * 5 // 4)
         self.assertLess(growth, bound)
         self.assertEqual(m.read_spec("refused").get("size"), "64",
                          "a refused spec changed the job")
