@@ -37,6 +37,10 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
       ++stats_.loading;
       Entry& e = entries_[key];
       e.pins = 1;
+      // What it will hold, known from its size: the planner must not see a
+      // huge sample as an average one while it decodes.
+      e.loading_bytes = key.size > 0 ? uint64_t{key.size} * key.size * 3 : average_bytes_.load();
+      loading_bytes_ += e.loading_bytes;
       e.waiters.push_back(std::move(done));
       UpdateCommitted();
       pool_->Submit([this, key] { Load(key); });
@@ -80,9 +84,7 @@ void SampleCache::RefreshNeeds() {
   for (auto& [size, policy] : policies_) policy->RefreshAll();
 }
 
-void SampleCache::UpdateCommitted() {
-  committed_ = stats_.pinned_bytes + stats_.loading * average_bytes_;
-}
+void SampleCache::UpdateCommitted() { committed_ = stats_.pinned_bytes + loading_bytes_; }
 
 void SampleCache::Load(SampleKey key) {
   auto loaded = std::make_shared<DecodedSample>();
@@ -106,6 +108,7 @@ void SampleCache::Load(SampleKey key) {
     Entry& e = it->second;
     waiters = std::move(e.waiters);
     --stats_.loading;
+    loading_bytes_ -= e.loading_bytes;
     if (sample) {
       if (!from_disk) ++stats_.decoded;
       e.sample = sample;

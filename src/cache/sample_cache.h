@@ -112,6 +112,7 @@ class SampleCache {
     SamplePtr sample;               // null while loading
     std::vector<Callback> waiters;  // while loading
     uint32_t pins = 0;              // evictable (tracked by its policy) when 0 and ready
+    uint64_t loading_bytes = 0;     // while loading: the bytes it is expected to hold
   };
 
   void Load(SampleKey key);
@@ -135,6 +136,7 @@ class SampleCache {
   std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_;  // GUARDED_BY(mu_)
   std::unordered_set<SampleKey, KeyHash> bad_;                              // GUARDED_BY(mu_)
   CacheStats stats_;                                                        // GUARDED_BY(mu_)
+  uint64_t loading_bytes_ = 0;  // GUARDED_BY(mu_): the entries loading will hold
 };
 
 }  // namespace joaderfs

@@ -119,6 +119,18 @@ TEST(OptionsTest, MachineChecks) {
   EXPECT_EQ(big.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(big.message().find("ram_cache"), std::string::npos) << big.message();
 
+  // One sample of the default size must fit a quarter of ram_cache
+  // (sampling/plan_group.h): 512 x 512 x 3 bytes is more than 1M / 4.
+  o = {};
+  const Status huge =
+      RunParser(ParseOptions, "cache_dir=none,ram_cache=1M,size=512", {d / "src", d / "mnt"}, &o);
+  EXPECT_EQ(huge.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(huge.message().find("size=512"), std::string::npos) << huge.message();
+  o = {};
+  EXPECT_TRUE(
+      RunParser(ParseOptions, "cache_dir=none,ram_cache=1M,size=256", {d / "src", d / "mnt"}, &o)
+          .ok());
+
   // What lies under the mountpoint is hidden once mounted.
   o = {};
   const Status cache_inside =

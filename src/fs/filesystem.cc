@@ -10,6 +10,7 @@
 
 #include "common/parse.h"
 #include "common/printable.h"
+#include "common/rate_limited_log.h"
 #include "fs/render.h"
 #include "jobs/spec.h"
 
@@ -566,11 +567,12 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
   if (!s.ok()) {
     // Nothing of a rejected write, and nothing after it, reaches the job.
     file->rejected = true;
-    spdlog::warn("write to jobs/{}/{}: {}", file->job,
-                 file->node == Node::kSpec  ? "spec"
-                 : file->node == Node::kIds ? "ids"
-                                            : "resume",
-                 Printable(s.message()));
+    // Rate-limited: a user may repeat a bad write as fast as FUSE takes it.
+    Warnings().Warn("rejected write", "write to jobs/{}/{}: {}", file->job,
+                    file->node == Node::kSpec  ? "spec"
+                    : file->node == Node::kIds ? "ids"
+                                               : "resume",
+                    Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -588,14 +590,16 @@ void Filesystem::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     if (s.ok()) s = jobs_->SetIdSubset(file->job, fuse_req_ctx(req)->uid, file->ids | last);
     if (!s.ok()) {
       file->rejected = true;
-      spdlog::warn("write to jobs/{}/ids: {}", file->job, Printable(s.message()));
+      Warnings().Warn("rejected write", "write to jobs/{}/ids: {}", file->job,
+                      Printable(s.message()));
     }
   } else if (file->node == Node::kResume && file->wrote && !file->rejected) {
     file->wrote = false;
     s = jobs_->Resume(file->job, fuse_req_ctx(req)->uid, file->content);
     if (!s.ok()) {
       file->rejected = true;
-      spdlog::warn("write to jobs/{}/resume: {}", file->job, Printable(s.message()));
+      Warnings().Warn("rejected write", "write to jobs/{}/resume: {}", file->job,
+                      Printable(s.message()));
     }
   }
   fuse_reply_err(req, ToErrno(s));

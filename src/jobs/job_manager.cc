@@ -299,6 +299,14 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   JobSpec spec;
   Status s = ParseJobSpec(text, *catalog_, base, &spec);
   if (!s.ok()) return s;
+  // Each job's planning floor of rendered samples may pass the RAM budget:
+  // a sample over PlanOverdraft() bytes would make that margin unbounded.
+  const uint64_t rendered = uint64_t{spec.size} * spec.size * 3;
+  if (rendered > PlanOverdraft(cache_->budget())) {
+    return Status::InvalidArgument("spec: a sample of size=" + std::to_string(spec.size) +
+                                   " takes " + std::to_string(rendered >> 10) +
+                                   " KiB, more than a quarter of ram_cache");
+  }
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
   if (!names_subset) spec.subset = default_spec_.subset;
   Roaring subset = ResolveSubset(spec.subset, *catalog_);

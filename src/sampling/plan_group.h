@@ -52,6 +52,11 @@ struct BudgetView {
   uint64_t per_sample = 0;  // bytes of one sample of this group
 };
 
+// The largest sample a job may ask for: a quarter of the RAM budget, so
+// that a job's floor of samples past a full budget stays a bounded part of
+// it (the job manager refuses larger sizes with EINVAL).
+inline uint64_t PlanOverdraft(uint64_t budget) { return budget / 4; }
+
 class PlanGroup {
  public:
   PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options);
