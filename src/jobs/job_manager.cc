@@ -620,7 +620,12 @@ void JobManager::StartEpoch(Lane* lane, Actions* actions) {
   const bool full = skip.isEmpty();
   if (!lane->group) {
     lane->group = groups_->Get(options_.base, cache_->budget() / SampleBytes());
-    lane->handle = lane->group->AddJob(ids, job->spec.window);
+    // What each delivery holds besides the shared base image until read.
+    const JobSpec& spec = job->spec;
+    const uint64_t pick_bytes = spec.size > 0              ? uint64_t{spec.size} * spec.size * 3
+                                : spec.augment.augmented() ? SampleBytes()
+                                                           : 0;
+    lane->handle = lane->group->AddJob(ids, spec.window, pick_bytes);
     lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
   } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
@@ -740,6 +745,7 @@ void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
   if (it == lanes_by_serial_.end()) return;
   Lane* lane = it->second;
   if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample)) return;
+  lane->group->Landed(lane->handle);       // the cache's figures count it now
   if (!sample) AfterDone(lane, &actions);  // skipped
   ServeWaiters(lane, &actions);
 }

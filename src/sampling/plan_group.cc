@@ -8,13 +8,14 @@ namespace joaderfs {
 PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options)
     : size_(size), options_(options), planner_(std::move(planner)) {}
 
-JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window) {
+JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes) {
   std::lock_guard lock(mu_);
   const JobHandle job = next_handle_++;
   planner_->AddJob(job, subset);
   Member& m = members_[job];
   m.subset_size = subset.cardinality();
   m.window = window;
+  m.pick_bytes = pick_bytes;
   return job;
 }
 
@@ -29,7 +30,7 @@ void PlanGroup::StartEpoch(JobHandle job) {
   Member& m = members_.at(job);
   assert(m.done == m.subset_size);
   planner_->StartEpoch(job);
-  m.planned = m.done = 0;
+  m.planned = m.done = m.unlanded = 0;  // every pick is done, so landed
 }
 
 void PlanGroup::StartEpoch(JobHandle job, const Roaring& subset) {
@@ -38,12 +39,18 @@ void PlanGroup::StartEpoch(JobHandle job, const Roaring& subset) {
   assert(m.done == m.subset_size);
   planner_->StartEpoch(job, subset);
   m.subset_size = subset.cardinality();
-  m.planned = m.done = 0;
+  m.planned = m.done = m.unlanded = 0;
 }
 
 void PlanGroup::SetPaused(JobHandle job, bool paused) {
   std::lock_guard lock(mu_);
   members_.at(job).paused = paused;
+}
+
+void PlanGroup::Landed(JobHandle job) {
+  std::lock_guard lock(mu_);
+  Member& m = members_.at(job);
+  if (m.unlanded > 0) --m.unlanded;
 }
 
 void PlanGroup::Done(JobHandle job, SampleId id) {
@@ -54,9 +61,16 @@ void PlanGroup::Done(JobHandle job, SampleId id) {
   if (it != m.outstanding.end() && --it->second == 0) m.outstanding.erase(it);
 }
 
-uint64_t PlanGroup::LookaheadLimit(const Member& m, bool budget_full) const {
+uint64_t PlanGroup::FloorPicks(const Member& m, const BudgetView& budget, uint64_t sharers) const {
+  const uint64_t per_pick = std::max<uint64_t>(budget.per_sample + m.pick_bytes, 1);
+  const uint64_t share = std::max(PlanOverdraft(budget.budget) / std::max<uint64_t>(sharers, 1),
+                                  2 * options_.min_lookahead * budget.per_sample);
+  return std::clamp<uint64_t>(share / per_pick, 1, std::max<uint64_t>(options_.min_lookahead, 1));
+}
+
+uint64_t PlanGroup::LookaheadLimit(const Member& m, uint64_t floor, bool budget_full) const {
   const uint64_t lookahead = std::max(options_.lookahead, m.window);
-  const uint64_t floor = std::min(options_.min_lookahead, lookahead);
+  floor = std::min(floor, lookahead);
   if (budget_full) return floor;
   return std::clamp<uint64_t>(2 * m.done, floor, lookahead);
 }
@@ -67,11 +81,19 @@ bool PlanGroup::Wants(const Member& m, uint64_t below) {
 
 void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
   std::lock_guard lock(mu_);
-  // The committed bytes as the cache last saw them, plus this call's picks.
+  // The committed bytes as the cache last saw them, plus what picks not yet
+  // landed will make, plus this call's picks.
   uint64_t committed = budget.committed;
+  uint64_t sharers = 0;
+  for (const auto& [job, m] : members_) {
+    committed += m.unlanded * m.pick_bytes;
+    if (!m.paused && m.planned < m.subset_size) ++sharers;
+  }
   bool low = false;
   for (const auto& [job, m] : members_) {
-    if (Wants(m, LookaheadLimit(m, committed >= budget.budget) / 2 + 1)) low = true;
+    if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget) / 2 +
+                     1))
+      low = true;
   }
   if (!low) return;
   std::vector<JobHandle> participants;
@@ -80,7 +102,9 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
   for (;;) {
     participants.clear();
     for (const auto& [job, m] : members_) {
-      if (Wants(m, LookaheadLimit(m, committed >= budget.budget))) participants.push_back(job);
+      if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget))) {
+        participants.push_back(job);
+      }
     }
     if (participants.empty()) return;
     round.clear();
@@ -91,6 +115,8 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
       Member& m = members_.at(pick.job);
       ++m.planned;
       ++m.outstanding[pick.id];
+      if (m.pick_bytes > 0) ++m.unlanded;
+      committed += m.pick_bytes;
       picks->push_back(pick);
       if (std::find(distinct.begin(), distinct.end(), pick.id) == distinct.end()) {
         distinct.push_back(pick.id);

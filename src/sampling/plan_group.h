@@ -12,7 +12,12 @@
 // read (like TCP's slow start): a job that starts a moment before another
 // would otherwise plan a whole lookahead alone. Planned samples are pinned
 // in the RAM tier until done, so once pinned bytes reach the budget jobs
-// plan only `min_lookahead` ahead, enough to keep the decode threads busy.
+// plan only a floor ahead: `min_lookahead`, enough to keep the decode threads
+// busy, fewer for jobs whose own samples are large (see FloorPicks()).
+//
+// A job's picks also cost the bytes of what it makes of each (its rendered
+// crop, `pick_bytes`): from the pick until it lands (Landed()) the group
+// counts them itself, since the cache sees them only once they exist.
 //
 // The same class drives the daemon (jobs/job_manager.h) and the simulator
 // (tools/sim), so the simulator replays the daemon's real cadence.
@@ -52,9 +57,10 @@ struct BudgetView {
   uint64_t per_sample = 0;  // bytes of one sample of this group
 };
 
-// The largest sample a job may ask for: a quarter of the RAM budget, so
-// that a job's floor of samples past a full budget stays a bounded part of
-// it (the job manager refuses larger sizes with EINVAL).
+// What all jobs together may plan past a full budget, shared among them,
+// though each job may always plan one pick. It is also the largest sample a
+// job may ask for (the job manager refuses larger sizes with EINVAL), so the
+// one pick stays a bounded part of the budget.
 inline uint64_t PlanOverdraft(uint64_t budget) { return budget / 4; }
 
 class PlanGroup {
@@ -65,8 +71,10 @@ class PlanGroup {
 
   uint32_t size() const { return size_; }
 
-  // Adds a job needing every id of `subset` (not empty), in its epoch 0.
-  JobHandle AddJob(const Roaring& subset, uint64_t window);
+  // Adds a job needing every id of `subset` (not empty), in its epoch 0;
+  // each of its picks will hold `pick_bytes` of its own besides the shared
+  // sample (0: it delivers the shared sample as it is).
+  JobHandle AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes = 0);
   // Removes the job: what it planned and what it still needed.
   void RemoveJob(JobHandle job);
   // Starts the job's next epoch. REQUIRES: its epoch is done.
@@ -75,6 +83,9 @@ class PlanGroup {
   void StartEpoch(JobHandle job, const Roaring& subset);
   // A paused job (no reader for a long time) takes part in no round.
   void SetPaused(JobHandle job, bool paused);
+  // What the job made of one of its picks exists (or the pick was skipped):
+  // the cache's figures count it from now on.
+  void Landed(JobHandle job);
   // One planned sample of the job's epoch was delivered or skipped.
   void Done(JobHandle job, SampleId id);
 
@@ -97,12 +108,18 @@ class PlanGroup {
     uint64_t planned = 0;  // picks this epoch
     uint64_t done = 0;     // delivered or skipped this epoch
     bool paused = false;
+    uint64_t pick_bytes = 0;  // what the job makes of each pick
+    uint64_t unlanded = 0;    // picks whose pick_bytes do not exist yet
     // Picked and not yet done, by id (an id is picked once per epoch, but a
     // new epoch may begin before the last one's samples are all done).
     std::unordered_map<SampleId, uint32_t> outstanding;
   };
 
-  uint64_t LookaheadLimit(const Member& m, bool budget_full) const;
+  // How many picks the job may have in flight past a full budget: its share
+  // of PlanOverdraft(), at least one, at most `min_lookahead` (which jobs of
+  // samples no bigger than the shared ones always get).
+  uint64_t FloorPicks(const Member& m, const BudgetView& budget, uint64_t sharers) const;
+  uint64_t LookaheadLimit(const Member& m, uint64_t floor, bool budget_full) const;
   static bool Wants(const Member& m, uint64_t below);
 
   const uint32_t size_;

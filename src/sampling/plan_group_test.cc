@@ -70,6 +70,66 @@ TEST(PlanGroup, FullBudgetPlansOnlyTheFloor) {
   EXPECT_EQ(picks.size(), 3u);
 }
 
+// A job whose picks are large (a huge size= rendered from small shared
+// samples) counts them from the pick, not from when the cache sees them:
+// however fast it reads, it never has more in flight than the budget holds.
+TEST(PlanGroup, LargePicksCountFromThePick) {
+  PlanGroup group = MakeGroup(64, 8);
+  const JobHandle a = group.AddJob(IdRange(0, 999), 1, 200);
+  std::vector<Pick> picks;
+  size_t most = 0;
+  for (int i = 0; i < 20; ++i) {  // the cache never sees a rendered pick
+    for (const Pick& p : picks) {
+      group.Landed(a);
+      group.Done(a, p.id);
+    }
+    picks.clear();
+    group.Plan(kRoomy, &picks);
+    most = std::max(most, picks.size());
+  }
+  // 1000 bytes of budget: 4 picks of 201 bytes fill it, one more may cross it.
+  EXPECT_LE(most, 5u);
+  EXPECT_GE(most, 4u);
+  // Not yet landed, they still count at the next call.
+  ASSERT_GE(picks.size(), 4u);
+  for (const Pick& p : picks) group.Done(a, p.id);  // done, never landed
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(picks.size(), 1u) << "only the floor while 1000 bytes are unlanded";
+}
+
+// Past a full budget the floor is shared: jobs of large picks get their part
+// of PlanOverdraft() each, one pick at least, so none is starved however
+// many hold theirs unread; jobs of small picks keep min_lookahead.
+TEST(PlanGroup, FullBudgetFloorIsSharedBySampleSize) {
+  PlanGroup group = MakeGroup(64, 8);
+  std::vector<JobHandle> huge;
+  for (int j = 0; j < 4; ++j) huge.push_back(group.AddJob(IdRange(0, 999), 1, 100));
+  const JobHandle small = group.AddJob(IdRange(0, 999), 1, 1);
+  const BudgetView full{1000, 1000, 1};
+  std::vector<Pick> picks;
+  group.Plan(full, &picks);
+  std::map<JobHandle, int> n = CountByJob(picks);
+  for (JobHandle j : huge) EXPECT_EQ(n[j], 1) << "a fifth of 250 bytes is below one pick";
+  EXPECT_EQ(n[small], 8);
+  // A fifth huge job comes while the others hold theirs: it still plans one.
+  const JobHandle late = group.AddJob(IdRange(0, 999), 1, 100);
+  picks.clear();
+  group.Plan(full, &picks);
+  EXPECT_EQ(CountByJob(picks)[late], 1);
+  // With the overdraft to itself, a job plans as many as fit in it.
+  PlanGroup alone = MakeGroup(64, 8);
+  const JobHandle b = alone.AddJob(IdRange(0, 999), 1, 49);
+  picks.clear();
+  alone.Plan({4000, 4000, 1}, &picks);
+  EXPECT_EQ(CountByJob(picks)[b], 8) << "min_lookahead caps it";
+  PlanGroup alone2 = MakeGroup(64, 8);
+  const JobHandle c = alone2.AddJob(IdRange(0, 999), 1, 199);
+  picks.clear();
+  alone2.Plan({4000, 4000, 1}, &picks);
+  EXPECT_EQ(CountByJob(picks)[c], 5) << "1000 bytes of overdraft / 200 a pick";
+}
+
 TEST(PlanGroup, RoundsWaitForHalfTheLookaheadAndTakeEveryoneBelowIt) {
   PlanGroup group = MakeGroup(8, 8);
   const JobHandle a = group.AddJob(IdRange(0, 99), 1);

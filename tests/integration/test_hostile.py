@@ -122,11 +122,6 @@ class HostileUsersTest(DatasetMixin, JoaderTestCase):
 
     # ------------------------------------------------- failure 2: RAM bound
 
-    # Known open gap (issue 9): since deliveries are rendered per job from
-    # shared base images, each job's planning floor of rendered samples
-    # (4 x threads of them) is outside the bound: measured +561 MiB against
-    # +208 MiB with 4 jobs at size=2364. Unskip once the floor is shared.
-    @unittest.skip("issue 9 open: per-job floor of rendered samples exceeds the RSS bound")
     def test_huge_sizes_keep_ram_within_the_bound(self):
         """uid 65534 makes jobs of the largest size the mount accepts and
         reads one byte of each: RSS grows by at most ram_cache plus a
