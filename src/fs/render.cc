@@ -79,7 +79,9 @@ std::string RenderStats(const MountStats& s) {
             {"rejected_paths", s.rejected_paths},
             {"decode_threads", s.decode_threads},
             {"decode_queue", s.decode_queue},
-            {"decode_busy_seconds", s.decode_busy_seconds}};
+            {"decode_busy_seconds", s.decode_busy_seconds},
+            {"renders", s.renders},
+            {"renders_shared", s.renders_shared}};
   json["planner"] = Json{{"rounds", s.planner.rounds},
                          {"picks", s.planner.picks},
                          {"shared_picks", s.planner.shared_picks},

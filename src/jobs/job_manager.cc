@@ -698,6 +698,7 @@ void JobManager::RequestPosition(Lane* lane, uint64_t position, Actions* actions
   if (lane->released) return;  // requested again when a reader comes back
   lane->stream->MarkRequested(position);
   const SampleKey key{options_.base, lane->stream->IdAt(position)};
+  shared_renders_.Hold(key.id);  // dropped with the pin
   const JobSpec& spec = lane->job->spec;
   // A size-0 evaluation job takes the base image as it is.
   const bool render = spec.size > 0 || spec.augment.augmented();
@@ -725,7 +726,7 @@ void JobManager::RequestPosition(Lane* lane, uint64_t position, Actions* actions
 void JobManager::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
                         uint64_t position, SampleId id, const SamplePtr& base) {
   OnLoaded(serial, epoch, position,
-           RenderDelivery(base, augment, size, epoch, id, rendered_bytes_));
+           shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_));
 }
 
 void JobManager::ReleasePins(Lane* lane, Actions* actions) {
@@ -733,7 +734,10 @@ void JobManager::ReleasePins(Lane* lane, Actions* actions) {
   std::vector<SampleId> ids = lane->stream->ReleasePins();
   if (ids.empty()) return;
   actions->Add([this, ids = std::move(ids)] {
-    for (SampleId id : ids) cache_->Release({options_.base, id});
+    for (SampleId id : ids) {
+      cache_->Release({options_.base, id});
+      shared_renders_.Drop(id);
+    }
   });
 }
 
@@ -754,7 +758,10 @@ void JobManager::AfterDone(Lane* lane, Actions* actions) {
   std::vector<SampleId> ids = lane->stream->TakeDoneIds();
   for (SampleId id : ids) lane->group->Done(lane->handle, id);
   actions->Add([this, ids = std::move(ids)] {
-    for (SampleId id : ids) cache_->Release({options_.base, id});
+    for (SampleId id : ids) {
+      cache_->Release({options_.base, id});
+      shared_renders_.Drop(id);
+    }
   });
   if (!lane->running()) {
     // Waiting readers get EOF from the caller's ServeWaiters().
@@ -855,6 +862,8 @@ MountStats JobManager::Stats() const {
   stats.decode_threads = pool_->threads();
   stats.decode_queue = pool_->queue_depth();
   stats.decode_busy_seconds = pool_->busy_seconds();
+  stats.renders = shared_renders_.renders();
+  stats.renders_shared = shared_renders_.reused();
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });

@@ -13,8 +13,9 @@
 // are pinned in the RAM tier (cache/sample_cache.h) until done. When a
 // position's base image is ready, a loader thread renders the job's own
 // crop, resize and flip of it (loader/augment.h), off the manager's lock
-// and off the readers' FUSE threads; rendered bytes count against the RAM
-// budget when the group plans. Each reader's unread records are a
+// and off the readers' FUSE threads (jobs/shared_renders.h: jobs that would
+// render the same centre crop share one); rendered bytes count against the
+// RAM budget when the group plans. Each reader's unread records are a
 // RecordQueue (jobs/record_queue.h), which frames replies.
 //
 // This is the FUSE-free core of the filesystem: the fs/ layer maps paths to
@@ -52,6 +53,7 @@
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "jobs/job_store.h"
+#include "jobs/shared_renders.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
 #include "sampling/plan_groups.h"
@@ -99,6 +101,8 @@ struct MountStats {
   uint64_t decode_queue = 0;
   double decode_busy_seconds = 0;
   uint64_t delivered = 0;
+  uint64_t renders = 0;         // deliveries resampled from base images
+  uint64_t renders_shared = 0;  // deliveries handed a render another job made
   uint64_t special_files = 0;   // SOURCE entries left out: not regular files
   uint64_t rejected_paths = 0;  // manifest paths left out: outside its folder
   PlannerStats planner;
@@ -229,6 +233,7 @@ class JobManager {
   // counted down by their pixels' deleter, so shared with them.
   const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
       std::make_shared<std::atomic<uint64_t>>(0);
+  SharedRenders shared_renders_;
 
   mutable RankedMutex<LockRank::kJobManager> mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;               // GUARDED_BY(mu_)

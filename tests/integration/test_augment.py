@@ -250,5 +250,54 @@ class AugmentTest(JoaderTestCase):
         self.assertEqual(stats["decoded"], self.N)
 
 
+class SharedRenderTest(JoaderTestCase):
+    """Jobs that would cut the same picture share one render of it."""
+
+    @classmethod
+    def setUpClass(cls):
+        mountlib.require_binary()
+        cls._data_dir = tempfile.mkdtemp(prefix="joaderfs-data-")
+        cls.source = os.path.join(cls._data_dir, "src")
+        cls.N = 300
+        mountlib.make_imagefolder(
+            cls.source, {"c%d" % c: ["i%03d.jpg" % k for k in range(c, cls.N, 3)]
+                         for c in range(3)})
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls._data_dir, True)
+
+    def test_identical_centre_crops_are_rendered_once(self):
+        """Two pairs of jobs whose centre crops agree (same size; flip 0,
+        or flip 1), other seeds, started together as a sweep's jobs are:
+        about two renders per image, not four; the random-crop job's
+        renders are its own."""
+        m = self.mount(self.source, {"ram_cache": "256M"})
+        specs = {"a": "size=40 seed=1", "b": "size=40 seed=2",
+                 "c": "size=40 seed=3 flip=1", "d": "size=40 seed=4 flip=1",
+                 "r": "size=40 crop=random"}
+        for job, spec in specs.items():
+            m.mkjob(job, spec=spec)
+        procs = [subprocess.Popen([sys.executable, "-c", "input()\n" + READER,
+                                   m.path("jobs", job, "next")],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                 for job in specs]
+        for p in procs:  # all read at once
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
+        for p in procs:
+            p.communicate(timeout=mountlib.EPOCH_TIMEOUT)
+            self.assertEqual(p.returncode, 0)
+        stats = m.stats()
+        for job in specs:
+            self.assertEqual(stats["jobs"][job]["delivered"], self.N, job)
+        self.assertEqual(stats["renders"] + stats["renders_shared"], 5 * self.N)
+        sys.stderr.write("\n[renders] 5 jobs x %d images: %d renders, %d "
+                         "shared\n" % (self.N, stats["renders"],
+                                        stats["renders_shared"]))
+        # 3 per image at best (plain, mirrored, random crop), 5 unshared.
+        self.assertLessEqual(stats["renders"], 4 * self.N)
+        self.assertEqual(stats["decoded"], self.N)
+
 if __name__ == "__main__":
     unittest.main()
