@@ -94,6 +94,7 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const Ref
     // The tier only holds what can be decoded again: rather than serve from
     // (or give up on) a damaged index, start afresh.
     spdlog::warn("disk cache {} is damaged ({}); starting it afresh", c->path_, s.message());
+    c->index_writes_.reset();
     c->db_.reset();
     c->index_.clear();
     c->keys_.clear();
@@ -119,8 +120,7 @@ Status DiskCache::OpenIndex() {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_background_jobs = 1;
-  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  options.keep_log_file_num = 2;
+  PrepareRocksDb(path_ + "/index", &options);  // no LOG file to fail on a full disk
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path_ + "/index", &db);
   if (!s.ok()) {
@@ -131,6 +131,7 @@ Status DiskCache::OpenIndex() {
     return FromRocks(s, "cannot open disk cache " + path_);
   }
   db_.reset(db);
+  index_writes_ = std::make_unique<RocksDbWrites>(db);
   // Two entries naming one slot (a crash lost an eviction's delete before
   // the slot was reused) are both dropped: neither can be trusted.
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::string>> owners;
@@ -149,6 +150,7 @@ Status DiskCache::OpenIndex() {
   if (!it->status().ok()) {
     const std::string reason = it->status().ToString();
     it.reset();
+    index_writes_.reset();
     db_.reset();
     return Status::Corruption(reason);
   }
@@ -311,10 +313,10 @@ void DiskCache::Unindex(const std::string& key) {
 }
 
 void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
-  if (keys.empty() || !db_) return;
+  if (keys.empty() || !index_writes_) return;
   rocksdb::WriteBatch batch;
   for (const std::string& key : keys) batch.Delete(key);
-  const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+  const rocksdb::Status s = index_writes_->Write(rocksdb::WriteOptions(), &batch);
   // A lost delete leaves a stale entry, which the slot header check refuses.
   if (!s.ok()) spdlog::warn("disk cache: index delete failed: {}", s.ToString());
 }
@@ -419,7 +421,7 @@ void DiskCache::WriteLoop() {
         rocksdb::WriteBatch batch;
         for (const std::string& v : victims) batch.Delete(v);
         batch.Put(key, value);
-        const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+        const rocksdb::Status s = index_writes_->Write(rocksdb::WriteOptions(), &batch);
         stored = s.ok();
         if (!stored) {
           Warnings().Warn(

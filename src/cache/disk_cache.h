@@ -47,6 +47,7 @@
 #include "catalog/catalog.h"
 #include "common/random.h"
 #include "common/ranked_mutex.h"
+#include "common/rocksdb_support.h"
 #include "common/status.h"
 #include "loader/decoded_sample.h"
 
@@ -137,7 +138,8 @@ class DiskCache {
   const RefCounts* ref_counts_ = nullptr;
   std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
-  std::vector<uint64_t> fingerprints_;  // per sample id
+  std::unique_ptr<RocksDbWrites> index_writes_;  // over db_; stops at a failure
+  std::vector<uint64_t> fingerprints_;           // per sample id
 
   mutable RankedMutex<LockRank::kDiskCache> mu_;
   std::condition_variable_any wake_;

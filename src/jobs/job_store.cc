@@ -70,8 +70,7 @@ Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.max_background_jobs = 1;
-  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  options.keep_log_file_num = 2;
+  PrepareRocksDb(store->path_, &options);  // no LOG file to fail on a full disk
   rocksdb::DB* db = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(options, store->path_, &db);
   if (!s.ok()) {
@@ -83,6 +82,7 @@ Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
     return Status::IOError("cannot open job store " + store->path_ + ": " + s.ToString());
   }
   store->db_.reset(db);
+  store->writes_ = std::make_unique<RocksDbWrites>(db);
   *out = std::move(store);
   return Status::Ok();
 }
@@ -177,7 +177,7 @@ Status JobStore::Load(std::vector<StoredJob>* jobs) {
 void JobStore::Write(const char* what, const std::string& name, void* batch) {
   rocksdb::WriteOptions options;
   options.sync = false;  // the WAL survives a kill -9 of the process
-  const rocksdb::Status s = db_->Write(options, static_cast<rocksdb::WriteBatch*>(batch));
+  const rocksdb::Status s = writes_->Write(options, static_cast<rocksdb::WriteBatch*>(batch));
   // A full or failing disk fails every write: one line per cause and interval.
   if (!s.ok()) Warnings().Warn(what, "job store: {} {}: {}", what, name, s.ToString());
 }

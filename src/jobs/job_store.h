@@ -37,6 +37,7 @@
 #include <roaring/roaring.hh>
 
 #include "catalog/catalog.h"
+#include "common/rocksdb_support.h"
 #include "common/status.h"
 
 namespace rocksdb {
@@ -96,6 +97,7 @@ class JobStore {
 
   std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<RocksDbWrites> writes_;  // over db_; stops at a failure
   std::atomic<uint64_t> next_seq_{0};
 };
 

@@ -9,6 +9,7 @@ disk_misses, disk_bytes, disk_evictions, decode_queue, decode_busy_seconds
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -269,6 +270,39 @@ class StatsTest(TierTestCase):
             self.assertEqual(st["disk_entries"], N,
                              "disk_entries after %d samples were written: %s"
                              % (N, st))
+
+    @unittest.skipUnless(os.geteuid() == 0, "mounts a tmpfs: needs root")
+    def test_full_cache_filesystem_is_survived_and_logged_once(self):
+        """cache_dir on a 256 KiB tmpfs: slot writes and the RocksDB stores'
+        writes fail with ENOSPC mid-epoch. The daemon goes on serving every
+        sample for two epochs (Debian's RocksDB aborted the process on the
+        write after a failed one), logs each cause once per interval,
+        counts only what it wrote, and exits 0 at unmount."""
+        cachefs = os.path.join(self.tempdir(), "cachefs")
+        os.makedirs(cachefs)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                        cachefs], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", cachefs])
+        m = self.mount(self.source, {"cache_dir": cachefs, "disk_cache": "1G",
+                                     "size": str(SIZE), "threads": str(THREADS)})
+        for _ in range(2):
+            recs = self.read_job(m, "a")
+            self.assertEqual(sorted(r.id for r in recs), list(range(N)))
+        st = m.stats()
+        self.assertLess(st["disk_entries"], N, "the tmpfs cannot hold them all")
+        self.assertEqual(st["disk_writes"], st["disk_entries"],
+                         "disk_writes counts samples written, not tries: %s" % st)
+        self.assertEqual(st["disk_evictions"], 0)
+        with open(m.log_path) as f:
+            log_text = f.read()
+        warnings = [line for line in log_text.splitlines()
+                    if "disk cache write failed" in line]
+        log("full cache filesystem: %d entries written, %d write warnings",
+            st["disk_entries"], len(warnings))
+        self.assertGreaterEqual(len(warnings), 1, "the failure is logged")
+        # One line per cause (no space, short write) within the interval.
+        self.assertLessEqual(len(warnings), 2, "\n".join(warnings))
+        self.assertEqual(m.unmount(), 0, "the daemon's exit status")
 
     def test_tier_stats_without_disk_tier(self):
         m = self.mount(self.source, {"cache_dir": "none", "size": str(SIZE),

@@ -1,0 +1,54 @@
+// What every RocksDB instance of ours (the disk tier's index, the job
+// store) needs so that a full or failing cache filesystem never takes the
+// daemon down. Debian 12's RocksDB (7.8) is built with assertions, and it
+// aborts the process when a file it failed to write is written again: its
+// WAL (fixed upstream in facebook/rocksdb#12448) and its own LOG file, which
+// its no-space recovery thread writes to. A full cache_dir killed the
+// daemon and left the mount dead ("Transport endpoint is not connected").
+
+#ifndef JOADERFS_COMMON_ROCKSDB_SUPPORT_H_
+#define JOADERFS_COMMON_ROCKSDB_SUPPORT_H_
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <mutex>
+#include <string>
+
+namespace joaderfs {
+
+// Before DB::Open of the database at `path`: makes its folder (RocksDB warns
+// when it is missing) and sends RocksDB's own log to ours (warnings and
+// errors, rate-limited) instead of a LOG file in that folder.
+void PrepareRocksDb(const std::string& path, rocksdb::Options* options);
+
+// The writes to one RocksDB instance, one at a time, and none after the
+// first that fails. RocksDB refuses writes after such an error until it is
+// resumed, so stopping loses nothing it would have kept: the index or job
+// records stay as of the failure, which the next daemon reopens.
+//
+// Thread-safe: a mutex of its own (a leaf of the lock order) held across
+// each write.
+class RocksDbWrites {
+ public:
+  // `db` outlives this object.
+  explicit RocksDbWrites(rocksdb::DB* db) : db_(db) {}
+
+  // db->Write(options, batch), or the first failure's status once a write
+  // has failed (the batch is then dropped). Logs the first failure as an
+  // error, naming the database's path.
+  rocksdb::Status Write(const rocksdb::WriteOptions& options, rocksdb::WriteBatch* batch);
+
+  bool failed() const;
+
+ private:
+  rocksdb::DB* const db_;
+  mutable std::mutex mu_;
+  rocksdb::Status failure_;  // GUARDED_BY(mu_): ok until a write fails
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_COMMON_ROCKSDB_SUPPORT_H_
