@@ -62,6 +62,16 @@ class Poller(threading.Thread):
             self.error = e
 
 
+def fill_up(path):
+    """Writes `path` until its filesystem is full."""
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
 class StatsTest(TierTestCase):
 
     @classmethod
@@ -274,8 +284,8 @@ class StatsTest(TierTestCase):
     @unittest.skipUnless(os.geteuid() == 0, "mounts a tmpfs: needs root")
     def test_full_cache_filesystem_is_survived_and_logged_once(self):
         """cache_dir on a 256 KiB tmpfs: slot writes and the RocksDB stores'
-        writes fail with ENOSPC mid-epoch. The daemon goes on serving every
-        sample for two epochs (Debian's RocksDB aborted the process on the
+        writes fail with ENOSPC mid-epoch, then the rest is filled up. The daemon goes on serving every
+        sample for three epochs (Debian's RocksDB aborted the process on the
         write after a failed one), logs each cause once per interval,
         counts only what it wrote, and exits 0 at unmount."""
         cachefs = os.path.join(self.tempdir(), "cachefs")
@@ -285,9 +295,18 @@ class StatsTest(TierTestCase):
         self.addCleanup(subprocess.run, ["umount", "-l", cachefs])
         m = self.mount(self.source, {"cache_dir": cachefs, "disk_cache": "1G",
                                      "size": str(SIZE), "threads": str(THREADS)})
-        for _ in range(2):
-            recs = self.read_job(m, "a")
-            self.assertEqual(sorted(r.id for r in recs), list(range(N)))
+        m.mkjob("a")
+        for epoch in range(3):
+            # A record per read: a job store write per hand-out.
+            r = mountlib.PacedReader(m.path("jobs", "a", "next"), 0)
+            r.run()
+            if r.error:
+                raise r.error
+            self.assertEqual(sorted(x.id for x in r.records()), list(range(N)))
+            if epoch == 0:
+                # Whatever the slots left: the job store's WAL then fails on
+                # the next hand-outs it records.
+                fill_up(os.path.join(cachefs, "filler"))
         st = m.stats()
         self.assertLess(st["disk_entries"], N, "the tmpfs cannot hold them all")
         self.assertEqual(st["disk_writes"], st["disk_entries"],
