@@ -11,10 +11,18 @@
 // RankedMutex meets BasicLockable and Lockable. Take it with MutexLock, which
 // clang's -Wthread-safety understands (std::lock_guard it cannot see), and
 // wait on it with std::condition_variable_any over the MutexLock. Mutex is
-// the same without a rank, for leaf locks outside the data path. Members a
-// mutex protects are declared GUARDED_BY it, and private helpers that expect
-// it held REQUIRES it: clang builds check both at compile time
-// (-Werror=thread-safety, CMakeLists.txt); other compilers ignore them.
+// the same without a rank, for leaf locks outside the data path.
+//
+// Clang's thread-safety analysis checks the locking at compile time. Members
+// a mutex protects are declared GUARDED_BY it, and helpers that expect it
+// held REQUIRES it; state reached only through guarded members (the job
+// manager's jobs, lanes and readers) is covered by the REQUIRES of every
+// helper that takes it. A clang build fails on an access without the lock
+// (-Werror=thread-safety, CMakeLists.txt; scripts/test.sh's build-fuzz is
+// such a build, of the daemon too); other compilers ignore the annotations.
+// NO_THREAD_SAFETY_ANALYSIS only where the analysis cannot see why an access
+// is safe, with the reason beside it (DiskCache's open path, which runs
+// before the tier's writer thread exists).
 
 #ifndef JOADERFS_COMMON_RANKED_MUTEX_H_
 #define JOADERFS_COMMON_RANKED_MUTEX_H_

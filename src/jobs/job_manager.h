@@ -181,6 +181,8 @@ class JobManager {
   struct Reader;
   class Actions;
 
+  // Jobs, lanes and readers are reached through the maps below: mu_ guards
+  // them too, so every helper that takes one REQUIRES(mu_).
   Job* FindJob(const std::string& name) const REQUIRES(mu_);
   Status CheckWritableLocked(const Job* job, uint32_t uid) const REQUIRES(mu_);
   // Whether `subset` gives every rank of `spec` at least one sample.
