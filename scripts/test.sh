@@ -7,7 +7,10 @@
 #               Randomness: 4 minutes plain, far more under ASan, and the
 #               same planner code as the property tests that do run);
 #   build-fuzz  every libFuzzer target of fuzz/ for FUZZ_SECONDS (default
-#               25) from its checked-in seeds (skip: FUZZ_SECONDS=0).
+#               25) from its checked-in seeds (skip: FUZZ_SECONDS=0). The
+#               clang build of this stage also compiles the daemon with
+#               -Werror=thread-safety: a GUARDED_BY member touched without
+#               its lock fails here.
 # Any failure, sanitizer report or fuzzer crash fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +31,7 @@ fuzz_seconds=${FUZZ_SECONDS:-25}
 if [ "$fuzz_seconds" != 0 ]; then
   CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJOADERFS_FUZZ=ON \
     -DJOADERFS_SANITIZE=address >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target fuzzers
+  cmake --build build-fuzz -j"$jobs" --target fuzzers joaderfs
   for seeds in fuzz/corpus/*/; do
     target=$(basename "$seeds")
     # New inputs go to a scratch folder; the checked-in seeds stay as they are.

@@ -202,7 +202,7 @@ Status DiskCache::OpenSlotFiles() {
 
 DiskCache::~DiskCache() {
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -250,7 +250,7 @@ Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
   Location where;
   int fd = -1;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = index_.find(key);
     if (it == index_.end()) {
       ++stats_.misses;
@@ -275,12 +275,12 @@ Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
   }
   if (good) {
     out->pixels = std::shared_ptr<uint8_t>(buffer, buffer.get() + kSlotHeader);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.hits;
     return Status::Ok();
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = index_.find(key);
     if (it == index_.end() || it->second.where.slot_bytes != where.slot_bytes ||
         it->second.where.slot != where.slot) {
@@ -323,7 +323,7 @@ void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
 
 void DiskCache::PutAsync(uint32_t size, SampleId id, SamplePtr sample) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ || SlotBytes(sample->bytes()) > stats_.budget || index_.count(Key(size, id))) {
       return;
     }
@@ -337,8 +337,8 @@ void DiskCache::PutAsync(uint32_t size, SampleId id, SamplePtr sample) {
 }
 
 void DiskCache::Flush() {
-  std::unique_lock lock(mu_);
-  drained_.wait(lock, [this] { return queue_.empty() && !writing_; });
+  MutexLock lock(mu_);
+  drained_.wait(lock, [this]() REQUIRES(mu_) { return queue_.empty() && !writing_; });
 }
 
 // Picks victims until the budget holds the new bytes: of a few random
@@ -367,8 +367,8 @@ void DiskCache::WriteLoop() {
   for (;;) {
     Write w;
     {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      wake_.wait(lock, [this]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and every write done
       w = std::move(queue_.front());
       queue_.pop_front();
@@ -383,7 +383,7 @@ void DiskCache::WriteLoop() {
     std::vector<std::string> victims;
     int fd = -1;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!index_.count(key)) {
         if (SlotFile* file = File(where.slot_bytes)) {
           fd = file->fd;
@@ -431,7 +431,7 @@ void DiskCache::WriteLoop() {
       }
     }
     if (!stored) DeleteKeys(victims);  // they are gone from the index all the same
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stored) {
       index_[key] = {w.id, w.size, where, keys_.size()};
       keys_.push_back(key);
@@ -447,7 +447,7 @@ void DiskCache::WriteLoop() {
 }
 
 DiskCacheStats DiskCache::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

@@ -74,8 +74,10 @@ class DiskCache {
   // Opens (creating) the tier for `catalog`'s SOURCE under `dir`. Fails
   // when another daemon holds it or the folder is unusable. `counts`
   // (entries needed by fewer jobs are dropped first) outlives the tier.
+  // (It fills the tier before its writer thread starts, without mu_.)
   static Status Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
-                     uint64_t budget_bytes, std::unique_ptr<DiskCache>* out);
+                     uint64_t budget_bytes,
+                     std::unique_ptr<DiskCache>* out) NO_THREAD_SAFETY_ANALYSIS;
   ~DiskCache();  // finishes queued writes
 
   // Ok and the sample; NotFound; or Corruption (the entry has been dropped).
@@ -122,16 +124,16 @@ class DiskCache {
   };
 
   DiskCache() = default;
-  Status OpenIndex();
-  Status OpenSlotFiles();
+  // Before the writer thread starts: nothing else can hold mu_ yet.
+  Status OpenIndex() NO_THREAD_SAFETY_ANALYSIS;
+  Status OpenSlotFiles() NO_THREAD_SAFETY_ANALYSIS;
   std::string Key(uint32_t size, SampleId id) const;
-  // REQUIRES for these: mu_ held.
-  SlotFile* File(uint64_t slot_bytes);
-  uint64_t AllocateSlot(uint64_t slot_bytes);
-  void Unindex(const std::string& key);  // frees its slot
-  void EvictLocked(std::vector<std::string>* victims);
+  SlotFile* File(uint64_t slot_bytes) REQUIRES(mu_);
+  uint64_t AllocateSlot(uint64_t slot_bytes) REQUIRES(mu_);
+  void Unindex(const std::string& key) REQUIRES(mu_);  // frees its slot
+  void EvictLocked(std::vector<std::string>* victims) REQUIRES(mu_);
   // Deletes index keys from RocksDB. REQUIRES: mu_ not held; unindexed.
-  void DeleteKeys(const std::vector<std::string>& keys);
+  void DeleteKeys(const std::vector<std::string>& keys) EXCLUDES(mu_);
   void WriteLoop();
 
   const Catalog* catalog_ = nullptr;
@@ -144,15 +146,15 @@ class DiskCache {
   mutable RankedMutex<LockRank::kDiskCache> mu_;
   std::condition_variable_any wake_;
   std::condition_variable_any drained_;
-  std::deque<Write> queue_;                            // GUARDED_BY(mu_)
-  bool writing_ = false;                               // GUARDED_BY(mu_)
-  bool stopping_ = false;                              // GUARDED_BY(mu_)
-  std::unordered_map<std::string, IndexEntry> index_;  // GUARDED_BY(mu_)
-  std::vector<std::string> keys_;                      // GUARDED_BY(mu_), for sampling victims
+  std::deque<Write> queue_ GUARDED_BY(mu_);
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::unordered_map<std::string, IndexEntry> index_ GUARDED_BY(mu_);
+  std::vector<std::string> keys_ GUARDED_BY(mu_);  // for sampling victims
   // Slot files by slot size; a file's fd stays open until the tier closes.
-  std::map<uint64_t, SlotFile> files_;  // GUARDED_BY(mu_)
-  Rng rng_{0x6a6f61646572ULL};          // GUARDED_BY(mu_)
-  DiskCacheStats stats_;                // GUARDED_BY(mu_)
+  std::map<uint64_t, SlotFile> files_ GUARDED_BY(mu_);
+  Rng rng_ GUARDED_BY(mu_){0x6a6f61646572ULL};
+  DiskCacheStats stats_ GUARDED_BY(mu_);
   std::thread writer_;
 };
 

@@ -16,7 +16,7 @@ SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* di
 void SampleCache::Acquire(SampleKey key, Callback done) {
   SamplePtr ready;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (bad_.count(key)) {
       ++stats_.hits;
     } else if (auto it = entries_.find(key); it != entries_.end()) {
@@ -51,7 +51,7 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
 }
 
 void SampleCache::Release(SampleKey key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.pins == 0) return;  // a bad sample
   Entry& e = it->second;
@@ -80,7 +80,7 @@ void SampleCache::RemoveEvictable(const SampleKey& key) { Policy(key.size)->Eras
 void SampleCache::AddEvictable(const SampleKey& key) { Policy(key.size)->Insert(key.id); }
 
 void SampleCache::RefreshNeeds() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [size, policy] : policies_) policy->RefreshAll();
 }
 
@@ -103,7 +103,7 @@ void SampleCache::Load(SampleKey key) {
 
   std::vector<Callback> waiters;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(key);
     Entry& e = it->second;
     waiters = std::move(e.waiters);
@@ -164,7 +164,7 @@ void SampleCache::EvictLocked() {
 }
 
 CacheStats SampleCache::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

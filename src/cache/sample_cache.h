@@ -116,12 +116,11 @@ class SampleCache {
   };
 
   void Load(SampleKey key);
-  // REQUIRES for these: mu_ held.
-  EvictionPolicy* Policy(uint32_t size);  // one per output size
-  void AddEvictable(const SampleKey& key);
-  void RemoveEvictable(const SampleKey& key);
-  void EvictLocked();
-  void UpdateCommitted();
+  EvictionPolicy* Policy(uint32_t size) REQUIRES(mu_);  // one per output size
+  void AddEvictable(const SampleKey& key) REQUIRES(mu_);
+  void RemoveEvictable(const SampleKey& key) REQUIRES(mu_);
+  void EvictLocked() REQUIRES(mu_);
+  void UpdateCommitted() REQUIRES(mu_);
 
   const Catalog* catalog_;
   LoaderPool* pool_;
@@ -132,11 +131,11 @@ class SampleCache {
   std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 
   mutable RankedMutex<LockRank::kSampleCache> mu_;
-  std::unordered_map<SampleKey, Entry, KeyHash> entries_;                   // GUARDED_BY(mu_)
-  std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_;  // GUARDED_BY(mu_)
-  std::unordered_set<SampleKey, KeyHash> bad_;                              // GUARDED_BY(mu_)
-  CacheStats stats_;                                                        // GUARDED_BY(mu_)
-  uint64_t loading_bytes_ = 0;  // GUARDED_BY(mu_): the entries loading will hold
+  std::unordered_map<SampleKey, Entry, KeyHash> entries_ GUARDED_BY(mu_);
+  std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_ GUARDED_BY(mu_);
+  std::unordered_set<SampleKey, KeyHash> bad_ GUARDED_BY(mu_);
+  CacheStats stats_ GUARDED_BY(mu_);
+  uint64_t loading_bytes_ GUARDED_BY(mu_) = 0;  // the entries loading will hold
 };
 
 }  // namespace joaderfs

@@ -8,8 +8,21 @@
 // job manager may call the RAM tier, the RAM tier the disk tier, any of
 // them the planning groups, and the planning groups nothing.
 //
-// RankedMutex meets BasicLockable and Lockable: use it with std::lock_guard,
-// std::unique_lock and std::condition_variable_any.
+// RankedMutex meets BasicLockable and Lockable. Take it with MutexLock, which
+// clang's -Wthread-safety understands (std::lock_guard it cannot see), and
+// wait on it with std::condition_variable_any over the MutexLock. Mutex is
+// the same without a rank, for leaf locks outside the data path.
+//
+// Clang's thread-safety analysis checks the locking at compile time. Members
+// a mutex protects are declared GUARDED_BY it, and helpers that expect it
+// held REQUIRES it; state reached only through guarded members (the job
+// manager's jobs, lanes and readers) is covered by the REQUIRES of every
+// helper that takes it. A clang build fails on an access without the lock
+// (-Werror=thread-safety, CMakeLists.txt; scripts/test.sh's build-fuzz is
+// such a build, of the daemon too); other compilers ignore the annotations.
+// NO_THREAD_SAFETY_ANALYSIS only where the analysis cannot see why an access
+// is safe, with the reason beside it (DiskCache's open path, which runs
+// before the tier's writer thread exists).
 
 #ifndef JOADERFS_COMMON_RANKED_MUTEX_H_
 #define JOADERFS_COMMON_RANKED_MUTEX_H_
@@ -18,6 +31,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+
+#if defined(__clang__)
+#define JOADERFS_THREAD_ANNOTATION(x) __attribute__((x))
+#else
+#define JOADERFS_THREAD_ANNOTATION(x)
+#endif
+#define CAPABILITY(x) JOADERFS_THREAD_ANNOTATION(capability(x))
+#define SCOPED_CAPABILITY JOADERFS_THREAD_ANNOTATION(scoped_lockable)
+#define GUARDED_BY(x) JOADERFS_THREAD_ANNOTATION(guarded_by(x))
+#define REQUIRES(...) JOADERFS_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#define EXCLUDES(...) JOADERFS_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define ACQUIRE(...) JOADERFS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define RELEASE(...) JOADERFS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define TRY_ACQUIRE(...) JOADERFS_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
+// Only where no other thread can exist yet; say why beside it.
+#define NO_THREAD_SAFETY_ANALYSIS JOADERFS_THREAD_ANNOTATION(no_thread_safety_analysis)
 
 namespace joaderfs {
 
@@ -48,26 +77,63 @@ inline void BeforeLock(int rank) {
 }  // namespace lock_rank_internal
 
 template <LockRank kRank>
-class RankedMutex {
+class CAPABILITY("mutex") RankedMutex {
  public:
-  void lock() {
+  void lock() ACQUIRE() {
     lock_rank_internal::BeforeLock(static_cast<int>(kRank));
     mu_.lock();
     ++lock_rank_internal::held[static_cast<int>(kRank)];
   }
-  bool try_lock() {
+  bool try_lock() TRY_ACQUIRE(true) {
     lock_rank_internal::BeforeLock(static_cast<int>(kRank));
     if (!mu_.try_lock()) return false;
     ++lock_rank_internal::held[static_cast<int>(kRank)];
     return true;
   }
-  void unlock() {
+  void unlock() RELEASE() {
     --lock_rank_internal::held[static_cast<int>(kRank)];
     mu_.unlock();
   }
 
  private:
   std::mutex mu_;
+};
+
+// A std::mutex that clang's analysis knows as a capability.
+class CAPABILITY("mutex") Mutex {
+ public:
+  void lock() ACQUIRE() { mu_.lock(); }
+  bool try_lock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  void unlock() RELEASE() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+
+// Holds `mu` for its scope, like std::unique_lock: BasicLockable itself, so
+// std::condition_variable_any can release and retake it while waiting.
+template <typename M>
+class SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(M& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~MutexLock() RELEASE() {
+    if (held_) mu_.unlock();
+  }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+  void lock() ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
+  void unlock() RELEASE() {
+    held_ = false;
+    mu_.unlock();
+  }
+
+ private:
+  M& mu_;
+  bool held_ = true;
 };
 
 }  // namespace joaderfs

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 namespace joaderfs {
 namespace {
@@ -44,6 +46,63 @@ TEST(RankedMutexDeathTest, SameRankTwiceAborts) {
         std::lock_guard b(two);
       },
       "lock order violated");
+}
+
+// MutexLock counts towards the lock order like any other holder.
+TEST(MutexLockDeathTest, UpTheDataPathAborts) {
+  EXPECT_DEATH(
+      {
+        RankedMutex<LockRank::kPlanGroups> groups;
+        RankedMutex<LockRank::kSampleCache> cache;
+        MutexLock a(groups);
+        MutexLock b(cache);
+      },
+      "lock order violated: taking rank 2 while holding rank 4");
+}
+
+// A lock released early is not released again by its destructor.
+TEST(MutexLock, UnlockedEarlyIsReleasedOnce) {
+  RankedMutex<LockRank::kSampleCache> cache;
+  const int rank = static_cast<int>(LockRank::kSampleCache);
+  {
+    MutexLock lock(cache);
+    EXPECT_EQ(lock_rank_internal::held[rank], 1);
+    lock.unlock();
+    EXPECT_EQ(lock_rank_internal::held[rank], 0);
+  }
+  EXPECT_EQ(lock_rank_internal::held[rank], 0);
+  if (cache.try_lock()) {
+    cache.unlock();
+  } else {
+    ADD_FAILURE() << "the mutex is still locked";
+  }
+}
+
+// condition_variable_any waits on a MutexLock and gives it back held. The
+// setter can only run once the wait has released the lock.
+TEST(MutexLock, ConditionVariableWaitsOnIt) {
+  RankedMutex<LockRank::kDiskCache> mu;
+  const int rank = static_cast<int>(LockRank::kDiskCache);
+  std::condition_variable_any ready;
+  bool flag = false;
+  std::thread setter;
+  {
+    MutexLock lock(mu);
+    setter = std::thread([&] {
+      MutexLock lock(mu);
+      flag = true;
+      ready.notify_all();
+    });
+    ready.wait(lock, [&] { return flag; });
+    EXPECT_EQ(lock_rank_internal::held[rank], 1);
+  }
+  EXPECT_EQ(lock_rank_internal::held[rank], 0);
+  setter.join();
+  if (mu.try_lock()) {
+    mu.unlock();
+  } else {
+    ADD_FAILURE() << "the mutex is still locked";
+  }
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 namespace joaderfs {
 
 bool RateLimitedLog::Admit(std::string_view cause, Clock::time_point now, uint64_t* suppressed) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = causes_.find(cause);
   if (it == causes_.end()) {
     causes_.emplace(std::string(cause), Cause{now, 0});

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/ranked_mutex.h"
+
 namespace joaderfs {
 
 class RateLimitedLog {
@@ -56,8 +58,8 @@ class RateLimitedLog {
   };
 
   const Clock::duration interval_;
-  std::mutex mu_;
-  std::map<std::string, Cause, std::less<>> causes_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, Cause, std::less<>> causes_ GUARDED_BY(mu_);
 };
 
 // The process's instance, for warnings from any part of the daemon. Never

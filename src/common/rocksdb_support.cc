@@ -41,7 +41,7 @@ void PrepareRocksDb(const std::string& path, rocksdb::Options* options) {
 
 rocksdb::Status RocksDbWrites::Write(const rocksdb::WriteOptions& options,
                                      rocksdb::WriteBatch* batch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!failure_.ok()) return failure_;
   rocksdb::Status s = db_->Write(options, batch);
   if (!s.ok()) {
@@ -53,7 +53,7 @@ rocksdb::Status RocksDbWrites::Write(const rocksdb::WriteOptions& options,
 }
 
 bool RocksDbWrites::failed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return !failure_.ok();
 }
 

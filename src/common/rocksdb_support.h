@@ -14,8 +14,9 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include <mutex>
 #include <string>
+
+#include "common/ranked_mutex.h"
 
 namespace joaderfs {
 
@@ -45,8 +46,8 @@ class RocksDbWrites {
 
  private:
   rocksdb::DB* const db_;
-  mutable std::mutex mu_;
-  rocksdb::Status failure_;  // GUARDED_BY(mu_): ok until a write fails
+  mutable Mutex mu_;
+  rocksdb::Status failure_ GUARDED_BY(mu_);  // ok until a write fails
 };
 
 }  // namespace joaderfs

@@ -28,12 +28,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "cache/disk_cache.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/options.h"
 #include "fs/filesystem.h"
@@ -121,7 +121,7 @@ class IdleReaper {
  public:
   explicit IdleReaper(JobManager* jobs)
       : thread_([this, jobs] {
-          std::unique_lock lock(mu_);
+          MutexLock lock(mu_);
           while (!stop_) {
             wake_.wait_for(lock, std::chrono::seconds(1));
             lock.unlock();
@@ -131,7 +131,7 @@ class IdleReaper {
         }) {}
   ~IdleReaper() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     wake_.notify_all();
@@ -139,9 +139,9 @@ class IdleReaper {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stop_ = false;
+  Mutex mu_;
+  std::condition_variable_any wake_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -175,7 +175,7 @@ const fuse_lowlevel_ops* Filesystem::Operations() {
 }
 
 fuse_ino_t Filesystem::JobInode(const std::string& job) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto [it, inserted] = job_inodes_.try_emplace(job, next_job_inode_);
   if (inserted) {
     job_names_[next_job_inode_] = job;
@@ -198,7 +198,7 @@ Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job, uint32_t*
   if (ino < kFirstJobIno) return Node::kNone;
   const fuse_ino_t offset = (ino - kFirstJobIno) % kJobInodeStride;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = job_names_.find(ino - offset);
     if (it == job_names_.end()) return Node::kNone;
     *job = it->second;
@@ -418,7 +418,7 @@ void Filesystem::Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   }
   const Status s = jobs_->RemoveJob(name, fuse_req_ctx(req)->uid);
   if (s.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = job_inodes_.find(name);
     if (it != job_inodes_.end()) {
       job_names_.erase(it->second);

@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 #include "catalog/catalog.h"
+#include "common/ranked_mutex.h"
 #include "jobs/job_manager.h"
 
 namespace joaderfs {
@@ -87,10 +88,10 @@ class Filesystem {
   const timespec mount_time_;
   std::atomic<uint64_t> next_read_token_{1};
 
-  mutable std::mutex mu_;
-  std::map<std::string, fuse_ino_t> job_inodes_;           // GUARDED_BY(mu_)
-  std::unordered_map<fuse_ino_t, std::string> job_names_;  // GUARDED_BY(mu_), by dir inode
-  fuse_ino_t next_job_inode_;                              // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, fuse_ino_t> job_inodes_ GUARDED_BY(mu_);
+  std::unordered_map<fuse_ino_t, std::string> job_names_ GUARDED_BY(mu_);  // by dir inode
+  fuse_ino_t next_job_inode_ GUARDED_BY(mu_);
 };
 
 }  // namespace joaderfs

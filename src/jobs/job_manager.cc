@@ -129,7 +129,7 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
     return Status::InvalidArgument("job id '" + name +
                                    "' is not 1-64 characters of [A-Za-z0-9._-]");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (jobs_.count(name)) return Status::Exists("job " + name + " exists");
   auto job = std::make_unique<Job>();
   job->name = name;
@@ -168,7 +168,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   }
   s = CheckRanksFit(spec, subset);
   if (!s.ok()) return s;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (jobs_.count(stored.name)) return Status::Exists("job " + stored.name + " exists");
   auto job = std::make_unique<Job>();
   job->name = stored.name;
@@ -221,7 +221,7 @@ Status JobManager::CheckRanksFit(const JobSpec& spec, const Roaring& subset) {
 
 Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
@@ -250,14 +250,14 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
 }
 
 std::vector<std::string> JobManager::JobNames() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> names;
   for (const auto& [name, job] : jobs_) names.push_back(name);
   return names;
 }
 
 Status JobManager::JobOwner(const std::string& name, uint32_t* uid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *uid = job->uid;
@@ -265,7 +265,7 @@ Status JobManager::JobOwner(const std::string& name, uint32_t* uid) const {
 }
 
 Status JobManager::GetSpec(const std::string& name, std::string* text) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *text = job->spec.ToString();
@@ -279,7 +279,7 @@ Status JobManager::CheckWritableLocked(const Job* job, uint32_t uid) const {
 }
 
 Status JobManager::CheckWritable(const std::string& name, uint32_t uid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   return CheckWritableLocked(job, uid);
@@ -310,7 +310,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
   if (!names_subset) spec.subset = default_spec_.subset;
   Roaring subset = ResolveSubset(spec.subset, *catalog_);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   s = CheckWritableLocked(job, uid);
@@ -348,7 +348,7 @@ Status JobManager::SetIds(const std::string& name, uint32_t uid, std::string_vie
 Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring ids) {
   if (ids.isEmpty()) return Status::InvalidArgument("ids: no sample listed");
   ids.runOptimize();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   Status s = CheckWritableLocked(job, uid);
@@ -376,7 +376,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   Status s = ParseIdList(text, *catalog_, &consumed);
   if (!s.ok()) return s;
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
@@ -413,7 +413,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
 }
 
 Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *ranks = job->spec.ranks;
@@ -422,7 +422,7 @@ Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
 
 Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* id,
                               std::optional<uint32_t> rank) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (job->ranked() != rank.has_value() || (rank && *rank >= job->lanes.size())) {
@@ -443,7 +443,7 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
 
 void JobManager::CloseReader(ReaderId id) {
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = readers_.find(id);
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
@@ -477,7 +477,7 @@ bool JobManager::ReaderAtEof(const Reader* r) const {
 
 void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply reply) {
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = readers_.find(id);
   if (it == readers_.end() || max_bytes == 0) {
     actions.Add([reply = std::move(reply)] { reply(Status::Ok(), {}); });
@@ -520,7 +520,7 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
 
 void JobManager::Interrupt(ReaderId id, uint64_t token) {
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = readers_.find(id);
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
@@ -744,7 +744,7 @@ void JobManager::ReleasePins(Lane* lane, Actions* actions) {
 void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
                           const SamplePtr& sample) {
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = lanes_by_serial_.find(serial);
   if (it == lanes_by_serial_.end()) return;
   Lane* lane = it->second;
@@ -776,7 +776,7 @@ void JobManager::AfterDone(Lane* lane, Actions* actions) {
 
 void JobManager::ReleaseIdleJobs() {
   Actions actions;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto now = std::chrono::steady_clock::now();
   for (auto& [name, job] : jobs_) {
     for (const auto& lane : job->lanes) {
@@ -848,7 +848,7 @@ JobStatus JobManager::StatusLocked(const Job& job) const {
 }
 
 Status JobManager::GetJobStatus(const std::string& name, JobStatus* status) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *status = StatusLocked(*job);
@@ -867,7 +867,7 @@ MountStats JobManager::Stats() const {
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   stats.delivered = delivered_;
   for (const auto& [name, job] : jobs_) stats.jobs.emplace_back(name, StatusLocked(*job));
   return stats;

@@ -185,36 +185,38 @@ class JobManager {
   struct Reader;
   class Actions;
 
-  Job* FindJob(const std::string& name) const;
-  Status CheckWritableLocked(const Job* job, uint32_t uid) const;
+  // Jobs, lanes and readers are reached through the maps below: mu_ guards
+  // them too, so every helper that takes one REQUIRES(mu_).
+  Job* FindJob(const std::string& name) const REQUIRES(mu_);
+  Status CheckWritableLocked(const Job* job, uint32_t uid) const REQUIRES(mu_);
   // Whether `subset` gives every rank of `spec` at least one sample.
   static Status CheckRanksFit(const JobSpec& spec, const Roaring& subset);
   // (Re)makes the job's streams for its spec. REQUIRES: none has readers.
-  void MakeLanes(Job* job);
+  void MakeLanes(Job* job) REQUIRES(mu_);
   // Saves the job's record in the store, if any.
-  void SaveJob(const Job& job);
-  JobStatus LaneStatus(const Lane& lane) const;
-  JobStatus StatusLocked(const Job& job) const;
+  void SaveJob(const Job& job) REQUIRES(mu_);
+  JobStatus LaneStatus(const Lane& lane) const REQUIRES(mu_);
+  JobStatus StatusLocked(const Job& job) const REQUIRES(mu_);
   // The ids the stream reads in `epoch`: the job's subset, or its shard.
-  Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch);
+  Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch) REQUIRES(mu_);
   // The epoch the stream is in, or begins at its next read.
   static uint64_t NextEpoch(const Lane& lane);
-  void StartEpoch(Lane* lane, Actions* actions);
+  void StartEpoch(Lane* lane, Actions* actions) REQUIRES(mu_);
   // Makes the stream begin `epoch` at its next read, without `skip` (those
   // of its ids consumed or handed out already).
-  void SetResume(Lane* lane, uint64_t epoch, Roaring skip);
+  void SetResume(Lane* lane, uint64_t epoch, Roaring skip) REQUIRES(mu_);
   // Drops the stream's epoch under way (for `resume`): pins, plan, state.
-  void ResetLane(Lane* lane, Actions* actions);
-  void Plan(PlanGroup* group, Actions* actions);
-  void RequestPosition(Lane* lane, uint64_t position, Actions* actions);
-  void ReleasePins(Lane* lane, Actions* actions);
+  void ResetLane(Lane* lane, Actions* actions) REQUIRES(mu_);
+  void Plan(PlanGroup* group, Actions* actions) REQUIRES(mu_);
+  void RequestPosition(Lane* lane, uint64_t position, Actions* actions) REQUIRES(mu_);
+  void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu_);
   void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
   // Releases what the stream finished, reports it to the planner and tops
   // up the plans.
-  void AfterDone(Lane* lane, Actions* actions);
-  void ServeWaiters(Lane* lane, Actions* actions);
-  bool TryServe(Reader* reader, Actions* actions);
-  bool ReaderAtEof(const Reader* reader) const;
+  void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu_);
+  void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu_);
+  bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu_);
+  bool ReaderAtEof(const Reader* reader) const REQUIRES(mu_);
   // Bytes of the planning group's samples: the mean base image.
   uint64_t SampleBytes() const;
   // Renders the job's delivery of a loaded base image, then OnLoaded().
@@ -236,14 +238,14 @@ class JobManager {
   SharedRenders shared_renders_;
 
   mutable RankedMutex<LockRank::kJobManager> mu_;
-  std::map<std::string, std::unique_ptr<Job>> jobs_;               // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, Lane*> lanes_by_serial_;            // GUARDED_BY(mu_)
-  std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Lane*> lanes_by_serial_ GUARDED_BY(mu_);
+  std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_ GUARDED_BY(mu_);
   // Streams taking part in planning, by group and handle.
-  std::map<std::pair<const PlanGroup*, JobHandle>, Lane*> planning_;  // GUARDED_BY(mu_)
-  uint64_t next_serial_ = 1;                                          // GUARDED_BY(mu_)
-  ReaderId next_reader_ = 1;                                          // GUARDED_BY(mu_)
-  uint64_t delivered_ = 0;                                            // GUARDED_BY(mu_)
+  std::map<std::pair<const PlanGroup*, JobHandle>, Lane*> planning_ GUARDED_BY(mu_);
+  uint64_t next_serial_ GUARDED_BY(mu_) = 1;
+  ReaderId next_reader_ GUARDED_BY(mu_) = 1;
+  uint64_t delivered_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace joaderfs

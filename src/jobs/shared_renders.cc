@@ -3,13 +3,13 @@
 namespace joaderfs {
 
 void SharedRenders::Hold(uint64_t id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++held_[id].holders;
 }
 
 void SharedRenders::Drop(uint64_t id) {
   std::vector<Variant> gone;  // freed after the lock is dropped
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = held_.find(id);
   if (it == held_.end() || --it->second.holders > 0) return;
   gone = std::move(it->second.variants);
@@ -17,7 +17,7 @@ void SharedRenders::Drop(uint64_t id) {
 }
 
 size_t SharedRenders::held_ids() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return held_.size();
 }
 
@@ -31,7 +31,7 @@ SamplePtr SharedRenders::Render(const SamplePtr& base, const AugmentSpec& spec, 
   const bool flipped = ChooseAugmentation(spec, epoch, id, base->width, base->height).flipped;
   const auto matches = [&](const Variant& v) { return v.size == size && v.flipped == flipped; };
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = held_.find(id);
     if (it != held_.end()) {
       for (const Variant& v : it->second.variants) {
@@ -45,7 +45,7 @@ SamplePtr SharedRenders::Render(const SamplePtr& base, const AugmentSpec& spec, 
   renders_.fetch_add(1, std::memory_order_relaxed);
   SamplePtr render = RenderDelivery(base, spec, size, epoch, id, live_bytes);
   if (render == base) return render;  // size 0, no flip: nothing was made
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = held_.find(id);
   if (it == held_.end()) return render;  // every job is done with it
   for (Variant& v : it->second.variants) {

@@ -21,10 +21,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "common/ranked_mutex.h"
 #include "loader/augment.h"
 #include "loader/decoded_sample.h"
 
@@ -61,8 +61,8 @@ class SharedRenders {
     std::vector<Variant> variants;  // a few: one per size and flip in use
   };
 
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Held> held_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Held> held_ GUARDED_BY(mu_);
   std::atomic<uint64_t> renders_{0};
   std::atomic<uint64_t> reused_{0};
 };

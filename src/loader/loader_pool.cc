@@ -9,7 +9,7 @@ void LoaderPool::Start() {
 
 LoaderPool::~LoaderPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     urgent_.clear();
     queue_.clear();
@@ -20,7 +20,7 @@ LoaderPool::~LoaderPool() {
 
 void LoaderPool::Submit(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back(std::move(task));
   }
   wake_.notify_one();
@@ -28,7 +28,7 @@ void LoaderPool::Submit(std::function<void()> task) {
 
 void LoaderPool::SubmitUrgent(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     urgent_.push_back(std::move(task));
   }
   wake_.notify_one();
@@ -41,7 +41,7 @@ thread_local bool on_worker = false;
 bool LoaderPool::OnWorkerThread() { return on_worker; }
 
 size_t LoaderPool::queue_depth() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return urgent_.size() + queue_.size();
 }
 
@@ -50,8 +50,10 @@ void LoaderPool::Work() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !urgent_.empty() || !queue_.empty(); });
+      MutexLock lock(mu_);
+      wake_.wait(lock, [this]() REQUIRES(mu_) {
+        return stopping_ || !urgent_.empty() || !queue_.empty();
+      });
       if (stopping_) return;
       auto& from = urgent_.empty() ? queue_ : urgent_;
       task = std::move(from.front());

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/ranked_mutex.h"
+
 namespace joaderfs {
 
 class LoaderPool {
@@ -44,11 +46,11 @@ class LoaderPool {
   void Work();
 
   const unsigned threads_;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> urgent_;  // GUARDED_BY(mu_)
-  std::deque<std::function<void()>> queue_;   // GUARDED_BY(mu_)
-  bool stopping_ = false;                     // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::condition_variable_any wake_;
+  std::deque<std::function<void()>> urgent_ GUARDED_BY(mu_);
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> busy_ns_{0};
   std::vector<std::thread> workers_;
 };

@@ -9,7 +9,7 @@ PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOpt
     : size_(size), options_(options), planner_(std::move(planner)) {}
 
 JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const JobHandle job = next_handle_++;
   planner_->AddJob(job, subset);
   Member& m = members_[job];
@@ -20,13 +20,13 @@ JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t pic
 }
 
 void PlanGroup::RemoveJob(JobHandle job) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   planner_->RemoveJob(job);
   members_.erase(job);
 }
 
 void PlanGroup::StartEpoch(JobHandle job) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Member& m = members_.at(job);
   assert(m.done == m.subset_size);
   planner_->StartEpoch(job);
@@ -34,7 +34,7 @@ void PlanGroup::StartEpoch(JobHandle job) {
 }
 
 void PlanGroup::StartEpoch(JobHandle job, const Roaring& subset) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Member& m = members_.at(job);
   assert(m.done == m.subset_size);
   planner_->StartEpoch(job, subset);
@@ -43,18 +43,18 @@ void PlanGroup::StartEpoch(JobHandle job, const Roaring& subset) {
 }
 
 void PlanGroup::SetPaused(JobHandle job, bool paused) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   members_.at(job).paused = paused;
 }
 
 void PlanGroup::Landed(JobHandle job) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Member& m = members_.at(job);
   if (m.unlanded > 0) --m.unlanded;
 }
 
 void PlanGroup::Done(JobHandle job, SampleId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Member& m = members_.at(job);
   ++m.done;
   auto it = m.outstanding.find(id);
@@ -80,7 +80,7 @@ bool PlanGroup::Wants(const Member& m, uint64_t below) {
 }
 
 void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // The committed bytes as the cache last saw them, plus what picks not yet
   // landed will make, plus this call's picks.
   uint64_t committed = budget.committed;
@@ -127,7 +127,7 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
 }
 
 void PlanGroup::NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> counts) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < ids.size(); ++i) {
     uint32_t count = planner_->RefCount(ids[i]);
     for (const auto& [job, m] : members_) count += m.outstanding.count(ids[i]) ? 1 : 0;
@@ -136,17 +136,17 @@ void PlanGroup::NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> co
 }
 
 uint64_t PlanGroup::SharedPicks(JobHandle job) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return planner_->SharedPicks(job);
 }
 
 PlannerStats PlanGroup::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return planner_->Stats();
 }
 
 size_t PlanGroup::jobs() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return members_.size();
 }
 

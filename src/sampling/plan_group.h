@@ -126,9 +126,9 @@ class PlanGroup {
   const CadenceOptions options_;
 
   mutable RankedMutex<LockRank::kPlanGroup> mu_;
-  std::unique_ptr<Planner> planner_;     // GUARDED_BY(mu_)
-  std::map<JobHandle, Member> members_;  // GUARDED_BY(mu_)
-  JobHandle next_handle_ = 0;            // GUARDED_BY(mu_)
+  std::unique_ptr<Planner> planner_ GUARDED_BY(mu_);
+  std::map<JobHandle, Member> members_ GUARDED_BY(mu_);
+  JobHandle next_handle_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace joaderfs

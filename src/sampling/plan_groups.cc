@@ -9,7 +9,7 @@ namespace joaderfs {
 PlanGroups::PlanGroups(PlanGroupsOptions options) : options_(options) {}
 
 PlanGroup* PlanGroups::Get(uint32_t size, uint64_t ram_samples) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& group = groups_[size];
   if (!group) {
     const uint64_t seed = MixSeed(options_.seed, size);
@@ -29,7 +29,7 @@ PlanGroup* PlanGroups::Get(uint32_t size, uint64_t ram_samples) {
 
 void PlanGroups::Counts(uint32_t size, std::span<const SampleId> ids,
                         std::span<uint32_t> counts) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = groups_.find(size);
   if (it == groups_.end()) {
     std::fill(counts.begin(), counts.end(), 0);
@@ -39,7 +39,7 @@ void PlanGroups::Counts(uint32_t size, std::span<const SampleId> ids,
 }
 
 void PlanGroups::ForEach(const std::function<void(const PlanGroup&)>& fn) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [size, group] : groups_) fn(*group);
 }
 

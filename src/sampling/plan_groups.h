@@ -48,7 +48,7 @@ class PlanGroups final : public RefCounts {
  private:
   const PlanGroupsOptions options_;
   mutable RankedMutex<LockRank::kPlanGroups> mu_;
-  std::map<uint32_t, std::unique_ptr<PlanGroup>> groups_;  // GUARDED_BY(mu_)
+  std::map<uint32_t, std::unique_ptr<PlanGroup>> groups_ GUARDED_BY(mu_);
 };
 
 }  // namespace joaderfs
