@@ -44,6 +44,10 @@ struct Scratch {
   std::vector<uint32_t> windows;  // one axis' (first weighed, first nonzero, end) triples
   std::vector<int16_t> mid;       // the first pass' output
   std::vector<uint8_t> row;       // a source row copied where SIMD loads would overrun
+  struct alignas(16) PairLanes {
+    int16_t lanes[8];
+  };
+  std::vector<PairLanes> pair_weights;  // HorizontalTaps::pair_weights
 };
 
 Scratch& ThreadScratch() {
@@ -70,6 +74,7 @@ void Weights(double origin, double scale, uint32_t lo_limit, uint32_t hi_limit, 
   // The exact weights, and how many taps the widest output needs: only
   // samples strictly inside the triangle count (the edges weigh 0).
   a->taps = 1;
+  const double inverse_radius = 1.0 / radius;
   for (uint32_t o = 0; o < count; ++o) {
     const double centre = origin + (o + 0.5) * scale;
     uint32_t lo = static_cast<uint32_t>(
@@ -80,11 +85,12 @@ void Weights(double origin, double scale, uint32_t lo_limit, uint32_t hi_limit, 
     double* w = &exact[size_t{o} * window];
     double sum = 0;
     for (uint32_t i = lo; i < hi; ++i) {
-      const double d = std::abs((i + 0.5 - centre) / radius);
+      const double d = std::abs(i + 0.5 - centre) * inverse_radius;
       w[i - lo] = d < 1.0 ? 1.0 - d : 0.0;
       sum += w[i - lo];
     }
-    for (uint32_t i = lo; i < hi; ++i) w[i - lo] /= sum;
+    const double inverse_sum = 1.0 / sum;
+    for (uint32_t i = lo; i < hi; ++i) w[i - lo] *= inverse_sum;
     while (hi > lo + 1 && w[hi - 1 - lo] == 0.0) --hi;
     uint32_t skip = 0;
     while (lo + skip + 1 < hi && w[skip] == 0.0) ++skip;
@@ -112,7 +118,7 @@ void Weights(double origin, double scale, uint32_t lo_limit, uint32_t hi_limit, 
     uint32_t largest = lo;
     for (uint32_t i = lo; i < hi; ++i) {
       const double weight = w[i - window_of[0]];
-      q[i - first] = static_cast<int16_t>(std::lround(weight * kOne));
+      q[i - first] = static_cast<int16_t>(weight * kOne + 0.5);  // weights are >= 0
       sum += q[i - first];
       if (weight > w[largest - window_of[0]]) largest = i;
     }
@@ -164,7 +170,16 @@ void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const A
               const AxisWeights& ys, uint32_t width, uint32_t height, uint8_t* dst,
               const ResampleTuning& tuning, Scratch* scratch) {
   const Kernels& k = KernelsFor(tuning.simd);
-  const HorizontalTaps h{xs.weights.data(), xs.first.data(), xs.taps, xs.padded, width};
+  const uint32_t npairs = xs.padded / 2;
+  scratch->pair_weights.resize(size_t{width} * npairs);
+  for (size_t i = 0; i < scratch->pair_weights.size(); ++i) {
+    for (int lane = 0; lane < 8; ++lane) {
+      scratch->pair_weights[i].lanes[lane] = xs.weights[i * 2 + lane % 2];
+    }
+  }
+  const HorizontalTaps h{xs.weights.data(), scratch->pair_weights[0].lanes,
+                         xs.first.data(),   xs.taps,
+                         xs.padded,         width};
   const size_t src_stride = size_t{src_width} * 3;
   const size_t span = size_t{xs.hi - xs.lo} * 3;  // source bytes of a row that outputs read
   const size_t out_stride = size_t{width} * 3;

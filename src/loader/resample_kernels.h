@@ -39,10 +39,13 @@ inline constexpr size_t kHorizontalOverwrite = 1;
 // One axis of a horizontal pass over a row.
 struct HorizontalTaps {
   const int16_t* weights;  // `padded` per output; those past `taps` are 0
-  const uint32_t* first;   // per output: its first pixel, counted from the row pointer
-  uint32_t taps;           // pixels an output reads
-  uint32_t padded;         // taps rounded up to even (SIMD reads pairs)
-  uint32_t count;          // outputs
+  // The same as pmaddwd wants them: per output, per pair of taps, the pair
+  // four times over (8 int16, 16-byte aligned).
+  const int16_t* pair_weights;
+  const uint32_t* first;  // per output: its first pixel, counted from the row pointer
+  uint32_t taps;          // pixels an output reads
+  uint32_t padded;        // taps rounded up to even (SIMD reads pairs)
+  uint32_t count;         // outputs
 };
 
 // out[3x + c] for x < count, c < 3, from row pixels first[x] .. + taps.

@@ -37,47 +37,104 @@ JOADERFS_SSE41 inline __m128i LoadBytes(const void* p) {
 
 // Sums one output pixel's taps: (R, G, B, 0) in int32, plus `round`.
 // `pair_bytes` is two pixels' size (6 for u8 rows, 12 for int16 ones);
-// `pairs` gathers channel c of pixels 0 and 1 into int16 lanes.
-JOADERFS_SSE41 inline __m128i SumPixel(const uint8_t* p, size_t pair_bytes, const int16_t* w,
-                                       uint32_t npairs, __m128i pairs, __m128i round) {
+// `gather` puts channel c of pixels 0 and 1 side by side in int16 lanes.
+// kPairs > 0 fixes the number of pairs (the common 1 to 3, unrolled).
+template <int kPairs>
+JOADERFS_SSE41 inline __m128i SumPixel(const uint8_t* p, size_t pair_bytes, const __m128i* w,
+                                       uint32_t npairs, __m128i gather, __m128i round) {
+  const uint32_t n = kPairs > 0 ? kPairs : npairs;
   __m128i acc = round;
-  for (uint32_t k = 0; k < npairs; ++k, p += pair_bytes, w += 2) {
-    const __m128i px = _mm_shuffle_epi8(LoadBytes(p), pairs);
-    acc = _mm_add_epi32(acc, _mm_madd_epi16(px, WeightPair(w)));
+  for (uint32_t k = 0; k < n; ++k, p += pair_bytes) {
+    const __m128i px = _mm_shuffle_epi8(LoadBytes(p), gather);
+    acc = _mm_add_epi32(acc, _mm_madd_epi16(px, _mm_load_si128(w + k)));
   }
   return acc;
 }
 
-JOADERFS_SSE41 void HorizontalToMidSse41(const uint8_t* row, const HorizontalTaps& h,
-                                         int16_t* out) {
-  // Bytes r0 g0 b0 r1 g1 b1 -> int16 r0 r1 g0 g1 b0 b1 0 0.
-  const __m128i pairs = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+// Bytes r0 g0 b0 r1 g1 b1 -> int16 r0 r1 g0 g1 b0 b1 0 0.
+JOADERFS_SSE41 inline __m128i GatherBytePairs() {
+  return _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+}
+
+// int16 r0 g0 b0 r1 g1 b1 -> r0 r1 g0 g1 b0 b1 0 0.
+JOADERFS_SSE41 inline __m128i GatherInt16Pairs() {
+  return _mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+}
+
+template <int kPairs>
+JOADERFS_SSE41 void HorizontalToMidLoop(const uint8_t* row, const HorizontalTaps& h, int16_t* out) {
+  const __m128i gather = GatherBytePairs();
   const __m128i round = _mm_set1_epi32(1 << (kMidShift - 1));
-  const uint32_t npairs = h.padded / 2;
-  const int16_t* w = h.weights;
-  for (uint32_t x = 0; x < h.count; ++x, w += h.padded, out += 3) {
-    const __m128i acc = SumPixel(row + size_t{h.first[x]} * 3, 6, w, npairs, pairs, round);
+  const uint32_t npairs = h.padded / 2, count = h.count;
+  const uint32_t* first = h.first;
+  const auto* w = reinterpret_cast<const __m128i*>(h.pair_weights);
+  for (uint32_t x = 0; x < count; ++x, w += npairs, out += 3) {
+    const __m128i acc = SumPixel<kPairs>(row + size_t{first[x]} * 3, 6, w, npairs, gather, round);
     const __m128i v = _mm_srai_epi32(acc, kMidShift);
     // Four int16 (R G B 0): the 0 lands where the next pixel's R goes.
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi32(v, v));
   }
 }
 
+JOADERFS_SSE41 void HorizontalToMidSse41(const uint8_t* row, const HorizontalTaps& h,
+                                         int16_t* out) {
+  switch (h.padded / 2) {
+    case 1: return HorizontalToMidLoop<1>(row, h, out);
+    case 2: return HorizontalToMidLoop<2>(row, h, out);
+    case 3: return HorizontalToMidLoop<3>(row, h, out);
+    default: return HorizontalToMidLoop<0>(row, h, out);
+  }
+}
+
+// Output pixel x of an int16 row, in int32 (R, G, B, 0) scaled to bytes.
+template <int kPairs>
+JOADERFS_SSE41 inline __m128i ScaledPixel(const uint8_t* row_bytes, const uint32_t* first,
+                                          const __m128i* w, uint32_t x, uint32_t npairs,
+                                          __m128i gather, __m128i round) {
+  const __m128i acc = SumPixel<kPairs>(row_bytes + size_t{first[x]} * 6, 12, w + size_t{x} * npairs,
+                                       npairs, gather, round);
+  return _mm_srai_epi32(acc, kOutShift);
+}
+
+template <int kPairs>
+JOADERFS_SSE41 void HorizontalToPixelsLoop(const int16_t* row, const HorizontalTaps& h,
+                                           uint8_t* out) {
+  const __m128i gather = GatherInt16Pairs();
+  const __m128i round = _mm_set1_epi32(1 << (kOutShift - 1));
+  // Bytes R0 G0 B0 0 R1 G1 B1 0 ... -> R0 G0 B0 R1 G1 B1 ...
+  const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const uint32_t npairs = h.padded / 2, count = h.count;
+  const uint32_t* first = h.first;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(row);
+  const auto* w = reinterpret_cast<const __m128i*>(h.pair_weights);
+  uint32_t x = 0;
+  // Four pixels a step, stored as 16 bytes of which 12 are theirs: the
+  // rest is overwritten by the next step, so stop 2 pixels short of the end.
+  for (; x + 6 <= count; x += 4) {
+    const __m128i v01 =
+        _mm_packs_epi32(ScaledPixel<kPairs>(bytes, first, w, x, npairs, gather, round),
+                        ScaledPixel<kPairs>(bytes, first, w, x + 1, npairs, gather, round));
+    const __m128i v23 =
+        _mm_packs_epi32(ScaledPixel<kPairs>(bytes, first, w, x + 2, npairs, gather, round),
+                        ScaledPixel<kPairs>(bytes, first, w, x + 3, npairs, gather, round));
+    const __m128i rgb = _mm_shuffle_epi8(_mm_packus_epi16(v01, v23), compact);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + size_t{x} * 3), rgb);
+  }
+  for (; x < count; ++x) {
+    const __m128i v = ScaledPixel<kPairs>(bytes, first, w, x, npairs, gather, round);
+    const auto rgb0 =
+        static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(v, v), v)));
+    std::memcpy(out + size_t{x} * 3, &rgb0, 3);
+  }
+}
+
 JOADERFS_SSE41 void HorizontalToPixelsSse41(const int16_t* row, const HorizontalTaps& h,
                                             uint8_t* out) {
-  // int16 r0 g0 b0 r1 g1 b1 -> r0 r1 g0 g1 b0 b1 0 0.
-  const __m128i pairs = _mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
-  const __m128i round = _mm_set1_epi32(1 << (kOutShift - 1));
-  const uint32_t npairs = h.padded / 2;
-  const auto* bytes = reinterpret_cast<const uint8_t*>(row);
-  const int16_t* w = h.weights;
-  for (uint32_t x = 0; x < h.count; ++x, w += h.padded, out += 3) {
-    const __m128i acc = SumPixel(bytes + size_t{h.first[x]} * 6, 12, w, npairs, pairs, round);
-    __m128i v = _mm_srai_epi32(acc, kOutShift);
-    v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
-    const auto rgb0 = static_cast<uint32_t>(_mm_cvtsi128_si32(v));
-    // Four bytes where the next pixel follows; the last one gets three.
-    std::memcpy(out, &rgb0, x + 1 < h.count ? 4 : 3);
+  switch (h.padded / 2) {
+    case 1: return HorizontalToPixelsLoop<1>(row, h, out);
+    case 2: return HorizontalToPixelsLoop<2>(row, h, out);
+    case 3: return HorizontalToPixelsLoop<3>(row, h, out);
+    default: return HorizontalToPixelsLoop<0>(row, h, out);
   }
 }
 
