@@ -44,10 +44,9 @@ struct Scratch {
   std::vector<uint32_t> windows;  // one axis' (first weighed, first nonzero, end) triples
   std::vector<int16_t> mid;       // the first pass' output
   std::vector<uint8_t> row;       // a source row copied where SIMD loads would overrun
-  struct alignas(16) PairLanes {
-    int16_t lanes[8];
-  };
-  std::vector<PairLanes> pair_weights;  // HorizontalTaps::pair_weights
+  std::vector<uint8_t> out_row;   // an output row, room for a SIMD kernel's whole groups
+  std::vector<uint32_t> first;    // HorizontalTaps::first
+  std::vector<resample_internal::TapPairWeights> pair_weights;  // HorizontalTaps::pair_weights
 };
 
 Scratch& ThreadScratch() {
@@ -170,16 +169,27 @@ void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const A
               const AxisWeights& ys, uint32_t width, uint32_t height, uint8_t* dst,
               const ResampleTuning& tuning, Scratch* scratch) {
   const Kernels& k = KernelsFor(tuning.simd);
+  // The SIMD kernels' layout: whole groups of outputs, the extra ones at
+  // pixel 0 with weight 0.
   const uint32_t npairs = xs.padded / 2;
-  scratch->pair_weights.resize(size_t{width} * npairs);
-  for (size_t i = 0; i < scratch->pair_weights.size(); ++i) {
-    for (int lane = 0; lane < 8; ++lane) {
-      scratch->pair_weights[i].lanes[lane] = xs.weights[i * 2 + lane % 2];
+  const uint32_t groups_width = resample_internal::RoundUpToGroup(width);
+  scratch->pair_weights.assign(size_t{groups_width / 2} * npairs, {});
+  for (uint32_t x = 0; x < width; ++x) {
+    for (uint32_t k = 0; k < npairs; ++k) {
+      int16_t* lanes = scratch->pair_weights[size_t{x / 2} * npairs + k].lanes[x % 2];
+      for (int lane = 0; lane < 8; ++lane) {
+        lanes[lane] = xs.weights[size_t{x} * xs.padded + k * 2 + lane % 2];
+      }
     }
   }
-  const HorizontalTaps h{xs.weights.data(), scratch->pair_weights[0].lanes,
-                         xs.first.data(),   xs.taps,
-                         xs.padded,         width};
+  scratch->first.assign(groups_width, 0);
+  std::copy(xs.first.begin(), xs.first.end(), scratch->first.begin());
+  const HorizontalTaps h{xs.weights.data(),
+                         scratch->pair_weights.data(),
+                         scratch->first.data(),
+                         xs.taps,
+                         xs.padded,
+                         width};
   const size_t src_stride = size_t{src_width} * 3;
   const size_t span = size_t{xs.hi - xs.lo} * 3;  // source bytes of a row that outputs read
   const size_t out_stride = size_t{width} * 3;
@@ -192,16 +202,18 @@ void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const A
     // each pair: zeros past the span.
     mid.resize(span + 3 + resample_internal::kHorizontalOverread);
     std::fill(mid.begin() + span, mid.end(), 0);
+    scratch->out_row.resize(resample_internal::OutputRoom(width));
     for (uint32_t y = 0; y < height; ++y) {
       const uint8_t* rows = src + size_t{ys.lo + ys.first[y]} * src_stride + size_t{xs.lo} * 3;
       k.vertical_to_mid(rows, src_stride, &ys.weights[size_t{y} * ys.padded], ys.taps, span,
                         mid.data());
-      k.horizontal_to_pixels(mid.data(), h, dst + y * out_stride);
+      k.horizontal_to_pixels(mid.data(), h, scratch->out_row.data());
+      std::memcpy(dst + y * out_stride, scratch->out_row.data(), out_stride);
     }
     return;
   }
-  // Mid rows of `width` pixels, room for the kernel's extra int16.
-  const size_t mid_stride = out_stride + resample_internal::kHorizontalOverwrite + 7;
+  // Mid rows of `width` pixels, room for the kernel's whole groups.
+  const size_t mid_stride = resample_internal::OutputRoom(width);
   mid.resize((ys.hi - ys.lo) * mid_stride);
   // A source row is read up to the padded tap and the 16 bytes loaded there.
   const size_t read_bytes = span + 3 + resample_internal::kHorizontalOverread;

@@ -13,10 +13,12 @@
 //
 // Pixels are packed RGB (3 bytes). A horizontal pass reads each output's
 // taps in pairs: a SIMD kernel loads 16 bytes at each pair, so it may read
-// up to kHorizontalOverread bytes past the last pair's pixels (callers give
-// it padded rows), and the u8 -> mid kernel writes one int16 past the last
-// output (callers leave room). Vertical kernels read and write exactly `n`
-// samples. Stateless functions; thread-safe.
+// up to kHorizontalOverread bytes past the last pair's pixels. It makes
+// whole groups of kOutputGroup outputs (those past `count` from pixel 0 with
+// weight 0) and stores them in 16-byte pieces: its output row needs room
+// for OutputRoom(count) elements. Callers give padded rows. Vertical
+// kernels read and write exactly `n` samples. Stateless functions;
+// thread-safe.
 
 #ifndef JOADERFS_LOADER_RESAMPLE_KERNELS_H_
 #define JOADERFS_LOADER_RESAMPLE_KERNELS_H_
@@ -33,19 +35,34 @@ inline constexpr int kMidShift = kWeightBits - kMidBits;
 inline constexpr int kOutShift = kWeightBits + kMidBits;
 // Bytes a SIMD horizontal kernel may read past its last pair of pixels.
 inline constexpr size_t kHorizontalOverread = 16;
-// int16 a u8 -> mid horizontal kernel may write past its last output.
-inline constexpr size_t kHorizontalOverwrite = 1;
+// Outputs a SIMD horizontal kernel makes at a time.
+inline constexpr uint32_t kOutputGroup = 8;
+inline constexpr uint32_t RoundUpToGroup(uint32_t count) {
+  return (count + kOutputGroup - 1) / kOutputGroup * kOutputGroup;
+}
+// Elements (bytes or int16) a horizontal kernel's output row needs.
+inline constexpr size_t OutputRoom(uint32_t count) {
+  return size_t{RoundUpToGroup(count)} * 3 + 16;
+}
+
+// The weights of two neighbouring outputs for one pair of taps, as pmaddwd
+// wants them: each output's (w0, w1) four times over.
+struct alignas(32) TapPairWeights {
+  int16_t lanes[2][8];
+};
 
 // One axis of a horizontal pass over a row.
 struct HorizontalTaps {
   const int16_t* weights;  // `padded` per output; those past `taps` are 0
-  // The same as pmaddwd wants them: per output, per pair of taps, the pair
-  // four times over (8 int16, 16-byte aligned).
-  const int16_t* pair_weights;
-  const uint32_t* first;  // per output: its first pixel, counted from the row pointer
-  uint32_t taps;          // pixels an output reads
-  uint32_t padded;        // taps rounded up to even (SIMD reads pairs)
-  uint32_t count;         // outputs
+  // The same for SIMD kernels: [(x / 2) * padded / 2 + k] holds pair k of
+  // outputs x and x + 1 (x even), RoundUpToGroup(count) outputs.
+  const TapPairWeights* pair_weights;
+  // Per output (RoundUpToGroup(count) of them): its first pixel, counted
+  // from the row pointer.
+  const uint32_t* first;
+  uint32_t taps;    // pixels an output reads
+  uint32_t padded;  // taps rounded up to even (SIMD reads pairs)
+  uint32_t count;   // outputs
 };
 
 // out[3x + c] for x < count, c < 3, from row pixels first[x] .. + taps.

@@ -6,9 +6,8 @@
 // int16 weights, summed into int32. Vertically the pairs are the same
 // column of two rows (16 columns per AVX2 step); horizontally they are the
 // same channel of two neighbouring pixels, gathered by one pshufb into
-// (R0 R1 G0 G1 B0 B1 0 0), so one step makes one RGB pixel's two taps.
-// AVX2 gains little there (its shuffles stay within 128-bit halves), so
-// both sets share the 128-bit horizontal kernels.
+// (R0 R1 G0 G1 B0 B1 0 0), so one step makes one RGB pixel's two taps
+// (two pixels, one per 128-bit half, with AVX2).
 
 #include "loader/resample_kernels.h"
 
@@ -35,6 +34,11 @@ JOADERFS_SSE41 inline __m128i LoadBytes(const void* p) {
   return _mm_loadu_si128(static_cast<const __m128i*>(p));
 }
 
+// Output x's weights for its first pair of taps; pair k is 2 k vectors on.
+inline const __m128i* OutputWeights(const HorizontalTaps& h, uint32_t x, uint32_t npairs) {
+  return reinterpret_cast<const __m128i*>(h.pair_weights[size_t{x / 2} * npairs].lanes[x % 2]);
+}
+
 // Sums one output pixel's taps: (R, G, B, 0) in int32, plus `round`.
 // `pair_bytes` is two pixels' size (6 for u8 rows, 12 for int16 ones);
 // `gather` puts channel c of pixels 0 and 1 side by side in int16 lanes.
@@ -44,9 +48,9 @@ JOADERFS_SSE41 inline __m128i SumPixel(const uint8_t* p, size_t pair_bytes, cons
                                        uint32_t npairs, __m128i gather, __m128i round) {
   const uint32_t n = kPairs > 0 ? kPairs : npairs;
   __m128i acc = round;
-  for (uint32_t k = 0; k < n; ++k, p += pair_bytes) {
+  for (uint32_t k = 0; k < n; ++k, p += pair_bytes, w += 2) {
     const __m128i px = _mm_shuffle_epi8(LoadBytes(p), gather);
-    acc = _mm_add_epi32(acc, _mm_madd_epi16(px, _mm_load_si128(w + k)));
+    acc = _mm_add_epi32(acc, _mm_madd_epi16(px, _mm_load_si128(w)));
   }
   return acc;
 }
@@ -67,12 +71,12 @@ JOADERFS_SSE41 void HorizontalToMidLoop(const uint8_t* row, const HorizontalTaps
   const __m128i round = _mm_set1_epi32(1 << (kMidShift - 1));
   const uint32_t npairs = h.padded / 2, count = h.count;
   const uint32_t* first = h.first;
-  const auto* w = reinterpret_cast<const __m128i*>(h.pair_weights);
-  for (uint32_t x = 0; x < count; ++x, w += npairs, out += 3) {
-    const __m128i acc = SumPixel<kPairs>(row + size_t{first[x]} * 3, 6, w, npairs, gather, round);
+  for (uint32_t x = 0; x < count; ++x) {
+    const __m128i acc = SumPixel<kPairs>(row + size_t{first[x]} * 3, 6, OutputWeights(h, x, npairs),
+                                         npairs, gather, round);
     const __m128i v = _mm_srai_epi32(acc, kMidShift);
     // Four int16 (R G B 0): the 0 lands where the next pixel's R goes.
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi32(v, v));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + size_t{x} * 3), _mm_packs_epi32(v, v));
   }
 }
 
@@ -88,14 +92,16 @@ JOADERFS_SSE41 void HorizontalToMidSse41(const uint8_t* row, const HorizontalTap
 
 // Output pixel x of an int16 row, in int32 (R, G, B, 0) scaled to bytes.
 template <int kPairs>
-JOADERFS_SSE41 inline __m128i ScaledPixel(const uint8_t* row_bytes, const uint32_t* first,
-                                          const __m128i* w, uint32_t x, uint32_t npairs,
-                                          __m128i gather, __m128i round) {
-  const __m128i acc = SumPixel<kPairs>(row_bytes + size_t{first[x]} * 6, 12, w + size_t{x} * npairs,
-                                       npairs, gather, round);
+JOADERFS_SSE41 inline __m128i ScaledPixel(const uint8_t* row_bytes, const HorizontalTaps& h,
+                                          uint32_t x, uint32_t npairs, __m128i gather,
+                                          __m128i round) {
+  const __m128i acc = SumPixel<kPairs>(row_bytes + size_t{h.first[x]} * 6, 12,
+                                       OutputWeights(h, x, npairs), npairs, gather, round);
   return _mm_srai_epi32(acc, kOutShift);
 }
 
+// Four pixels a step, stored as 16 bytes of which 12 are theirs (the
+// rest is overwritten by the next step, or is room past the row).
 template <int kPairs>
 JOADERFS_SSE41 void HorizontalToPixelsLoop(const int16_t* row, const HorizontalTaps& h,
                                            uint8_t* out) {
@@ -104,27 +110,16 @@ JOADERFS_SSE41 void HorizontalToPixelsLoop(const int16_t* row, const HorizontalT
   // Bytes R0 G0 B0 0 R1 G1 B1 0 ... -> R0 G0 B0 R1 G1 B1 ...
   const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const uint32_t npairs = h.padded / 2, count = h.count;
-  const uint32_t* first = h.first;
   const auto* bytes = reinterpret_cast<const uint8_t*>(row);
-  const auto* w = reinterpret_cast<const __m128i*>(h.pair_weights);
-  uint32_t x = 0;
-  // Four pixels a step, stored as 16 bytes of which 12 are theirs: the
-  // rest is overwritten by the next step, so stop 2 pixels short of the end.
-  for (; x + 6 <= count; x += 4) {
+  for (uint32_t x = 0; x < count; x += 4) {
     const __m128i v01 =
-        _mm_packs_epi32(ScaledPixel<kPairs>(bytes, first, w, x, npairs, gather, round),
-                        ScaledPixel<kPairs>(bytes, first, w, x + 1, npairs, gather, round));
+        _mm_packs_epi32(ScaledPixel<kPairs>(bytes, h, x, npairs, gather, round),
+                        ScaledPixel<kPairs>(bytes, h, x + 1, npairs, gather, round));
     const __m128i v23 =
-        _mm_packs_epi32(ScaledPixel<kPairs>(bytes, first, w, x + 2, npairs, gather, round),
-                        ScaledPixel<kPairs>(bytes, first, w, x + 3, npairs, gather, round));
+        _mm_packs_epi32(ScaledPixel<kPairs>(bytes, h, x + 2, npairs, gather, round),
+                        ScaledPixel<kPairs>(bytes, h, x + 3, npairs, gather, round));
     const __m128i rgb = _mm_shuffle_epi8(_mm_packus_epi16(v01, v23), compact);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + size_t{x} * 3), rgb);
-  }
-  for (; x < count; ++x) {
-    const __m128i v = ScaledPixel<kPairs>(bytes, first, w, x, npairs, gather, round);
-    const auto rgb0 =
-        static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(v, v), v)));
-    std::memcpy(out + size_t{x} * 3, &rgb0, 3);
   }
 }
 
@@ -135,6 +130,109 @@ JOADERFS_SSE41 void HorizontalToPixelsSse41(const int16_t* row, const Horizontal
     case 2: return HorizontalToPixelsLoop<2>(row, h, out);
     case 3: return HorizontalToPixelsLoop<3>(row, h, out);
     default: return HorizontalToPixelsLoop<0>(row, h, out);
+  }
+}
+
+// AVX2 horizontal kernels: two output pixels a step, one in each 128-bit
+// half (their weights side by side in TapPairWeights).
+
+// Outputs x and x + 1 (x even): (R, G, B, 0) of each half, in int32.
+template <int kPairs>
+JOADERFS_AVX2 inline __m256i SumTwoPixels(const uint8_t* p0, const uint8_t* p1, size_t pair_bytes,
+                                          const TapPairWeights* w, uint32_t npairs, __m256i gather,
+                                          __m256i round) {
+  const uint32_t n = kPairs > 0 ? kPairs : npairs;
+  __m256i acc = round;
+  for (uint32_t k = 0; k < n; ++k, p0 += pair_bytes, p1 += pair_bytes) {
+    const __m256i px =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(LoadBytes(p0)), LoadBytes(p1), 1);
+    const __m256i wk = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + k));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, gather), wk));
+  }
+  return acc;
+}
+
+template <int kPairs>
+JOADERFS_AVX2 void HorizontalToMidAvx2Loop(const uint8_t* row, const HorizontalTaps& h,
+                                           int16_t* out) {
+  const __m256i gather = _mm256_broadcastsi128_si256(GatherBytePairs());
+  const __m256i round = _mm256_set1_epi32(1 << (kMidShift - 1));
+  // Per half, int16 R0 G0 B0 0 R1 G1 B1 0 -> R0 G0 B0 R1 G1 B1.
+  const __m256i compact = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, -1, -1, -1, -1));
+  const uint32_t npairs = h.padded / 2, count = h.count;
+  const uint32_t* first = h.first;
+  // Four pixels a step: 2 x 6 int16 stored as 2 x 8.
+  for (uint32_t x = 0; x < count; x += 4) {
+    const TapPairWeights* w = h.pair_weights + size_t{x / 2} * npairs;
+    const __m256i a = SumTwoPixels<kPairs>(
+        row + size_t{first[x]} * 3, row + size_t{first[x + 1]} * 3, 6, w, npairs, gather, round);
+    const __m256i b =
+        SumTwoPixels<kPairs>(row + size_t{first[x + 2]} * 3, row + size_t{first[x + 3]} * 3, 6,
+                             w + npairs, npairs, gather, round);
+    // Quads x | x + 2 || x + 1 | x + 3, put in order, then compacted.
+    __m256i v =
+        _mm256_packs_epi32(_mm256_srai_epi32(a, kMidShift), _mm256_srai_epi32(b, kMidShift));
+    v = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(v, 0xd8), compact);
+    int16_t* o = out + size_t{x} * 3;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 6), _mm256_extracti128_si256(v, 1));
+  }
+}
+
+JOADERFS_AVX2 void HorizontalToMidAvx2(const uint8_t* row, const HorizontalTaps& h, int16_t* out) {
+  switch (h.padded / 2) {
+    case 1: return HorizontalToMidAvx2Loop<1>(row, h, out);
+    case 2: return HorizontalToMidAvx2Loop<2>(row, h, out);
+    case 3: return HorizontalToMidAvx2Loop<3>(row, h, out);
+    default: return HorizontalToMidAvx2Loop<0>(row, h, out);
+  }
+}
+
+template <int kPairs>
+JOADERFS_AVX2 inline __m256i ScaledTwoPixels(const uint8_t* row_bytes, const HorizontalTaps& h,
+                                             uint32_t x, uint32_t npairs, __m256i gather,
+                                             __m256i round) {
+  const __m256i acc = SumTwoPixels<kPairs>(
+      row_bytes + size_t{h.first[x]} * 6, row_bytes + size_t{h.first[x + 1]} * 6, 12,
+      h.pair_weights + size_t{x / 2} * npairs, npairs, gather, round);
+  return _mm256_srai_epi32(acc, kOutShift);
+}
+
+template <int kPairs>
+JOADERFS_AVX2 void HorizontalToPixelsAvx2Loop(const int16_t* row, const HorizontalTaps& h,
+                                              uint8_t* out) {
+  const __m256i gather = _mm256_broadcastsi128_si256(GatherInt16Pairs());
+  const __m256i round = _mm256_set1_epi32(1 << (kOutShift - 1));
+  const __m256i compact = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+  // Bytes of pixels x, x + 2, x + 4, x + 6 || x + 1, x + 3, ... back in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const uint32_t npairs = h.padded / 2, count = h.count;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(row);
+  // Eight pixels a step, stored as 2 x 16 bytes of which 2 x 12 are theirs.
+  for (uint32_t x = 0; x < count; x += 8) {
+    const __m256i ab =
+        _mm256_packs_epi32(ScaledTwoPixels<kPairs>(bytes, h, x, npairs, gather, round),
+                           ScaledTwoPixels<kPairs>(bytes, h, x + 2, npairs, gather, round));
+    const __m256i cd =
+        _mm256_packs_epi32(ScaledTwoPixels<kPairs>(bytes, h, x + 4, npairs, gather, round),
+                           ScaledTwoPixels<kPairs>(bytes, h, x + 6, npairs, gather, round));
+    const __m256i rgb = _mm256_shuffle_epi8(
+        _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order), compact);
+    uint8_t* o = out + size_t{x} * 3;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(rgb));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 12), _mm256_extracti128_si256(rgb, 1));
+  }
+}
+
+JOADERFS_AVX2 void HorizontalToPixelsAvx2(const int16_t* row, const HorizontalTaps& h,
+                                          uint8_t* out) {
+  switch (h.padded / 2) {
+    case 1: return HorizontalToPixelsAvx2Loop<1>(row, h, out);
+    case 2: return HorizontalToPixelsAvx2Loop<2>(row, h, out);
+    case 3: return HorizontalToPixelsAvx2Loop<3>(row, h, out);
+    default: return HorizontalToPixelsAvx2Loop<0>(row, h, out);
   }
 }
 
@@ -280,7 +378,7 @@ JOADERFS_AVX2 void VerticalToPixelsAvx2(const int16_t* rows, size_t stride, cons
 
 const Kernels kSse41Kernels = {HorizontalToMidSse41, HorizontalToPixelsSse41, VerticalToMidSse41,
                                VerticalToPixelsSse41};
-const Kernels kAvx2Kernels = {HorizontalToMidSse41, HorizontalToPixelsSse41, VerticalToMidAvx2,
+const Kernels kAvx2Kernels = {HorizontalToMidAvx2, HorizontalToPixelsAvx2, VerticalToMidAvx2,
                               VerticalToPixelsAvx2};
 
 }  // namespace joaderfs::resample_internal
