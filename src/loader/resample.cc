@@ -138,14 +138,21 @@ const Kernels& KernelsFor(SimdLevel level) {
   return resample_internal::kPortableKernels;
 }
 
-// Relative costs of the kernels (measured: joaderfs-sample-cost-bench): a
-// horizontal step makes one pixel's two taps; a vertical one, 16 samples'
-// two taps.
+// Relative costs of the AVX2 kernels, roughly (joaderfs-sample-cost-bench
+// forces each order; the choice matters up to 2x for boxes much taller or
+// wider than the output, little near square): a horizontal step makes one
+// pixel's two taps; a vertical one, 16 samples' two taps.
 constexpr double kHorizontalStepCost = 1.0;
 constexpr double kVerticalStepCost = 2.0;
+// Horizontal first keeps every mid row the vertical windows read (about
+// 0.5 MiB for 224 x 224 from a 256 base): bigger pictures go vertical first,
+// which needs one row, so that a thread's scratch stays small.
+constexpr size_t kMaxMidBytes = size_t{1} << 20;
 
 bool HorizontalFirstIsCheaper(const AxisWeights& xs, const AxisWeights& ys, uint32_t width,
                               uint32_t height) {
+  const size_t mid_bytes = (ys.hi - ys.lo) * resample_internal::OutputRoom(width) * sizeof(int16_t);
+  if (mid_bytes > kMaxMidBytes) return false;
   const double horizontal_row = static_cast<double>(width) * (xs.padded / 2) * kHorizontalStepCost;
   const double vertical_step = kVerticalStepCost * ((ys.taps + 1) / 2) / 16;
   const double vertical_first = height * (3.0 * (xs.hi - xs.lo) * vertical_step + horizontal_row);
