@@ -175,7 +175,7 @@ bool HorizontalFirstIsCheaper(const AxisWeights& xs, const AxisWeights& ys, uint
 void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const AxisWeights& xs,
               const AxisWeights& ys, uint32_t width, uint32_t height, uint8_t* dst,
               const ResampleTuning& tuning, Scratch* scratch) {
-  const Kernels& k = KernelsFor(tuning.simd);
+  const Kernels& kernels = KernelsFor(tuning.simd);
   // The SIMD kernels' layout: whole groups of outputs, the extra ones at
   // pixel 0 with weight 0.
   const uint32_t npairs = xs.padded / 2;
@@ -212,9 +212,9 @@ void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const A
     scratch->out_row.resize(resample_internal::OutputRoom(width));
     for (uint32_t y = 0; y < height; ++y) {
       const uint8_t* rows = src + size_t{ys.lo + ys.first[y]} * src_stride + size_t{xs.lo} * 3;
-      k.vertical_to_mid(rows, src_stride, &ys.weights[size_t{y} * ys.padded], ys.taps, span,
-                        mid.data());
-      k.horizontal_to_pixels(mid.data(), h, scratch->out_row.data());
+      kernels.vertical_to_mid(rows, src_stride, &ys.weights[size_t{y} * ys.padded], ys.taps, span,
+                              mid.data());
+      kernels.horizontal_to_pixels(mid.data(), h, scratch->out_row.data());
       std::memcpy(dst + y * out_stride, scratch->out_row.data(), out_stride);
     }
     return;
@@ -235,11 +235,11 @@ void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const A
         std::memcpy(scratch->row.data(), row, span);
         row = scratch->row.data();
       }
-      k.horizontal_to_mid(row, h, &mid[size_t{done} * mid_stride]);
+      kernels.horizontal_to_mid(row, h, &mid[size_t{done} * mid_stride]);
     }
-    k.vertical_to_pixels(&mid[size_t{ys.first[y]} * mid_stride], mid_stride,
-                         &ys.weights[size_t{y} * ys.padded], ys.taps, out_stride,
-                         dst + y * out_stride);
+    kernels.vertical_to_pixels(&mid[size_t{ys.first[y]} * mid_stride], mid_stride,
+                               &ys.weights[size_t{y} * ys.padded], ys.taps, out_stride,
+                               dst + y * out_stride);
   }
 }
 
