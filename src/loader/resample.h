@@ -16,8 +16,10 @@
 // intermediate, SSE4.1 or AVX2 kernels picked at run time (plain C++
 // elsewhere: every kernel set gives the same bytes), the two passes in the
 // order that does less work for the box, and thread-local scratch (no heap
-// allocation once a thread has rendered its largest picture). Results are
-// within 1 of the float computation (testing/resample_reference.h pins it).
+// allocation once a thread has rendered its largest picture; each thread
+// keeps at most about 1 MiB plus a few rows of its widest picture). Results
+// are within 1 of the float computation (testing/resample_reference.h pins
+// it). docs/augmentation.md has the figures.
 //
 // Thread-safe: pure functions of their arguments (scratch is per thread).
 
