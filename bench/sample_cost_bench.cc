@@ -4,7 +4,11 @@
 // writing a sample to the disk tier costs (the writer thread and RocksDB's
 // included: process CPU); and what a delivery cut from a cached base image
 // costs: a centre crop, and a random crop with a flip (issue 11's target:
-// at most 0.3 ms at 224 x 224). The one-pass decode straight to a centre
+// at most 0.3 ms at 224 x 224), each also with main's float resampler
+// (testing/resample_reference.h, the baseline, measured in the same run)
+// and the random crop with every kernel set this CPU runs, both pass
+// orders forced (how the resampler's cost model is checked). The one-pass
+// decode straight to a centre
 // crop at the output size (DecodeImage, what the cache held before base
 // images) is the reference row. Prints a table of the medians of --reps
 // passes and the hit/decode ratio (issue 4's target: a hit costs at most a
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +33,7 @@
 #include "loader/augment.h"
 #include "loader/decoder.h"
 #include "sampling/plan_groups.h"
+#include "testing/resample_reference.h"
 #include "thread_cpu.h"
 
 namespace joaderfs {
@@ -36,6 +42,35 @@ namespace {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// A delivery as RenderDelivery makes it (the augmentation drawn, a picture
+// allocated, then resampled), with a chosen resampler: main's float one or
+// the fast one with chosen kernels and pass order.
+using BoxResampler = std::function<void(const DecodedSample& base, const PixelBox& box,
+                                        uint32_t size, uint8_t* dst, bool mirror)>;
+SamplePtr DeliverRandomCrop(const SamplePtr& base, const AugmentSpec& spec, uint32_t size,
+                            uint64_t epoch, uint64_t id, const BoxResampler& resample) {
+  const Augmentation a = ChooseAugmentation(spec, epoch, id, base->width, base->height);
+  auto out = std::make_shared<DecodedSample>();
+  out->width = out->height = size;
+  out->pixels =
+      std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
+  resample(*base, a.box, size, out->pixels.get(), a.flipped);
+  return out;
+}
+
+// main's centre-crop delivery: Resize + CenterCrop with the float resampler.
+SamplePtr DeliverCentreCropBaseline(const SamplePtr& base, uint32_t size) {
+  const ResizeCrop plan = PlanResizeCrop(base->width, base->height, size);
+  auto out = std::make_shared<DecodedSample>();
+  out->width = plan.width;
+  out->height = plan.height;
+  out->pixels =
+      std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
+  testing::ReferenceResampleRgb(base->pixels.get(), base->width, base->height, plan,
+                                out->pixels.get());
+  return out;
 }
 
 int Run(int argc, char** argv) {
@@ -104,6 +139,34 @@ int Run(int argc, char** argv) {
   uint64_t base_bytes = 0;
   for (const SamplePtr& b : decoded) base_bytes += b->bytes();
   std::vector<double> hit_ms, decode_ms, one_pass_ms, center_ms, random_ms;
+  std::vector<double> center_baseline_ms, random_baseline_ms;
+  // The random crop with each kernel set and forced pass order.
+  struct Variant {
+    std::string name;
+    BoxResampler resample;
+    std::vector<double> ms;
+  };
+  std::vector<Variant> variants;
+  const BoxResampler float_resampler = [](const DecodedSample& b, const PixelBox& box, uint32_t out,
+                                          uint8_t* dst, bool mirror) {
+    testing::ReferenceResampleBox(b.pixels.get(), b.width, box, out, out, dst, mirror);
+  };
+  for (SimdLevel level : {SimdLevel::kPortable, SimdLevel::kSse41, SimdLevel::kAvx2}) {
+    if (level > BestSimdLevel()) continue;
+    for (PassOrder order :
+         {PassOrder::kCheaper, PassOrder::kVerticalFirst, PassOrder::kHorizontalFirst}) {
+      const char* order_name = order == PassOrder::kCheaper         ? "cheaper order"
+                               : order == PassOrder::kVerticalFirst ? "vertical first"
+                                                                    : "horizontal first";
+      variants.push_back(
+          {std::string(SimdLevelName(level)) + " kernels, " + order_name,
+           [level, order](const DecodedSample& b, const PixelBox& box, uint32_t out, uint8_t* dst,
+                          bool mirror) {
+             ResampleBox(b.pixels.get(), b.width, box, out, out, dst, mirror, {level, order});
+           },
+           {}});
+    }
+  }
   for (int r = 0; r < reps; ++r) {
     uint64_t hits = 0;
     const double t0 = ThreadCpuSeconds();
@@ -126,6 +189,19 @@ int Run(int argc, char** argv) {
     const double t4 = ThreadCpuSeconds();
     for (size_t i = 0; i < decoded.size(); ++i) RenderDelivery(decoded[i], random, size, r, i);
     const double t5 = ThreadCpuSeconds();
+    for (size_t i = 0; i < decoded.size(); ++i) DeliverCentreCropBaseline(decoded[i], size);
+    const double t6 = ThreadCpuSeconds();
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      DeliverRandomCrop(decoded[i], random, size, r, i, float_resampler);
+    }
+    const double t7 = ThreadCpuSeconds();
+    for (Variant& v : variants) {
+      const double start = ThreadCpuSeconds();
+      for (size_t i = 0; i < decoded.size(); ++i) {
+        DeliverRandomCrop(decoded[i], random, size, r, i, v.resample);
+      }
+      v.ms.push_back((ThreadCpuSeconds() - start) * 1000 / decoded.size());
+    }
     if (hits != n) {
       std::fprintf(stderr, "only %llu of %u samples were on disk\n",
                    static_cast<unsigned long long>(hits), n);
@@ -136,6 +212,8 @@ int Run(int argc, char** argv) {
     one_pass_ms.push_back((t3 - t2) * 1000 / n);
     center_ms.push_back((t4 - t3) * 1000 / decoded.size());
     random_ms.push_back((t5 - t4) * 1000 / decoded.size());
+    center_baseline_ms.push_back((t6 - t5) * 1000 / decoded.size());
+    random_baseline_ms.push_back((t7 - t6) * 1000 / decoded.size());
   }
   std::printf(
       "%u samples, size %u, base %u (%.0f KiB per base image), medians of %d passes "
@@ -147,8 +225,18 @@ int Run(int argc, char** argv) {
       Median(decode_ms), Median(hit_ms), Median(write_ms));
   std::printf("| one-pass decode to a centre crop (reference) | %.3f |\n", Median(one_pass_ms));
   std::printf("| centre-crop delivery from a cached base image | %.3f |\n", Median(center_ms));
-  std::printf("| random-crop + flip delivery from a cached base image | %.3f |\n",
-              Median(random_ms));
+  std::printf("| centre-crop delivery, main's float resampler (baseline) | %.3f |\n",
+              Median(center_baseline_ms));
+  std::printf("| random-crop + flip delivery from a cached base image (%s) | %.3f |\n",
+              SimdLevelName(BestSimdLevel()), Median(random_ms));
+  std::printf("| random-crop + flip delivery, main's float resampler (baseline) | %.3f |\n",
+              Median(random_baseline_ms));
+  for (const Variant& v : variants) {
+    std::printf("| random-crop + flip, %s | %.3f |\n", v.name.c_str(), Median(v.ms));
+  }
+  std::vector<double> speedups;
+  for (int r = 0; r < reps; ++r) speedups.push_back(random_baseline_ms[r] / random_ms[r]);
+  std::printf("| random crop: baseline / fast (per pass) | %.2f |\n", Median(speedups));
   std::vector<double> ratios;
   for (int r = 0; r < reps; ++r) ratios.push_back(hit_ms[r] / decode_ms[r]);
   std::printf("| hit / decode | %.3f |\n", Median(ratios));

@@ -1,0 +1,80 @@
+#include "loader/resample_kernels.h"
+
+#include <algorithm>
+
+namespace joaderfs::resample_internal {
+namespace {
+
+void HorizontalToMidPortable(const uint8_t* row, const HorizontalTaps& h, int16_t* out) {
+  const int16_t* w = h.weights;
+  for (uint32_t x = 0; x < h.count; ++x, w += h.padded, out += 3) {
+    const uint8_t* p = row + size_t{h.first[x]} * 3;
+    int32_t c0 = 1 << (kMidShift - 1), c1 = c0, c2 = c0;
+    for (uint32_t t = 0; t < h.taps; ++t, p += 3) {
+      c0 += w[t] * p[0];
+      c1 += w[t] * p[1];
+      c2 += w[t] * p[2];
+    }
+    out[0] = static_cast<int16_t>(c0 >> kMidShift);
+    out[1] = static_cast<int16_t>(c1 >> kMidShift);
+    out[2] = static_cast<int16_t>(c2 >> kMidShift);
+  }
+}
+
+void HorizontalToPixelsPortable(const int16_t* row, const HorizontalTaps& h, uint8_t* out) {
+  const int16_t* w = h.weights;
+  for (uint32_t x = 0; x < h.count; ++x, w += h.padded, out += 3) {
+    const int16_t* p = row + size_t{h.first[x]} * 3;
+    int32_t c0 = 1 << (kOutShift - 1), c1 = c0, c2 = c0;
+    for (uint32_t t = 0; t < h.taps; ++t, p += 3) {
+      c0 += w[t] * p[0];
+      c1 += w[t] * p[1];
+      c2 += w[t] * p[2];
+    }
+    out[0] = static_cast<uint8_t>(c0 >> kOutShift);
+    out[1] = static_cast<uint8_t>(c1 >> kOutShift);
+    out[2] = static_cast<uint8_t>(c2 >> kOutShift);
+  }
+}
+
+}  // namespace
+
+// Row by row into int32 sums, a chunk of columns at a time: loops that
+// GCC vectorises for any target (the old float resampler's shape).
+constexpr size_t kChunk = 512;
+
+template <typename In>
+void VerticalSums(const In* rows, size_t stride, const int16_t* weights, uint32_t taps, size_t n,
+                  int32_t round, int32_t* __restrict sums) {
+  for (size_t i = 0; i < n; ++i) sums[i] = round;
+  for (uint32_t t = 0; t < taps; ++t) {
+    const In* __restrict row = rows + t * stride;
+    const int32_t w = weights[t];
+    for (size_t i = 0; i < n; ++i) sums[i] += w * row[i];
+  }
+}
+
+void VerticalToMidPortable(const uint8_t* rows, size_t stride, const int16_t* weights,
+                           uint32_t taps, size_t n, int16_t* out) {
+  int32_t sums[kChunk];
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t m = std::min(kChunk, n - start);
+    VerticalSums(rows + start, stride, weights, taps, m, 1 << (kMidShift - 1), sums);
+    for (size_t i = 0; i < m; ++i) out[start + i] = static_cast<int16_t>(sums[i] >> kMidShift);
+  }
+}
+
+void VerticalToPixelsPortable(const int16_t* rows, size_t stride, const int16_t* weights,
+                              uint32_t taps, size_t n, uint8_t* out) {
+  int32_t sums[kChunk];
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t m = std::min(kChunk, n - start);
+    VerticalSums(rows + start, stride, weights, taps, m, 1 << (kOutShift - 1), sums);
+    for (size_t i = 0; i < m; ++i) out[start + i] = static_cast<uint8_t>(sums[i] >> kOutShift);
+  }
+}
+
+const Kernels kPortableKernels = {HorizontalToMidPortable, HorizontalToPixelsPortable,
+                                  VerticalToMidPortable, VerticalToPixelsPortable};
+
+}  // namespace joaderfs::resample_internal
