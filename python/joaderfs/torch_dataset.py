@@ -42,11 +42,11 @@ speeds: the ranks of a data-parallel job run the same number of steps.  The
 per-sample dataset needs the DataLoader's batch size for that
 (``loader_batch_size=B``); without it each worker reads until EOF and makes
 its own short last batch.  The next ``for`` over the loader starts fresh
-workers (``persistent_workers=
-False``, the default) that re-open ``next`` and so read the next epoch; with
-``persistent_workers=True`` the same workers iterate the dataset again,
-which re-opens it just the same.  Samples are not shuffled on the client:
-the daemon already hands each job a uniformly random order.
+workers (``persistent_workers=False``, the default) that re-open ``next``
+and so read the next epoch; with ``persistent_workers=True`` the same
+workers iterate the dataset again, which re-opens it just the same.
+Samples are not shuffled on the client: the daemon already hands each job a
+uniformly random order.
 """
 
 from __future__ import annotations
