@@ -377,6 +377,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   Roaring consumed;
   Status s = ParseIdList(text, *catalog_, &consumed);
   if (!s.ok()) return s;
+  MakeShardsUnlocked(name, uid, *epoch);
   Actions actions;
   std::lock_guard lock(mu_);
   Job* job = FindJob(name);
@@ -625,6 +626,22 @@ std::shared_future<std::vector<Roaring>> JobManager::ShardsOf(
   // Ranks run epochs near each other: two epochs' shards are plenty.
   while (job->splits.size() > 2) job->splits.erase(job->splits.begin());
   return shards;
+}
+
+void JobManager::MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) {
+  std::packaged_task<std::vector<Roaring>()> split;
+  std::shared_future<std::vector<Roaring>> shards;
+  {
+    std::lock_guard lock(mu_);
+    Job* job = FindJob(name);
+    if (!job || !job->ranked() || (uid != 0 && uid != job->uid) ||
+        (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
+      return;
+    }
+    shards = ShardsOf(job, epoch, &split);
+  }
+  if (split.valid()) split();
+  shards.wait();
 }
 
 Roaring JobManager::EpochSubset(Job* job, const Lane& lane, uint64_t epoch) {

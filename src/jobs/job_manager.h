@@ -200,6 +200,9 @@ class JobManager {
   // caller to run, after dropping the lock where it can.
   std::shared_future<std::vector<Roaring>> ShardsOf(
       Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split);
+  // Makes the shards of the ranked job's `epoch` (if `uid` may read it),
+  // sorting without the lock. REQUIRES: mu_ not held.
+  void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch);
   // The ids the stream reads in `epoch`: the job's subset, or its shard
   // (made under the lock if OpenReader did not make it).
   Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch);
