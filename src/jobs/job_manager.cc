@@ -623,8 +623,13 @@ std::shared_future<std::vector<Roaring>> JobManager::ShardsOf(
         return SplitEpoch(subset, epoch, ranks, drop_last);
       });
   auto shards = job->splits.emplace(epoch, split->get_future().share()).first->second;
-  // Ranks run epochs near each other: two epochs' shards are plenty.
-  while (job->splits.size() > 2) job->splits.erase(job->splits.begin());
+  // Ranks run epochs near each other: two epochs' shards are plenty (the
+  // one just asked for is kept, even if older: a resume).
+  while (job->splits.size() > 2) {
+    auto oldest = job->splits.begin();
+    if (oldest->first == epoch) ++oldest;
+    job->splits.erase(oldest);
+  }
   return shards;
 }
 
