@@ -10,7 +10,9 @@ to EOF reads one epoch; opening it again reads the next epoch.
   with a few large reads into one array per batch (``BatchStream``).
 - ``JobDataset(job, batch_size=B)``: a torch IterableDataset of whole
   batches for ``DataLoader(..., batch_size=None)``; without ``batch_size``,
-  of single samples (imports torch on first use).
+  of single samples (imports torch on first use).  DataLoader workers take
+  whole batches of the epoch (``shares``): ceil(N/B) batches per epoch
+  whatever ``num_workers``.
 - ``make_job``, ``read_stats``, ``job_status``, ``dataset_info``,
   ``read_manifest``: the control files.
 - ``StreamState``: the ids the training process has received this epoch,

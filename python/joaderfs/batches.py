@@ -107,8 +107,15 @@ class BatchStream:
         self._offset = 0  # bytes consumed so far, for error messages
         self._ended = False
 
-    def read_batch(self) -> Batch | None:
-        """The next batch (shorter at EOF), or None once the stream ended."""
+    def read_batch(self, records: int | None = None) -> Batch | None:
+        """The next batch of ``records`` records (``batch_size`` by
+        default, at most that; shorter at EOF), or None once the stream
+        ended.  No byte past the batch's last record is read."""
+        if records is None:
+            records = self._batch_size
+        elif not 1 <= records <= self._batch_size:
+            raise ValueError(f"records must be 1 to {self._batch_size}, "
+                             f"not {records}")
         if self._ended:
             return None
         first_header_read = False
@@ -133,7 +140,7 @@ class BatchStream:
         images = self._allocate((self._batch_size, height, width, channels))
         slots = np.asarray(images).reshape(self._batch_size, payload)
         buffers = []
-        for i in range(self._batch_size):
+        for i in range(records):
             if i or not first_header_read:
                 buffers.append(self._header_views[i])
             buffers.append(memoryview(slots[i]))
@@ -142,7 +149,7 @@ class BatchStream:
         start = self._offset - (HEADER_SIZE if first_header_read else 0)
         got = self._readv(buffers) + (HEADER_SIZE if first_header_read else 0)
         count, partial = divmod(got, record_size)
-        if got < record_size * self._batch_size:
+        if count < records:
             self._ended = True
             if partial:
                 raise StreamError(

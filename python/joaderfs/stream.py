@@ -153,6 +153,22 @@ class RecordStream:
                               f"{header.payload_bytes} bytes)")
         self._pending = None
 
+    def read_padding(self) -> None:
+        """Reads the padding of the last record read, which read_header()
+        would read with the next header: call it after the last record of
+        a count of records, so that none of their bytes is left unread."""
+        if self._pending is not None:
+            raise RuntimeError("read_payload() must follow read_header()")
+        padding = self._padding_due
+        view = memoryview(self._scratch)[:padding]
+        start = self._offset
+        if self._read_fully(view) < padding:
+            raise StreamError(f"stream ends inside the padding of the record "
+                              f"that ends at byte {start}")
+        if any(view):
+            raise StreamError(f"non-zero padding at byte {start}")
+        self._padding_due = 0
+
     def _read_fully(self, view: memoryview) -> int:
         """Reads until ``view`` is full or EOF; returns the bytes read."""
         got = 0
@@ -168,13 +184,19 @@ class RecordStream:
         return got
 
 
-def read_records(raw: BinaryIO) -> Iterator[Record]:
-    """Yields the records of ``raw`` until EOF; leaves ``raw`` open."""
+def read_records(raw: BinaryIO, limit: int | None = None
+                 ) -> Iterator[Record]:
+    """Yields the records of ``raw`` until EOF, or until ``limit`` records
+    (then reads no byte past the last); leaves ``raw`` open."""
     stream = RecordStream(raw)
-    while (header := stream.read_header()) is not None:
+    count = 0
+    while count != limit and (header := stream.read_header()) is not None:
         image = np.empty(header.shape, dtype=np.uint8)
         stream.read_payload(image)
+        count += 1
         yield Record(image, header.label, header.id, header.epoch)
+    if count == limit:
+        stream.read_padding()
 
 
 def next_path(path: PathLike, rank: int | None = None) -> Path:

@@ -34,13 +34,19 @@ its own, which costs about ten times the client CPU of the batch path
 
 Each DataLoader worker opens ``next`` on its own, so the daemon sees one
 reader per worker and divides the job's samples among them: within an epoch
-each sample reaches exactly one worker, once.  The epoch ends when every
-worker has seen EOF; with k workers the last k batches may be short.  The
-next ``for`` over the loader starts fresh workers (``persistent_workers=
-False``, the default) that re-open ``next`` and so read the next epoch; with
-``persistent_workers=True`` the same workers iterate the dataset again,
-which re-opens it just the same.  Samples are not shuffled on the client:
-the daemon already hands each job a uniformly random order.
+each sample reaches exactly one worker, once.  With two workers or more, the
+workers take whole batches (joaderfs.shares): worker k reads batches k,
+k + K, ... of the epoch's ceil(N/B) and not a sample more, so the loader
+yields ceil(N/B) batches, only the last one short, whatever the workers'
+speeds: the ranks of a data-parallel job run the same number of steps.  The
+per-sample dataset needs the DataLoader's batch size for that
+(``loader_batch_size=B``); without it each worker reads until EOF and makes
+its own short last batch.  The next ``for`` over the loader starts fresh
+workers (``persistent_workers=False``, the default) that re-open ``next``
+and so read the next epoch; with ``persistent_workers=True`` the same
+workers iterate the dataset again, which re-opens it just the same.
+Samples are not shuffled on the client: the daemon already hands each job a
+uniformly random order.
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .batches import BatchStream
 from .distributed import default_rank
-from .stream import JobReader, PathLike, Record, open_next
+from .shares import batch_sizes, epoch_length
+from .stream import PathLike, next_path, open_next, read_records
 
 Transform = Callable[[torch.Tensor], Any]
 
@@ -71,7 +78,7 @@ class JobDataset(IterableDataset):
     ``label`` and ``id`` ints.
 
     With ``batch_size=B``: ``(images, labels, ids)`` per batch of B samples
-    (the last ones of an epoch may be shorter, or dropped with
+    (the last one of an epoch may be shorter, or dropped with
     ``drop_last``), ``images`` ``[B, 3, H, W]`` (channels_last) or
     ``[B, H, W, 3]``, ``labels`` and ``ids`` int64 ``[B]``.  Every sample
     needs one output size (``size=N``, N > 0).  Use it with
@@ -87,12 +94,16 @@ class JobDataset(IterableDataset):
     that take tensors (ConvertImageDtype, Normalize...) or any callable.
     ``rank=R`` reads ``next.R`` of a job with ``ranks=W``; by default the
     process's torch.distributed rank when a process group exists.
+    ``loader_batch_size=B`` (per sample only): the DataLoader's
+    ``batch_size``, so that its workers take whole batches, as the batch
+    path's do.
     """
 
     def __init__(self, job: PathLike, layout: str = "CHW",
                  transform: Transform | None = None,
                  batch_size: int | None = None, drop_last: bool = False,
-                 pin_memory: bool = False, rank: int | None = None) -> None:
+                 pin_memory: bool = False, rank: int | None = None,
+                 loader_batch_size: int | None = None) -> None:
         super().__init__()
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', not {layout!r}")
@@ -100,12 +111,15 @@ class JobDataset(IterableDataset):
             raise ValueError(f"batch_size must be positive, not {batch_size}")
         if batch_size is None and (drop_last or pin_memory):
             raise ValueError("drop_last and pin_memory need batch_size")
-        self._job = job
-        self._rank = rank = default_rank(job, rank)
-        self._reader = JobReader(job, rank)
+        if loader_batch_size is not None and (batch_size is not None or
+                                              loader_batch_size < 1):
+            raise ValueError("loader_batch_size is for a per-sample dataset "
+                             "and must be positive")
+        self._path = next_path(job, default_rank(job, rank))
         self._chw = layout == "CHW"
         self._transform = transform
         self._batch_size = batch_size
+        self._loader_batch_size = loader_batch_size
         self._drop_last = drop_last
         self._pin_memory = pin_memory
         # The training process's batch buffers, kept from epoch to epoch.
@@ -118,21 +132,38 @@ class JobDataset(IterableDataset):
     def __iter__(self) -> Iterator[tuple[Any, Any, Any]]:
         # The file is opened now, when the worker starts, so that no worker
         # joins after the others have emptied the epoch.
+        raw = open_next(self._path)
+        try:
+            sizes = self._share()
+        except BaseException:
+            raw.close()
+            raise
         if self._batch_size is None:
-            return self._samples(self._reader.records())
-        return self._batches(open_next(self._job, self._rank))
+            return self._samples(raw, None if sizes is None else sum(sizes))
+        return self._batches(raw, sizes)
 
-    def _samples(self, records: Iterator[Record]
+    def _share(self) -> Iterator[int] | None:
+        """This worker's batch sizes, of the epoch it has just opened; None
+        (read until EOF) for the only reader of the loader."""
+        info = get_worker_info()
+        batch_size = self._batch_size or self._loader_batch_size
+        if info is None or info.num_workers == 1 or batch_size is None:
+            return None
+        return batch_sizes(epoch_length(self._path), batch_size, info.id,
+                           info.num_workers)
+
+    def _samples(self, raw, limit: int | None
                  ) -> Iterator[tuple[Any, int, int]]:
-        for record in records:
-            image: Any = torch.from_numpy(record.image)
-            if self._chw:
-                image = image.permute(2, 0, 1)
-            if self._transform is not None:
-                image = self._transform(image)
-            yield image, record.label, record.id
+        with raw:
+            for record in read_records(raw, limit):
+                image: Any = torch.from_numpy(record.image)
+                if self._chw:
+                    image = image.permute(2, 0, 1)
+                if self._transform is not None:
+                    image = self._transform(image)
+                yield image, record.label, record.id
 
-    def _batches(self, raw) -> Iterator[Any]:
+    def _batches(self, raw, sizes: Iterator[int] | None) -> Iterator[Any]:
         in_worker = get_worker_info() is not None
         # A transform's output may alias its input, so a worker with one
         # hands out fresh shared memory that torch sends as usual.
@@ -142,9 +173,14 @@ class JobDataset(IterableDataset):
         pool = None if in_worker else self._pool
         allocate = (ring.take if ring else _shared_empty if in_worker
                     else pool.take)
+        if sizes is None:
+            sizes = itertools.repeat(self._batch_size)
         with raw:
             stream = BatchStream(raw, self._batch_size, allocate)
-            while (batch := stream.read_batch()) is not None:
+            for count in sizes:
+                batch = stream.read_batch(count)
+                if batch is None:
+                    return
                 if self._drop_last and len(batch.ids) < self._batch_size:
                     return
                 if ring is not None:

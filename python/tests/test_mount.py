@@ -218,8 +218,8 @@ class MountTest(unittest.TestCase):
                 # That was epoch 0; compare the next two epochs.
                 reference = self.epoch_by_sample(per_sample)
                 result = self.epoch_by_sample(batched)
-                self.assertEqual(sum(sizes), len(self.labels))
-                self.assertLessEqual(len(sizes), 150 // 32 + 1 + workers)
+                # Workers take whole batches: only the last one is short.
+                self.assertEqual(sizes, [32] * 4 + [150 - 4 * 32])
                 self.assertEqual(set(reference), set(self.labels))
                 self.assertEqual(set(result), set(self.labels))
                 for sample_id, (label, pixels) in reference.items():
@@ -295,10 +295,13 @@ class MountTest(unittest.TestCase):
                     self.assertEqual(tuple(images.shape),
                                      (40, SIZE, SIZE, 3))
                     ids += batch_ids.tolist()
-                # Each worker drops its short last batch.
+                # The workers take whole batches: one short batch, dropped.
                 self.assertEqual(len(ids), len(set(ids)))
-                self.assertGreaterEqual(len(ids), 150 - 2 * 39)
-                self.assertEqual(len(ids) % 40, 0)
+                self.assertEqual(len(ids), 3 * 40)
+                # The dropped batch was read: the epoch is over.
+                status = joaderfs.job_status(self.mount, "batch-options")
+                self.assertEqual((status["epoch"], status["remaining"]),
+                                 (epoch, 0))
         pinned = joaderfs.JobDataset(job, batch_size=50, pin_memory=True)
         batches = iter(pinned)
         self.addCleanup(batches.close)
@@ -315,11 +318,13 @@ class MountTest(unittest.TestCase):
     @unittest.skipIf(torch is None, "torch is not installed")
     def test_torch_dataloader_two_workers(self) -> None:
         job = self.make_job("torch")
-        loader = DataLoader(joaderfs.JobDataset(job), batch_size=32,
-                            num_workers=2, timeout=60)
+        # Told the loader's batch size, the workers take whole batches.
+        loader = DataLoader(joaderfs.JobDataset(job, loader_batch_size=32),
+                            batch_size=32, num_workers=2, timeout=60)
         for epoch in range(2):
-            ids, labels = [], []
+            ids, labels, sizes = [], [], []
             for images, batch_labels, batch_ids in loader:
+                sizes.append(len(batch_ids))
                 self.assertEqual(images.dtype, torch.uint8)
                 self.assertEqual(tuple(images.shape[1:]), (3, SIZE, SIZE))
                 self.check_pixels(images[0].permute(1, 2, 0).numpy(),
@@ -328,6 +333,7 @@ class MountTest(unittest.TestCase):
                 labels += batch_labels.tolist()
             with self.subTest(epoch=epoch):
                 self.check_epoch(ids, labels)
+                self.assertEqual(sizes, [32] * 4 + [150 - 4 * 32])
 
     @unittest.skipIf(torch is None, "torch is not installed")
     def test_torch_persistent_workers(self) -> None:

@@ -96,6 +96,15 @@ class ReadRecordsTest(unittest.TestCase):
         # header), then the last record's padding and the read finding EOF.
         self.assertEqual(raw.calls, 2 * len(self.ids) + 2)
 
+    def test_limit_reads_the_padding_and_no_byte_more(self) -> None:
+        raw = io.BytesIO(self.data)
+        records = list(joaderfs.read_records(raw, limit=1))
+        self.assertEqual([r.id for r in records], self.ids[:1])
+        # 105 payload bytes padded to 128: the record's 192 bytes, all read.
+        self.assertEqual(raw.tell(), 64 + 128)
+        self.assertEqual([r.id for r in joaderfs.read_records(raw)],
+                         self.ids[1:])
+
     def test_empty_stream_is_an_empty_epoch(self) -> None:
         self.assertEqual(list(joaderfs.read_records(io.BytesIO(b""))), [])
 
@@ -211,6 +220,19 @@ class BatchesTest(unittest.TestCase):
         self.check(list(joaderfs.iter_batches(path, 7)), [7])
         self.check(list(joaderfs.iter_batches(path, 100)), [7])
 
+    def test_counted_batches_read_no_byte_more(self) -> None:
+        # DataLoader workers read exact shares (joaderfs.shares): a batch of
+        # k records must leave the next record unread, padding included.
+        path = self.write_stream(self.records)
+        with open(path, "rb", buffering=0) as raw:
+            stream = joaderfs.BatchStream(raw, 3)
+            batches = [stream.read_batch(2), stream.read_batch(1)]
+            self.assertEqual(raw.tell(), 3 * len(self.records[0]))
+            batches.append(stream.read_batch())
+            self.check(batches, [2, 1, 3])
+            with self.assertRaises(ValueError):
+                stream.read_batch(4)  # more than the batch size
+
     def test_short_reads(self) -> None:
         data = b"".join(self.records)
         for chunk in (1, 7, 63, 64, 65, 100, 1000):
@@ -262,6 +284,25 @@ class BatchesTest(unittest.TestCase):
             list(joaderfs.iter_batches(self.write_stream([data[:40]]), 3))
         with self.assertRaises(ValueError):
             joaderfs.iter_batches(self.write_stream(self.records), 0)
+
+
+class SharesTest(unittest.TestCase):
+
+    def test_workers_take_whole_batches(self) -> None:
+        from joaderfs.shares import batch_sizes
+        for length in (1, 5, 51, 64, 150):
+            for batch in (1, 4, 32):
+                for workers in (1, 2, 3, 8):
+                    shares = [list(batch_sizes(length, batch, k, workers))
+                              for k in range(workers)]
+                    # The DataLoader asks worker 0, 1, ... in turn.
+                    order = [shares[i % workers][i // workers]
+                             for i in range(sum(map(len, shares)))]
+                    batches = -(-length // batch)
+                    self.assertEqual(
+                        order, [batch] * (batches - 1)
+                        + [length - (batches - 1) * batch],
+                        (length, batch, workers))
 
 
 class JobReaderTest(unittest.TestCase):

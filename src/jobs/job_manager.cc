@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <future>
 #include <optional>
 #include <set>
 
@@ -83,10 +84,10 @@ struct JobManager::Job {
   Roaring subset;
   bool started = false;                      // read from (or resumed): the spec is fixed
   std::vector<std::unique_ptr<Lane>> lanes;  // one, or one per rank
-  // The latest epoch's shards (ranked jobs): its ranks begin it near the
-  // same time, and splitting costs a sort of the subset.
-  std::optional<uint64_t> split_epoch;
-  std::vector<Roaring> shards;
+  // The shards of the latest epochs (ranked jobs), by epoch, kept for the
+  // ranks that begin the epoch after the first: splitting costs a sort of
+  // the subset. Made off the lock (ShardsOf); a future until then.
+  std::map<uint64_t, std::shared_future<std::vector<Roaring>>> splits;
 
   bool ranked() const { return spec.ranks > 0; }
 };
@@ -191,8 +192,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
 void JobManager::MakeLanes(Job* job) {
   for (const auto& lane : job->lanes) lanes_by_serial_.erase(lane->serial);
   job->lanes.clear();
-  job->split_epoch.reset();
-  job->shards.clear();
+  job->splits.clear();
   const uint32_t n = std::max<uint32_t>(job->spec.ranks, 1);
   for (uint32_t i = 0; i < n; ++i) {
     auto lane = std::make_unique<Lane>();
@@ -332,6 +332,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
     job->subset = std::move(subset);
   }
   job->spec = std::move(spec);
+  job->splits.clear();  // made for the old subset or drop_last
   if (new_lanes) MakeLanes(job);
   SaveJob(*job);
   spdlog::info("job {} spec: {} ({} samples)", name, Printable(text), job->subset.cardinality());
@@ -356,6 +357,7 @@ Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring id
   s = CheckRanksFit(job->spec, ids);
   if (!s.ok()) return s;
   job->subset = std::move(ids);
+  job->splits.clear();
   job->spec.subset.kind = SubsetSpec::Kind::kIds;
   job->spec.subset.text = "ids";  // what was written to the ids file
   SaveJob(*job);
@@ -375,6 +377,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   Roaring consumed;
   Status s = ParseIdList(text, *catalog_, &consumed);
   if (!s.ok()) return s;
+  MakeShardsUnlocked(name, uid, *epoch);
   Actions actions;
   MutexLock lock(mu_);
   Job* job = FindJob(name);
@@ -422,6 +425,7 @@ Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
 
 Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* id,
                               std::optional<uint32_t> rank) {
+  Actions actions;
   MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
@@ -438,6 +442,20 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   lane->readers.insert(reader.get());
   *id = reader->id;
   readers_[reader->id] = std::move(reader);
+  // Only a reader opened between epochs begins one (a reader's epoch is the
+  // one it opened in): its job's shards of that epoch are made now, so that
+  // StartEpoch() finds them instead of sorting under the lock.
+  const uint64_t epochs = job->spec.epochs;
+  if (job->ranked() && !lane->running() && (epochs == 0 || NextEpoch(*lane) < epochs)) {
+    auto split = std::make_shared<std::packaged_task<std::vector<Roaring>()>>();
+    std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, NextEpoch(*lane), split.get());
+    // The sort runs here if this reader is the first to need them, else
+    // this open waits for the reader that makes them.
+    actions.Add([split, shards] {
+      if (split->valid()) (*split)();
+      shards.wait();
+    });
+  }
   return Status::Ok();
 }
 
@@ -596,13 +614,48 @@ void JobManager::ServeWaiters(Lane* lane, Actions* actions) {
 
 uint64_t JobManager::SampleBytes() const { return cache_->AverageSampleBytes(); }
 
+std::shared_future<std::vector<Roaring>> JobManager::ShardsOf(
+    Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split) {
+  auto it = job->splits.find(epoch);
+  if (it != job->splits.end()) return it->second;
+  *split = std::packaged_task<std::vector<Roaring>()>(
+      [subset = job->subset, epoch, ranks = job->spec.ranks, drop_last = job->spec.drop_last] {
+        return SplitEpoch(subset, epoch, ranks, drop_last);
+      });
+  auto shards = job->splits.emplace(epoch, split->get_future().share()).first->second;
+  // Ranks run epochs near each other: two epochs' shards are plenty (the
+  // one just asked for is kept, even if older: a resume).
+  while (job->splits.size() > 2) {
+    auto oldest = job->splits.begin();
+    if (oldest->first == epoch) ++oldest;
+    job->splits.erase(oldest);
+  }
+  return shards;
+}
+
+void JobManager::MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) {
+  std::packaged_task<std::vector<Roaring>()> split;
+  std::shared_future<std::vector<Roaring>> shards;
+  {
+    MutexLock lock(mu_);
+    Job* job = FindJob(name);
+    if (!job || !job->ranked() || (uid != 0 && uid != job->uid) ||
+        (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
+      return;
+    }
+    shards = ShardsOf(job, epoch, &split);
+  }
+  if (split.valid()) split();
+  shards.wait();
+}
+
 Roaring JobManager::EpochSubset(Job* job, const Lane& lane, uint64_t epoch) {
   if (!job->ranked()) return job->subset;
-  if (job->split_epoch != epoch) {
-    job->shards = SplitEpoch(job->subset, epoch, job->spec.ranks, job->spec.drop_last);
-    job->split_epoch = epoch;
-  }
-  return job->shards[lane.index];
+  std::packaged_task<std::vector<Roaring>()> split;
+  std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, epoch, &split);
+  // Not made at open: a resume or a restart, or the subset changed since.
+  if (split.valid()) split();
+  return shards.get()[lane.index];
 }
 
 void JobManager::StartEpoch(Lane* lane, Actions* actions) {

@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -162,6 +163,9 @@ class JobManager {
   // A new reader of the job's stream: `next` when `rank` is empty, else
   // `next.<rank>` (NotFound where the spec has no such file). Permission
   // unless `uid` owns the job or is 0: reading consumes the job's samples.
+  // A reader of a rank opened between epochs returns once the shards of the
+  // epoch its first read begins are made (a sort of the subset, done
+  // without the lock, once per epoch for all ranks).
   Status OpenReader(const std::string& name, uint32_t uid, ReaderId* reader,
                     std::optional<uint32_t> rank = std::nullopt);
   void CloseReader(ReaderId reader);
@@ -197,7 +201,16 @@ class JobManager {
   void SaveJob(const Job& job) REQUIRES(mu_);
   JobStatus LaneStatus(const Lane& lane) const REQUIRES(mu_);
   JobStatus StatusLocked(const Job& job) const REQUIRES(mu_);
-  // The ids the stream reads in `epoch`: the job's subset, or its shard.
+  // The shards of a ranked job's `epoch`, made or being made; else sets
+  // `split` to the task that makes them (a sort of the subset), for the
+  // caller to run, after dropping the lock where it can.
+  std::shared_future<std::vector<Roaring>> ShardsOf(
+      Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split) REQUIRES(mu_);
+  // Makes the shards of the ranked job's `epoch` (if `uid` may read it),
+  // sorting without the lock.
+  void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) EXCLUDES(mu_);
+  // The ids the stream reads in `epoch`: the job's subset, or its shard
+  // (made under the lock if OpenReader did not make it).
   Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch) REQUIRES(mu_);
   // The epoch the stream is in, or begins at its next read.
   static uint64_t NextEpoch(const Lane& lane);

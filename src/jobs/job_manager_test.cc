@@ -1103,6 +1103,31 @@ TEST_F(JobManagerTest, RanksSplitEachEpochEvenly) {
   }
 }
 
+// A rank's reader opened between epochs has the epoch's shards made at
+// open, off the manager's lock; a spec or ids write before the first read
+// (allowed while the ranks stay) must not leave shards of the old subset.
+TEST_F(JobManagerTest, ShardsMadeAtOpenFollowASubsetChangedBeforeTheFirstRead) {
+  Build();
+  MakeJob("j", "subset=classes:0-1 ranks=2");
+  JobManager::ReaderId early = 0;
+  ASSERT_TRUE(jobs_->OpenReader("j", kOwner, &early, 0).ok());  // shards of ids 0-15
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "subset=classes:1-2 ranks=2").ok());
+  JobManager::ReaderId late = 0;
+  ASSERT_TRUE(jobs_->OpenReader("j", kOwner, &late, 1).ok());
+  ASSERT_TRUE(jobs_->SetIds("j", kOwner, "16\n17\n18\n19\n20\n").ok());
+  Roaring subset;
+  subset.addRange(16, 21);
+  const std::vector<Roaring> shards = SplitEpoch(subset, 0, 2, false);
+  for (auto [reader, rank] : {std::pair{early, 0}, std::pair{late, 1}}) {
+    Roaring got;
+    for (const Record& rec : ParseRecords(ReadToEof(reader, kBig))) {
+      got.add(static_cast<SampleId>(rec.header.sample_id));
+    }
+    EXPECT_EQ(got, shards[rank]) << "rank " << rank;
+    jobs_->CloseReader(reader);
+  }
+}
+
 TEST_F(JobManagerTest, RanksSpecChecks) {
   Build();
   MakeJob("j", "subset=range:0-2");

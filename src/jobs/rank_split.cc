@@ -22,7 +22,9 @@ std::vector<Roaring> SplitEpoch(const Roaring& subset, uint64_t epoch, uint32_t 
   std::vector<SampleId> ids(subset.cardinality());
   subset.toUint32Array(ids.data());  // ascending
   // The order: the high 32 bits of the keyed hash, ties by id, packed into
-  // one integer per id and sorted by LSD radix, 16 bits a pass.
+  // one integer per id (hash above, id below) and sorted by LSD radix, 16
+  // bits a pass. The ids come in ascending order and the passes are stable,
+  // so sorting the hash's bits alone leaves ties in id order: two passes.
   const uint64_t epoch_key = MixSeed(kSplitKey, epoch);
   std::vector<uint64_t> order(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -30,7 +32,7 @@ std::vector<Roaring> SplitEpoch(const Roaring& subset, uint64_t epoch, uint32_t 
   }
   std::vector<uint64_t> scratch(order.size());
   std::vector<size_t> count(1 << 16);
-  for (int shift = 0; shift < 64; shift += 16) {
+  for (int shift = 32; shift < 64; shift += 16) {
     std::fill(count.begin(), count.end(), 0);
     for (uint64_t v : order) ++count[(v >> shift) & 0xffff];
     size_t sum = 0;

@@ -4,9 +4,11 @@ client (python/joaderfs) on a daemonized mount.
 
 - torch.distributed with the gloo backend on CPU: W = 2 and 3 processes
   each read their next.R (the rank comes from the process group) through a
-  DataLoader with two workers and train a tiny DDP model for two epochs; no
-  rank hangs at an epoch's end, every rank gets ceil(N/W) samples per epoch
-  and together they cover the dataset;
+  DataLoader with two workers, one of them slow, and train a tiny DDP model
+  for two epochs without Join, with an allreduce per batch: every rank runs
+  ceil(N/B) steps per epoch (N per rank not a multiple of B), no collective
+  times out, every rank gets ceil(S/W) samples per epoch and together they
+  cover the subset;
 - resume after kill -9 of the training process: a DataLoader with two
   workers, StreamState.track(), a checkpoint after the third batch, kill -9
   after the fifth; a new process loads the checkpoint and finishes the
@@ -27,42 +29,65 @@ from mountlib import DatasetMixin, JoaderTestCase
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
 SIZE = 16  # tiny images: a linear model over 16*16*3 features
+BATCH = 4
+SUBSET = 101  # ids 0-100: 51 per rank of 2 and 34 per rank of 3, not 4k
 
 DDP_SCRIPT = textwrap.dedent("""
-    import json, sys
+    import datetime, json, os, sys, time
     import torch, torch.distributed as dist
-    from torch.distributed.algorithms.join import Join
     from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, get_worker_info
     from joaderfs import JobDataset
 
     job, init, rank, world, out = sys.argv[1:6]
-    dist.init_process_group("gloo", init_method=init, rank=int(rank),
-                            world_size=int(world))
+    rank, world = int(rank), int(world)
+    # A collective that cannot complete fails instead of hanging.
+    dist.init_process_group("gloo", init_method=init, rank=rank,
+                            world_size=world,
+                            timeout=datetime.timedelta(seconds=30))
+
+    def slow_readv(fd, buffers, readv=os.readv):
+        time.sleep(0.002)
+        return readv(fd, buffers[:1])
+
+    class UnevenWorkers(JobDataset):
+        # One worker of each rank (not the same one on every rank) is slow,
+        # and its read()s return a record's header or payload at a time:
+        # it is inside a batch most of the time, as a worker is whose reads
+        # get fewer records than a batch (the daemon hands out what is
+        # ready).  Were the workers to read until EOF, both would likely
+        # end the epoch with a short batch of their own: an extra step.
+        def __iter__(self):
+            if get_worker_info().id == rank %% 2:
+                os.readv = slow_readv  # in this worker process only
+            return super().__iter__()
+
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(%d * %d * 3, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(JobDataset(job, batch_size=4), batch_size=None,
-                        num_workers=2)  # rank= from the process group
+    loader = DataLoader(UnevenWorkers(job, batch_size=%d), batch_size=None,
+                        num_workers=2, timeout=60)  # rank= from the group
     epochs = []
     for epoch in range(2):
-        ids = []
-        # Workers split a rank's samples as they read, so ranks may make a
-        # different number of batches: Join evens out the collectives.
-        with Join([model]):
-            for images, labels, batch_ids in loader:
-                x = images.float().flatten(1) / 255
-                loss = torch.nn.functional.cross_entropy(model(x), labels %% 4)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                ids += batch_ids.tolist()
-        counts = [None] * int(world)
-        dist.all_gather_object(counts, len(ids))
+        ids, batches = [], 0
+        # No Join: every rank must run the same number of steps.
+        for images, labels, batch_ids in loader:
+            x = images.float().flatten(1) / 255
+            loss = torch.nn.functional.cross_entropy(model(x), labels %% 4)
+            opt.zero_grad()
+            loss.backward()  # DDP's allreduce of the gradients
+            opt.step()
+            step = torch.ones(1)
+            dist.all_reduce(step)
+            assert step.item() == world, step
+            ids += batch_ids.tolist()
+            batches += 1
+        counts = [None] * world
+        dist.all_gather_object(counts, (len(ids), batches))
         epochs.append({"ids": ids, "counts": counts})
     dist.destroy_process_group()
     json.dump(epochs, open(out, "w"))
-""" % (SIZE, SIZE))
+""" % (SIZE, SIZE, BATCH))
 
 RESUME_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys
@@ -129,7 +154,8 @@ class TorchRanksTest(DatasetMixin, JoaderTestCase):
         for world in (2, 3):
             with self.subTest(world=world):
                 job = "ddp%d" % world
-                m.mkjob(job, "ranks=%d epochs=2" % world)
+                m.mkjob(job, "ranks=%d epochs=2 subset=range:0-%d"
+                        % (world, SUBSET - 1))
                 tmp = self.tempdir()
                 init = "file://" + os.path.join(tmp, "rendezvous")
                 outs = [os.path.join(tmp, "rank%d.json" % r) for r in range(world)]
@@ -138,16 +164,18 @@ class TorchRanksTest(DatasetMixin, JoaderTestCase):
                          for r in range(world)]
                 for code, out in self.finish(procs):
                     self.assertEqual(code, 0, out)
-                per_rank = -(-self.N // world)
+                per_rank = -(-SUBSET // world)
+                batches = -(-per_rank // BATCH)
                 results = [load_json(o) for o in outs]
                 for epoch in range(2):
                     every = []
                     for r in range(world):
                         ids = results[r][epoch]["ids"]
-                        self.assertEqual(results[r][epoch]["counts"], [per_rank] * world)
+                        self.assertEqual(results[r][epoch]["counts"],
+                                         [[per_rank, batches]] * world)
                         self.assertEqual(len(set(ids)), per_rank)
                         every += ids
-                    self.assertEqual(set(every), set(range(self.N)))
+                    self.assertEqual(set(every), set(range(SUBSET)))
 
     def test_resume_after_kill_9_trains_each_sample_once(self):
         m = self.mount(self.source, {"size": str(SIZE)})
