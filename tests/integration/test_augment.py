@@ -259,9 +259,11 @@ class SharedRenderTest(JoaderTestCase):
         cls._data_dir = tempfile.mkdtemp(prefix="joaderfs-data-")
         cls.source = os.path.join(cls._data_dir, "src")
         cls.N = 300
-        mountlib.make_imagefolder(
-            cls.source, {"c%d" % c: ["i%03d.jpg" % k for k in range(c, cls.N, 3)]
-                         for c in range(3)})
+        # ImageNet-like JPEGs (about 400 x 360): decodes that take as long
+        # as real ones keep the jobs' pace, as it is in real use.
+        gendata = os.path.join(os.path.dirname(mountlib.BIN), "joaderfs-gendata")
+        subprocess.run([gendata, cls.source, "--images", str(cls.N), "--classes", "3"],
+                       check=True, stdout=subprocess.DEVNULL)
 
     @classmethod
     def tearDownClass(cls):
