@@ -5,35 +5,22 @@
 namespace joaderfs::resample_internal {
 namespace {
 
-void HorizontalToMidPortable(const uint8_t* row, const HorizontalTaps& h, int16_t* out) {
+// One output row from a row of `In` (bytes, or the passes' int16 middle):
+// three channels interleaved, `h.taps` weights an output.
+template <typename In, typename Out, int kShift>
+void HorizontalPortable(const In* row, const HorizontalTaps& h, Out* out) {
   const int16_t* w = h.weights;
   for (uint32_t x = 0; x < h.count; ++x, w += h.padded, out += 3) {
-    const uint8_t* p = row + size_t{h.first[x]} * 3;
-    int32_t c0 = 1 << (kMidShift - 1), c1 = c0, c2 = c0;
+    const In* p = row + size_t{h.first[x]} * 3;
+    int32_t c0 = 1 << (kShift - 1), c1 = c0, c2 = c0;
     for (uint32_t t = 0; t < h.taps; ++t, p += 3) {
       c0 += w[t] * p[0];
       c1 += w[t] * p[1];
       c2 += w[t] * p[2];
     }
-    out[0] = static_cast<int16_t>(c0 >> kMidShift);
-    out[1] = static_cast<int16_t>(c1 >> kMidShift);
-    out[2] = static_cast<int16_t>(c2 >> kMidShift);
-  }
-}
-
-void HorizontalToPixelsPortable(const int16_t* row, const HorizontalTaps& h, uint8_t* out) {
-  const int16_t* w = h.weights;
-  for (uint32_t x = 0; x < h.count; ++x, w += h.padded, out += 3) {
-    const int16_t* p = row + size_t{h.first[x]} * 3;
-    int32_t c0 = 1 << (kOutShift - 1), c1 = c0, c2 = c0;
-    for (uint32_t t = 0; t < h.taps; ++t, p += 3) {
-      c0 += w[t] * p[0];
-      c1 += w[t] * p[1];
-      c2 += w[t] * p[2];
-    }
-    out[0] = static_cast<uint8_t>(c0 >> kOutShift);
-    out[1] = static_cast<uint8_t>(c1 >> kOutShift);
-    out[2] = static_cast<uint8_t>(c2 >> kOutShift);
+    out[0] = static_cast<Out>(c0 >> kShift);
+    out[1] = static_cast<Out>(c1 >> kShift);
+    out[2] = static_cast<Out>(c2 >> kShift);
   }
 }
 
@@ -74,7 +61,8 @@ void VerticalToPixelsPortable(const int16_t* rows, size_t stride, const int16_t*
   }
 }
 
-const Kernels kPortableKernels = {HorizontalToMidPortable, HorizontalToPixelsPortable,
+const Kernels kPortableKernels = {HorizontalPortable<uint8_t, int16_t, kMidShift>,
+                                  HorizontalPortable<int16_t, uint8_t, kOutShift>,
                                   VerticalToMidPortable, VerticalToPixelsPortable};
 
 }  // namespace joaderfs::resample_internal

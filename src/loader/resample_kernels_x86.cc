@@ -236,30 +236,40 @@ JOADERFS_AVX2 void HorizontalToPixelsAvx2(const int16_t* row, const HorizontalTa
   }
 }
 
+// Eight columns of one output row: the weighted sum of `taps` rows of
+// `In`, two rows a madd, shifted and packed to int16.
+JOADERFS_SSE41 inline __m128i Lanes8(const uint8_t* p) {
+  return _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+JOADERFS_SSE41 inline __m128i Lanes8(const int16_t* p) { return LoadBytes(p); }
+
+template <int kShift, typename In>
+JOADERFS_SSE41 inline __m128i VerticalStep8(const In* p, size_t stride, const int16_t* weights,
+                                            uint32_t taps) {
+  __m128i lo = _mm_set1_epi32(1 << (kShift - 1)), hi = lo;
+  uint32_t t = 0;
+  for (; t + 1 < taps; t += 2, p += 2 * stride) {
+    const __m128i a = Lanes8(p);
+    const __m128i b = Lanes8(p + stride);
+    const __m128i wp = WeightPair(weights + t);
+    lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, b), wp));
+    hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, b), wp));
+  }
+  if (t < taps) {
+    const __m128i a = Lanes8(p);
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i wp = _mm_set1_epi32(static_cast<uint16_t>(weights[t]));
+    lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, zero), wp));
+    hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, zero), wp));
+  }
+  return _mm_packs_epi32(_mm_srai_epi32(lo, kShift), _mm_srai_epi32(hi, kShift));
+}
+
 JOADERFS_SSE41 void VerticalToMidSse41(const uint8_t* rows, size_t stride, const int16_t* weights,
                                        uint32_t taps, size_t n, int16_t* out) {
-  const __m128i round = _mm_set1_epi32(1 << (kMidShift - 1));
-  const __m128i zero = _mm_setzero_si128();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m128i lo = round, hi = round;
-    const uint8_t* p = rows + i;
-    uint32_t t = 0;
-    for (; t + 1 < taps; t += 2, p += 2 * stride) {
-      const __m128i a = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-      const __m128i b =
-          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + stride)));
-      const __m128i wp = WeightPair(weights + t);
-      lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, b), wp));
-      hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, b), wp));
-    }
-    if (t < taps) {
-      const __m128i a = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-      const __m128i wp = _mm_set1_epi32(static_cast<uint16_t>(weights[t]));
-      lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, zero), wp));
-      hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, zero), wp));
-    }
-    const __m128i v = _mm_packs_epi32(_mm_srai_epi32(lo, kMidShift), _mm_srai_epi32(hi, kMidShift));
+    const __m128i v = VerticalStep8<kMidShift>(rows + i, stride, weights, taps);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), v);
   }
   VerticalToMidPortable(rows + i, stride, weights, taps, n - i, out + i);
@@ -268,27 +278,9 @@ JOADERFS_SSE41 void VerticalToMidSse41(const uint8_t* rows, size_t stride, const
 JOADERFS_SSE41 void VerticalToPixelsSse41(const int16_t* rows, size_t stride,
                                           const int16_t* weights, uint32_t taps, size_t n,
                                           uint8_t* out) {
-  const __m128i round = _mm_set1_epi32(1 << (kOutShift - 1));
-  const __m128i zero = _mm_setzero_si128();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m128i lo = round, hi = round;
-    const int16_t* p = rows + i;
-    uint32_t t = 0;
-    for (; t + 1 < taps; t += 2, p += 2 * stride) {
-      const __m128i a = LoadBytes(p);
-      const __m128i b = LoadBytes(p + stride);
-      const __m128i wp = WeightPair(weights + t);
-      lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, b), wp));
-      hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, b), wp));
-    }
-    if (t < taps) {
-      const __m128i a = LoadBytes(p);
-      const __m128i wp = _mm_set1_epi32(static_cast<uint16_t>(weights[t]));
-      lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, zero), wp));
-      hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, zero), wp));
-    }
-    const __m128i v = _mm_packs_epi32(_mm_srai_epi32(lo, kOutShift), _mm_srai_epi32(hi, kOutShift));
+    const __m128i v = VerticalStep8<kOutShift>(rows + i, stride, weights, taps);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(v, v));
   }
   VerticalToPixelsPortable(rows + i, stride, weights, taps, n - i, out + i);
@@ -303,38 +295,42 @@ JOADERFS_AVX2 inline __m256i WeightPair256(const int16_t* w) {
   return _mm256_set1_epi32(pair);
 }
 
-JOADERFS_AVX2 inline __m256i Widen16(const uint8_t* p) {
+JOADERFS_AVX2 inline __m256i Lanes16(const uint8_t* p) {
   return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-JOADERFS_AVX2 inline __m256i Load256(const int16_t* p) {
+JOADERFS_AVX2 inline __m256i Lanes16(const int16_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Sixteen columns of one output row, as VerticalStep8.
+template <int kShift, typename In>
+JOADERFS_AVX2 inline __m256i VerticalStep16(const In* p, size_t stride, const int16_t* weights,
+                                            uint32_t taps) {
+  __m256i lo = _mm256_set1_epi32(1 << (kShift - 1)), hi = lo;
+  uint32_t t = 0;
+  for (; t + 1 < taps; t += 2, p += 2 * stride) {
+    const __m256i a = Lanes16(p);
+    const __m256i b = Lanes16(p + stride);
+    const __m256i wp = WeightPair256(weights + t);
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp));
+  }
+  if (t < taps) {
+    const __m256i a = Lanes16(p);
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i wp = _mm256_set1_epi32(static_cast<uint16_t>(weights[t]));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, zero), wp));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, zero), wp));
+  }
+  return _mm256_packs_epi32(_mm256_srai_epi32(lo, kShift), _mm256_srai_epi32(hi, kShift));
 }
 
 JOADERFS_AVX2 void VerticalToMidAvx2(const uint8_t* rows, size_t stride, const int16_t* weights,
                                      uint32_t taps, size_t n, int16_t* out) {
-  const __m256i round = _mm256_set1_epi32(1 << (kMidShift - 1));
-  const __m256i zero = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256i lo = round, hi = round;
-    const uint8_t* p = rows + i;
-    uint32_t t = 0;
-    for (; t + 1 < taps; t += 2, p += 2 * stride) {
-      const __m256i a = Widen16(p);
-      const __m256i b = Widen16(p + stride);
-      const __m256i wp = WeightPair256(weights + t);
-      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp));
-      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp));
-    }
-    if (t < taps) {
-      const __m256i a = Widen16(p);
-      const __m256i wp = _mm256_set1_epi32(static_cast<uint16_t>(weights[t]));
-      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, zero), wp));
-      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, zero), wp));
-    }
-    const __m256i v =
-        _mm256_packs_epi32(_mm256_srai_epi32(lo, kMidShift), _mm256_srai_epi32(hi, kMidShift));
+    const __m256i v = VerticalStep16<kMidShift>(rows + i, stride, weights, taps);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
   }
   VerticalToMidPortable(rows + i, stride, weights, taps, n - i, out + i);
@@ -342,28 +338,9 @@ JOADERFS_AVX2 void VerticalToMidAvx2(const uint8_t* rows, size_t stride, const i
 
 JOADERFS_AVX2 void VerticalToPixelsAvx2(const int16_t* rows, size_t stride, const int16_t* weights,
                                         uint32_t taps, size_t n, uint8_t* out) {
-  const __m256i round = _mm256_set1_epi32(1 << (kOutShift - 1));
-  const __m256i zero = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256i lo = round, hi = round;
-    const int16_t* p = rows + i;
-    uint32_t t = 0;
-    for (; t + 1 < taps; t += 2, p += 2 * stride) {
-      const __m256i a = Load256(p);
-      const __m256i b = Load256(p + stride);
-      const __m256i wp = WeightPair256(weights + t);
-      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp));
-      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp));
-    }
-    if (t < taps) {
-      const __m256i a = Load256(p);
-      const __m256i wp = _mm256_set1_epi32(static_cast<uint16_t>(weights[t]));
-      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, zero), wp));
-      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, zero), wp));
-    }
-    const __m256i v =
-        _mm256_packs_epi32(_mm256_srai_epi32(lo, kOutShift), _mm256_srai_epi32(hi, kOutShift));
+    const __m256i v = VerticalStep16<kOutShift>(rows + i, stride, weights, taps);
     // packus works per half too: bytes 0-7 | 0-7 | 8-15 | 8-15; keep quads 0 and 2.
     const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(v, v), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(bytes));
