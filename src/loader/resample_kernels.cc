@@ -41,24 +41,25 @@ void VerticalSums(const In* rows, size_t stride, const int16_t* weights, uint32_
   }
 }
 
-void VerticalToMidPortable(const uint8_t* rows, size_t stride, const int16_t* weights,
-                           uint32_t taps, size_t n, int16_t* out) {
+template <typename In, typename Out, int kShift>
+void VerticalPortable(const In* rows, size_t stride, const int16_t* weights, uint32_t taps,
+                      size_t n, Out* out) {
   int32_t sums[kChunk];
   for (size_t start = 0; start < n; start += kChunk) {
     const size_t m = std::min(kChunk, n - start);
-    VerticalSums(rows + start, stride, weights, taps, m, 1 << (kMidShift - 1), sums);
-    for (size_t i = 0; i < m; ++i) out[start + i] = static_cast<int16_t>(sums[i] >> kMidShift);
+    VerticalSums(rows + start, stride, weights, taps, m, 1 << (kShift - 1), sums);
+    for (size_t i = 0; i < m; ++i) out[start + i] = static_cast<Out>(sums[i] >> kShift);
   }
+}
+
+void VerticalToMidPortable(const uint8_t* rows, size_t stride, const int16_t* weights,
+                           uint32_t taps, size_t n, int16_t* out) {
+  VerticalPortable<uint8_t, int16_t, kMidShift>(rows, stride, weights, taps, n, out);
 }
 
 void VerticalToPixelsPortable(const int16_t* rows, size_t stride, const int16_t* weights,
                               uint32_t taps, size_t n, uint8_t* out) {
-  int32_t sums[kChunk];
-  for (size_t start = 0; start < n; start += kChunk) {
-    const size_t m = std::min(kChunk, n - start);
-    VerticalSums(rows + start, stride, weights, taps, m, 1 << (kOutShift - 1), sums);
-    for (size_t i = 0; i < m; ++i) out[start + i] = static_cast<uint8_t>(sums[i] >> kOutShift);
-  }
+  VerticalPortable<int16_t, uint8_t, kOutShift>(rows, stride, weights, taps, n, out);
 }
 
 const Kernels kPortableKernels = {HorizontalPortable<uint8_t, int16_t, kMidShift>,
