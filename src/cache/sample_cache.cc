@@ -39,7 +39,7 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
       e.pins = 1;
       // What it will hold, known from its size: the planner must not see a
       // huge sample as an average one while it decodes.
-      e.loading_bytes = key.size > 0 ? uint64_t{key.size} * key.size * 3 : average_bytes_.load();
+      e.loading_bytes = key.size > 0 ? SquareSampleBytes(key.size) : average_bytes_.load();
       loading_bytes_ += e.loading_bytes;
       e.waiters.push_back(std::move(done));
       UpdateCommitted();

@@ -238,12 +238,7 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
                                    "M is more than this machine's " + std::to_string(ram >> 20) +
                                    "M of RAM");
   }
-  const uint64_t sample_bytes = uint64_t{o.size} * o.size * 3;
-  if (sample_bytes > PlanOverdraft(o.ram_cache)) {
-    return Status::InvalidArgument("size=" + std::to_string(o.size) + ": a sample takes " +
-                                   std::to_string(sample_bytes >> 10) +
-                                   " KiB, more than a quarter of ram_cache");
-  }
+  if (Status s = CheckSizeFitsBudget(o.size, o.ram_cache); !s.ok()) return s;
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.log != "syslog" && !o.log.empty()) o.log = fs::absolute(o.log, ec).string();
   if (o.cache_dir.empty()) return Status::Ok();

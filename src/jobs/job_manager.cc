@@ -299,14 +299,10 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   JobSpec spec;
   Status s = ParseJobSpec(text, *catalog_, base, &spec);
   if (!s.ok()) return s;
-  // Each job's planning floor of rendered samples may pass the RAM budget:
-  // a sample over PlanOverdraft() bytes would make that margin unbounded.
-  const uint64_t rendered = uint64_t{spec.size} * spec.size * 3;
-  if (rendered > PlanOverdraft(cache_->budget())) {
-    return Status::InvalidArgument("spec: a sample of size=" + std::to_string(spec.size) +
-                                   " takes " + std::to_string(rendered >> 10) +
-                                   " KiB, more than a quarter of ram_cache");
-  }
+  // Each stream may plan one delivery past the RAM budget: a delivery over
+  // PlanOverdraft() bytes would make that margin unbounded.
+  s = CheckSizeFitsBudget(spec.size, cache_->budget());
+  if (!s.ok()) return Status::InvalidArgument("spec: " + s.message());
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
   if (!names_subset) spec.subset = default_spec_.subset;
   Roaring subset = ResolveSubset(spec.subset, *catalog_);
@@ -675,7 +671,7 @@ void JobManager::StartEpoch(Lane* lane, Actions* actions) {
     lane->group = groups_->Get(options_.base, cache_->budget() / SampleBytes());
     // What each delivery holds besides the shared base image until read.
     const JobSpec& spec = job->spec;
-    const uint64_t pick_bytes = spec.size > 0              ? uint64_t{spec.size} * spec.size * 3
+    const uint64_t pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
                                 : spec.augment.augmented() ? SampleBytes()
                                                            : 0;
     lane->handle = lane->group->AddJob(ids, spec.window, pick_bytes);
@@ -784,7 +780,10 @@ void JobManager::Render(const AugmentSpec& augment, uint32_t size, uint64_t seri
 
 void JobManager::ReleasePins(Lane* lane, Actions* actions) {
   if (!lane->stream) return;
-  std::vector<SampleId> ids = lane->stream->ReleasePins();
+  ReleaseIds(lane->stream->ReleasePins(), actions);
+}
+
+void JobManager::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
   if (ids.empty()) return;
   actions->Add([this, ids = std::move(ids)] {
     for (SampleId id : ids) {
@@ -810,12 +809,7 @@ void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
 void JobManager::AfterDone(Lane* lane, Actions* actions) {
   std::vector<SampleId> ids = lane->stream->TakeDoneIds();
   for (SampleId id : ids) lane->group->Done(lane->handle, id);
-  actions->Add([this, ids = std::move(ids)] {
-    for (SampleId id : ids) {
-      cache_->Release({options_.base, id});
-      shared_renders_.Drop(id);
-    }
-  });
+  ReleaseIds(std::move(ids), actions);
   if (!lane->running()) {
     // Waiting readers get EOF from the caller's ServeWaiters().
     const std::string rank =

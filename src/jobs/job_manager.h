@@ -223,6 +223,8 @@ class JobManager {
   void Plan(PlanGroup* group, Actions* actions) REQUIRES(mu_);
   void RequestPosition(Lane* lane, uint64_t position, Actions* actions) REQUIRES(mu_);
   void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu_);
+  // Gives back the pins (cache and shared renders) of `ids`, after the lock.
+  void ReleaseIds(std::vector<SampleId> ids, Actions* actions);
   void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
   // Releases what the stream finished, reports it to the planner and tops
   // up the plans.

@@ -25,6 +25,9 @@ struct DecodedSample {
 
 using SamplePtr = std::shared_ptr<const DecodedSample>;
 
+// Bytes of a `size` x `size` RGB picture: a delivery of that size.
+inline uint64_t SquareSampleBytes(uint32_t size) { return uint64_t{size} * size * 3; }
+
 }  // namespace joaderfs
 
 #endif  // JOADERFS_LOADER_DECODED_SAMPLE_H_

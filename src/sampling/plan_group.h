@@ -39,6 +39,7 @@
 #include <roaring/roaring.hh>
 
 #include "common/ranked_mutex.h"
+#include "common/status.h"
 #include "sampling/planner.h"
 
 namespace joaderfs {
@@ -62,6 +63,10 @@ struct BudgetView {
 // job may ask for (the job manager refuses larger sizes with EINVAL), so the
 // one pick stays a bounded part of the budget.
 inline uint64_t PlanOverdraft(uint64_t budget) { return budget / 4; }
+
+// InvalidArgument, saying why, when one delivery of `size` exceeds
+// PlanOverdraft(budget): the mount's size= and every job's spec obey it.
+Status CheckSizeFitsBudget(uint32_t size, uint64_t budget);
 
 class PlanGroup {
  public:
