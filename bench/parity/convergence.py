@@ -9,8 +9,9 @@ same accuracy as training on torchvision's own augmentation.
 The JOADER paper claims sharing data preparation costs no accuracy; with
 per-job augmentation in the daemon (issue 11) that has to hold for random
 crops and flips too. This trains one small CNN on the CPU (2 threads) over
-the textures dataset of tests/harness/datasets.py (generated into a temporary folder
-unless --data names one with train/ and val/), once per seed and system:
+the textures dataset of tests/harness/datasets.py (generated into a
+temporary folder unless --data names one with train/ and val/; `python3 -m
+harness textures DIR` writes one), once per seed and system:
 
 - torchvision: DataLoader(ImageFolder(train, RandomResizedCrop(64) +
   RandomHorizontalFlip() + PILToTensor()), shuffle=True, num_workers=1).

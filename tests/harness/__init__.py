@@ -18,6 +18,7 @@ Modules:
   cases     the unittest bases (JoaderTestCase, DatasetMixin, TierTestCase)
   convergence  the convergence-parity experiment (imports torch; not
             re-exported here)
+  __main__  `python3 -m harness textures OUTDIR` writes the textures dataset
 
 Importing it makes this process a child subreaper (harness.daemon).  It is
 found through PYTHONPATH=<repo>/tests:<repo>/python, which CTest sets for

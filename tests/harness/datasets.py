@@ -4,7 +4,6 @@ the textures dataset of the convergence-parity test and benchmark."""
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 
@@ -160,7 +159,8 @@ def rewrite_image(path, seed):
 # the image, so a random crop keeps its class. Every image is a function of
 # (seed, split, class, index) alone.
 
-TEXTURE_CLASSES = ("hstripes", "vstripes", "dstripes", "checks", "dots", "rings")
+TEXTURE_CLASSES = ("hstripes", "vstripes", "dstripes", "checks", "dots",
+                   "rings")
 TEXTURE_SPLITS = {"train": 0, "val": 1}
 
 
@@ -217,9 +217,9 @@ def texture_image(seed: int, split: str, label: int, index: int) -> Image.Image:
     return image
 
 
-def make_textures(out_dir: str, classes: int = len(TEXTURE_CLASSES), train: int = 150,
-             val: int = 50,
-             seed: int = 1) -> tuple[str, str]:
+def make_textures(out_dir: str, classes: int = len(TEXTURE_CLASSES),
+                  train: int = 150, val: int = 50,
+                  seed: int = 1) -> tuple[str, str]:
     """Writes both splits; returns (train_dir, val_dir)."""
     if not 2 <= classes <= len(TEXTURE_CLASSES):
         raise ValueError(f"classes must be 2..{len(TEXTURE_CLASSES)}")
@@ -236,28 +236,3 @@ def make_textures(out_dir: str, classes: int = len(TEXTURE_CLASSES), train: int 
                     quality=int(rng.integers(75, 96)))
         dirs.append(split_dir)
     return dirs[0], dirs[1]
-
-
-def main() -> None:
-    """python3 -m harness.datasets textures OUTDIR [--classes 6] [--train 150]
-    [--val 50] [--seed 1]: writes the textures dataset, prints its splits."""
-    parser = argparse.ArgumentParser(
-        description="Writes a dataset the tests and benchmarks use.")
-    sub = parser.add_subparsers(dest="kind", required=True)
-    tex = sub.add_parser("textures", help="the convergence-parity textures")
-    tex.add_argument("out_dir")
-    tex.add_argument("--classes", type=int, default=len(TEXTURE_CLASSES))
-    tex.add_argument("--train", type=int, default=150,
-                     help="training images per class")
-    tex.add_argument("--val", type=int, default=50,
-                     help="validation images per class")
-    tex.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    train_dir, val_dir = make_textures(args.out_dir, args.classes, args.train,
-                                       args.val, args.seed)
-    print(train_dir)
-    print(val_dir)
-
-
-if __name__ == "__main__":
-    main()
