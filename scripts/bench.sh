@@ -91,8 +91,19 @@ need_built() {
   done
 }
 
+# --no-setup may come anywhere before a `--`.
 setup=1
-if [[ ${1:-} == --no-setup ]]; then setup=0; shift; fi
+args=()
+while (($#)); do
+  case $1 in
+    --no-setup) setup=0 ;;
+    --) args+=("$@"); break ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+set -- ${args[@]+"${args[@]}"}
+
 command=scenarios
 case ${1:-} in
   --list) list; exit 0 ;;
@@ -112,7 +123,6 @@ case ${1:-} in
     fi
     ;;
 esac
-if [[ ${1:-} == --no-setup ]]; then setup=0; shift; fi
 
 how=
 for entry in "${commands[@]}"; do
@@ -137,22 +147,30 @@ case $how in
     fi
     extra=()
     case $command in
-      tiers)
-        has_arg --bin "$@" || extra+=(--bin "$build/joaderfs")
-        has_arg --data "$@" || has_arg --help "$@" || extra+=(--data "$(need_built joaderfs-gendata; dataset 200 10)") ;;
-      client-cost|train)
-        has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs")
-        has_arg --data "$@" || has_arg --help "$@" || extra+=(--data "$(need_built joaderfs-gendata; dataset 200 10)") ;;
-      scale)
-        need_built joaderfs-gendata
-        # Its table is also kept as OUT/table.md.
-        if ! has_arg --out "$@" && ! has_arg --help "$@"; then
-          mkdir -p "$build/bench-out/scale"
-          "$python" -m "$module" "$@" --out "$build/bench-out/scale" |
-            tee "$build/bench-out/scale/table.md"
-          exit "${PIPESTATUS[0]}"
+      tiers) has_arg --bin "$@" || extra+=(--bin "$build/joaderfs") ;;
+      client-cost|train) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
+    esac
+    case $command in
+      tiers|client-cost|train)
+        if ! has_arg --data "$@" && ! has_arg --help "$@"; then
+          need_built joaderfs-gendata
+          extra+=(--data "$(dataset 200 10)")
         fi ;;
     esac
+    if [[ $command == scale ]] && ! has_arg --help "$@"; then
+      # Its table is also kept as OUT/table.md (the last --out wins).
+      need_built joaderfs-gendata
+      out=$build/bench-out/scale
+      prev=
+      for a in "$@"; do
+        [[ $prev == --out ]] && out=$a
+        [[ $a == --out=* ]] && out=${a#--out=}
+        prev=$a
+      done
+      mkdir -p "$out"
+      "$python" -m "$module" "$@" --out "$out" | tee "$out/table.md"
+      exit "${PIPESTATUS[0]}"
+    fi
     exec "$python" -m "$module" "$@" ${extra[@]+"${extra[@]}"}
     ;;
   micro\ *)
@@ -175,7 +193,6 @@ driver_args=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
-    --no-setup) setup=0 ;;
     --out) out=$2; shift ;;
     --out=*) out=${1#--out=} ;;
     -h|--help) usage; exit 0 ;;
