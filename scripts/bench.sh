@@ -1,46 +1,201 @@
 #!/usr/bin/env bash
-# bench.sh - joaderfs against the PyTorch DataLoader: the JOADER paper's
-# evaluation scenarios (S1-S6, see docs/benchmarks.md), each run once with
-# every job reading through joaderfs and once with every job using its own
-# torch DataLoader over torchvision's ImageFolder; prints a Markdown table and
-# writes CSV files and plots.
+# bench.sh - the one entry point of joaderfs's benchmarks (bench/, listed with
+# what each proves in docs/benchmarks.md).
 #
-# usage: scripts/bench.sh [--quick] [--scale] [--no-setup] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
+# usage: scripts/bench.sh [--no-setup] [COMMAND] [ARGS...]
+#        scripts/bench.sh --list       one line per command: what it proves
+#        scripts/bench.sh COMMAND --help
+#
+# COMMAND is one of --list's; without one it is `scenarios`. The Python
+# benchmarks are modules of the bench package (bench/GROUP/MODULE.py, run as
+# python3 -m bench.GROUP.MODULE with PYTHONPATH set to this checkout's repo,
+# tests/ and python/ folders: they mount through the harness package,
+# tests/harness); the micro ones are programs of the build
+# (bench/CMakeLists.txt). A command that needs an ImageFolder and is given no
+# --data (no SOURCE for sample-cost) gets a generated one of 200 images in
+# 10 classes, cached under build/bench-data.
+#
+# scenarios [--quick] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
+#   joaderfs against the PyTorch DataLoader: the JOADER paper's evaluation
+#   scenarios (S1-S6), each run once with every job reading through joaderfs
+#   and once with every job using its own torch DataLoader over torchvision's
+#   ImageFolder; prints a Markdown table and writes CSV files and plots.
 #   --quick     a ~3-minute smoke run: 200 images, fewer cases and repetitions
-#   --scale     instead, the decode-once suite at scale (bench/scale_bench.py):
-#               10000 images, RAM at 5/10/20% of the decoded set with and
-#               without a disk tier, S3/S4/S5 schedules, DSA and ISA, the
-#               simulator's prediction beside the daemon's figures (~30 min)
-#   --no-setup  skip scripts/setup.sh (packages and build already there)
+#   --scale     instead, the `scale` command at its full size (kept for old
+#               command lines)
 #   --out DIR   where table.md, runs.csv, jobs.csv, s3.png, s6.png go
 #               (default build/bench-out/full or build/bench-out/quick)
 #   DATASET     an ImageFolder tree to use instead of a generated one
-#   after --, options for bench/driver.py (see its --help), e.g.
+#   after --, options for bench/throughput/driver.py (see its --help), e.g.
 #               -- --scenarios S1,S3 --reps 5
+#   The generated dataset (build/joaderfs-gendata, ImageNet-like JPEG sizes)
+#   is cached under build/bench-data. Every joaderfs daemon is mounted
+#   daemonized, as users run it (its own session, hence process group), one
+#   per run, through the harness package; on exit, error or Ctrl-C
+#   everything this script started is ended and every mount under its work
+#   folder is unmounted.
 #
-# The generated dataset (build/joaderfs-gendata, ImageNet-like JPEG sizes) is
-# cached under build/bench-data. Every joaderfs daemon is mounted daemonized,
-# as users run it (its own session, hence process group), one per run,
-# through the daemon harness tests/integration/mountlib.py; on exit, error or
-# Ctrl-C everything this script started is ended and every mount under its
-# work folder is unmounted.
+# --no-setup  skip scripts/setup.sh (packages and build already there); only
+#             scenarios and scale run it, the other commands need the build.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-quick=0
-scale=0
+build=${BUILD_DIR:-$repo/build}
+python=/usr/bin/python3
+
+# command|how it runs|what it proves (the --list line)
+commands=(
+  "scenarios|driver|joaderfs vs one DataLoader per job, S1-S6 of the JOADER paper: throughput, CPU, decodes and memory as jobs share data"
+  "scale|python bench.scale.decode_once|decode-once at scale: 4 jobs with RAM at 5-20% of the decoded set decode each image about once, as the simulator predicts"
+  "tiers|python bench.tiers.tier_costs|the cache tiers: a disk hit costs a fraction of a decode, a second epoch from RAM is faster, FUSE throughput of RAM hits"
+  "job-store|python bench.tiers.job_store_cost|what keeping jobs across restarts (the job store's writes) costs each read reply"
+  "client-cost|python bench.client.client_cost|the Python client's CPU per sample of RAM hits: raw reads, per-sample and batch paths"
+  "train|python bench.client.train|end-to-end ResNet-18 training of concurrent jobs through joaderfs vs DataLoaders (GPU when present)"
+  "parity|python bench.parity.convergence|training on joaderfs's random crops and flips converges like torchvision's own augmentation"
+  "planner|micro joaderfs-planner-bench|the dependent planner's insert time, planning rate and memory against issue 3's targets"
+  "sample-cost|micro joaderfs-sample-cost-bench|CPU per sample of a decode vs a disk-tier hit vs a crop of a cached base image"
+  "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
+)
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+list() {
+  local entry name what
+  for entry in "${commands[@]}"; do
+    name=${entry%%|*}
+    what=${entry##*|}
+    printf '%-12s %s\n' "$name" "$what"
+  done
+}
+
+# ImageFolder of N generated JPEGs in C classes, made once, cached.
+dataset() {
+  local images=$1 classes=$2 dir
+  dir=$build/bench-data/images-$images-s1
+  if [[ ! -e $dir.complete ]]; then
+    rm -rf "$dir"
+    mkdir -p "$(dirname "$dir")"
+    "$build/joaderfs-gendata" "$dir" --images "$images" --classes "$classes" --seed 1 >&2
+    touch "$dir.complete"
+  fi
+  echo "$dir"
+}
+
+need_built() {
+  local binary
+  for binary in "$@"; do
+    if [[ ! -x $build/$binary ]]; then
+      echo "bench.sh: $build/$binary is not built (run scripts/setup.sh)" >&2
+      exit 1
+    fi
+  done
+}
+
+# --no-setup may come anywhere before a `--`.
 setup=1
+args=()
+while (($#)); do
+  case $1 in
+    --no-setup) setup=0 ;;
+    --) args+=("$@"); break ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+set -- ${args[@]+"${args[@]}"}
+
+command=scenarios
+case ${1:-} in
+  --list) list; exit 0 ;;
+  -h|--help) usage; exit 0 ;;
+  --scale) command=scale; shift; set -- --images 10000 \
+             --data "$build/bench-data/scale-10000" --out "$build/bench-out/scale" "$@" ;;
+  ""|-*|/*|.*) ;;
+  *)
+    for entry in "${commands[@]}"; do
+      if [[ ${entry%%|*} == "$1" ]]; then command=$1; break; fi
+    done
+    if [[ $command == "$1" ]]; then
+      shift
+    elif [[ ! -d $1 ]]; then
+      echo "bench.sh: no command or dataset folder '$1' (scripts/bench.sh --list)" >&2
+      exit 2
+    fi
+    ;;
+esac
+
+how=
+for entry in "${commands[@]}"; do
+  if [[ ${entry%%|*} == "$command" ]]; then how=${entry#*|}; how=${how%%|*}; fi
+done
+
+export PYTHONPATH=$repo:$repo/tests:$repo/python${PYTHONPATH:+:$PYTHONPATH}
+export JOADERFS_BIN=$build/joaderfs JOADERFS_BUILD=$build
+
+has_arg() { local want=$1 a; shift; for a in "$@"; do [[ $a == "$want" || $a == "$want"=* ]] && return 0; done; return 1; }
+
+if [[ $command == scale ]] && ((setup)); then
+  "$repo/scripts/setup.sh"
+fi
+case $how in
+  python\ *)
+    module=${how#python }
+    need_built joaderfs
+    if ! "$python" -c 'import PIL, numpy' 2>/dev/null; then
+      echo "bench.sh: $python lacks PIL/numpy (scripts/setup.sh installs them)" >&2
+      exit 1
+    fi
+    extra=()
+    case $command in
+      tiers) has_arg --bin "$@" || extra+=(--bin "$build/joaderfs") ;;
+      client-cost|train) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
+    esac
+    case $command in
+      tiers|client-cost|train)
+        if ! has_arg --data "$@" && ! has_arg --help "$@"; then
+          need_built joaderfs-gendata
+          extra+=(--data "$(dataset 200 10)")
+        fi ;;
+    esac
+    if [[ $command == scale ]] && ! has_arg --help "$@"; then
+      # Its table is also kept as OUT/table.md (the last --out wins).
+      need_built joaderfs-gendata
+      out=$build/bench-out/scale
+      prev=
+      for a in "$@"; do
+        [[ $prev == --out ]] && out=$a
+        [[ $a == --out=* ]] && out=${a#--out=}
+        prev=$a
+      done
+      mkdir -p "$out"
+      "$python" -m "$module" "$@" --out "$out" | tee "$out/table.md"
+      exit "${PIPESTATUS[0]}"
+    fi
+    exec "$python" -m "$module" "$@" ${extra[@]+"${extra[@]}"}
+    ;;
+  micro\ *)
+    program=${how#micro }
+    need_built "$program"
+    if [[ $command == sample-cost ]] && [[ -z ${1:-} || ${1:-} == -* ]]; then
+      need_built joaderfs-gendata
+      mkdir -p "$build/bench-out/sample-cost-cache"
+      set -- "$(dataset 200 10)" "$build/bench-out/sample-cost-cache" "$@"
+    fi
+    exec "$build/$program" "$@"
+    ;;
+esac
+
+# scenarios: the driver, its dataset and the cleanup of everything it started.
+quick=0
 out=
 dataset=
 driver_args=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
-    --scale) scale=1 ;;
-    --no-setup) setup=0 ;;
     --out) out=$2; shift ;;
     --out=*) out=${1#--out=} ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     --) shift; driver_args=("$@"); break ;;
     -*) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     *) dataset=$1 ;;
@@ -51,24 +206,10 @@ done
 if ((setup)); then
   "$repo/scripts/setup.sh"
 fi
-build=${BUILD_DIR:-$repo/build}
-for binary in "$build/joaderfs" "$build/joaderfs-gendata"; do
-  if [[ ! -x $binary ]]; then
-    echo "bench.sh: $binary is not built (run scripts/setup.sh)" >&2
-    exit 1
-  fi
-done
-python=/usr/bin/python3
+need_built joaderfs joaderfs-gendata
 if ! "$python" -c 'import torch, torchvision, PIL, numpy' 2>/dev/null; then
   echo "bench.sh: $python lacks torch/torchvision/PIL/numpy (scripts/setup.sh installs them)" >&2
   exit 1
-fi
-
-if ((scale)); then
-  out=${out:-$build/bench-out/scale}
-  mkdir -p "$out"
-  exec "$python" "$repo/bench/scale_bench.py" --images 10000 \
-    --data "$build/bench-data/scale-10000" --out "$out" "${driver_args[@]}" | tee "$out/table.md"
 fi
 
 if ((quick)); then
@@ -83,13 +224,7 @@ else
 fi
 
 if [[ -z $dataset ]]; then
-  dataset=$repo/build/bench-data/images-$images-s1
-  if [[ ! -e $dataset.complete ]]; then
-    rm -rf "$dataset"
-    mkdir -p "$(dirname "$dataset")"
-    "$build/joaderfs-gendata" "$dataset" --images "$images" --classes "$classes" --seed 1
-    touch "$dataset.complete"
-  fi
+  dataset=$(dataset "$images" "$classes")
 fi
 if [[ ! -d $dataset ]]; then
   echo "bench.sh: $dataset is not a folder" >&2
@@ -141,7 +276,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 echo "bench.sh: dataset $dataset, results in $out, work folder $work"
-"$python" "$repo/bench/driver.py" --data "$dataset" --joaderfs "$build/joaderfs" \
+"$python" -m bench.throughput.driver --data "$dataset" --joaderfs "$build/joaderfs" \
   --workdir "$work" --pidfile "$pidfile" --out "$out" "${mode_args[@]}" \
   ${driver_args[@]+"${driver_args[@]}"} &
 driver_pid=$!

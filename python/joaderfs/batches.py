@@ -45,17 +45,9 @@ from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
 import numpy as np
 
-from .stream import (ALIGNMENT, HEADER_SIZE, PathLike, StreamError,
-                     open_next, parse_header)
+from .stream import (ALIGNMENT, HEADER_DTYPE, HEADER_SIZE, PathLike,
+                     StreamError, open_next, parse_header)
 
-# The header of joaderfs-stream(5) as a numpy record, to read B headers at
-# once.
-HEADER_DTYPE = np.dtype([
-    ("magic", "S4"), ("header_size", "<u4"), ("id", "<u8"), ("label", "<i8"),
-    ("epoch", "<u4"), ("flags", "<u4"), ("height", "<u4"), ("width", "<u4"),
-    ("channels", "<u4"), ("dtype", "<u4"), ("payload_bytes", "<u8"),
-    ("reserved", "<u8")])
-assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
 # The header's 32-bit words that must equal the first record's: magic, header
 # size, height, width, channels, dtype and payload bytes (two words).

@@ -21,10 +21,18 @@ ALIGNMENT = 64  # records are padded to a multiple of this
 CHANNELS = 3
 DTYPE_UINT8 = 1
 
-# magic, header size, id, label, epoch, flags, height, width, channels,
-# dtype, payload bytes, reserved.
-_HEADER = struct.Struct("<4sIQqIIIIIIQQ")
-assert _HEADER.size == HEADER_SIZE
+# The record header of joaderfs-stream(5), the one definition of it in
+# Python: (field, struct code, numpy type), little-endian, in order.  HEADER
+# unpacks one header; HEADER_DTYPE reads many at once (batches.py).
+HEADER_FIELDS = (
+    ("magic", "4s", "S4"), ("header_size", "I", "<u4"), ("id", "Q", "<u8"),
+    ("label", "q", "<i8"), ("epoch", "I", "<u4"), ("flags", "I", "<u4"),
+    ("height", "I", "<u4"), ("width", "I", "<u4"), ("channels", "I", "<u4"),
+    ("dtype", "I", "<u4"), ("payload_bytes", "Q", "<u8"),
+    ("reserved", "Q", "<u8"))
+HEADER = struct.Struct("<" + "".join(code for _, code, _ in HEADER_FIELDS))
+HEADER_DTYPE = np.dtype([(name, dt) for name, _, dt in HEADER_FIELDS])
+assert HEADER.size == HEADER_DTYPE.itemsize == HEADER_SIZE
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -70,7 +78,7 @@ def parse_header(data: bytes | bytearray | memoryview,
     Raises StreamError naming the offset and the bad field.
     """
     (magic, header_size, sample_id, label, epoch, _flags, height, width,
-     channels, dtype, payload_bytes, _reserved) = _HEADER.unpack(data)
+     channels, dtype, payload_bytes, _reserved) = HEADER.unpack(data)
     where = f"record header at byte {offset}"
     if magic != MAGIC:
         raise StreamError(f"{where}: bad magic {bytes(magic)!r}, "

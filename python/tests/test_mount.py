@@ -2,7 +2,7 @@
 
 The daemon is ``$JOADERFS_BIN`` (default: build/joaderfs of this checkout),
 daemonized as admins run it (no ``-f``), through the repository's daemon
-harness, tests/integration/mountlib.py: cleanup always unmounts, then reaps
+harness, tests/harness (on PYTHONPATH): cleanup always unmounts, then reaps
 the daemon and checks that it exited cleanly (or kills it after a grace
 period).
 """
@@ -20,11 +20,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+import harness
 import joaderfs
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.append(str(REPO / "tests" / "integration"))  # after this folder
-import mountlib  # noqa: E402
 
 try:
     import torch
@@ -62,7 +59,7 @@ def make_image_folder(root: Path) -> dict[str, tuple[int, int, int]]:
     return colours
 
 
-def unmount_cleanly(mount: mountlib.Mount) -> None:
+def unmount_cleanly(mount: harness.Mount) -> None:
     """Unmounts and reaps the daemon; a daemon that did not exit 0 fails
     the class, with its log."""
     status = mount.unmount()
@@ -82,13 +79,13 @@ class MountTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        mountlib.require_binary()
+        harness.require_binary()
         folder = tempfile.mkdtemp(prefix="joaderfs-client-test-")
         cls.addClassCleanup(shutil.rmtree, folder, ignore_errors=True)
         cls.source = Path(folder) / "images"
         cls.source.mkdir()
         cls.colours = make_image_folder(cls.source)
-        daemon = mountlib.Mount(
+        daemon = harness.Mount(
             str(cls.source), folder,
             {"cache_dir": "none", "ram_cache": "256M", "size": str(SIZE),
              "log_level": "info"}, defaults={})

@@ -18,8 +18,8 @@ import unittest
 import numpy as np
 from PIL import Image
 
-import mountlib
-from mountlib import JoaderTestCase, read_epoch, ids_of
+import harness
+from harness import JoaderTestCase, read_epoch, ids_of
 
 FLIPPED = 1
 CROP_BOX = 2
@@ -75,7 +75,7 @@ class AugmentTest(JoaderTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data_dir = tempfile.mkdtemp(prefix="joaderfs-data-")
         cls.source = os.path.join(cls._data_dir, "src")
         rng = np.random.default_rng(3)
@@ -83,10 +83,10 @@ class AugmentTest(JoaderTestCase):
         for k in range(60):
             cls_name = "c%d" % (k % 3)
             os.makedirs(os.path.join(cls.source, cls_name), exist_ok=True)
-            w, h = mountlib.SIZES[k % len(mountlib.SIZES)]
+            w, h = harness.SIZES[k % len(harness.SIZES)]
             rel = "%s/i%02d.png" % (cls_name, k)
-            mountlib._image(rng, w, h).save(os.path.join(cls.source, rel))
-        cls.order = mountlib.imagefolder_order(cls.source)
+            harness._image(rng, w, h).save(os.path.join(cls.source, rel))
+        cls.order = harness.imagefolder_order(cls.source)
         cls.N = len(cls.order)
         cls.pictures = [np.asarray(Image.open(os.path.join(cls.source, rel))
                                    .convert("RGB"))
@@ -241,7 +241,7 @@ class AugmentTest(JoaderTestCase):
                                   stdout=subprocess.PIPE)
                  for job in specs]
         for p in procs:
-            out, _ = p.communicate(timeout=mountlib.EPOCH_TIMEOUT)
+            out, _ = p.communicate(timeout=harness.EPOCH_TIMEOUT)
             self.assertEqual(p.returncode, 0)
             self.assertGreater(int(out), 0)
         stats = m.stats()
@@ -255,13 +255,13 @@ class SharedRenderTest(JoaderTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data_dir = tempfile.mkdtemp(prefix="joaderfs-data-")
         cls.source = os.path.join(cls._data_dir, "src")
         cls.N = 300
         # ImageNet-like JPEGs (about 400 x 360): decodes that take as long
         # as real ones keep the jobs' pace, as it is in real use.
-        gendata = os.path.join(os.path.dirname(mountlib.BIN), "joaderfs-gendata")
+        gendata = os.path.join(os.path.dirname(harness.BIN), "joaderfs-gendata")
         subprocess.run([gendata, cls.source, "--images", str(cls.N), "--classes", "3"],
                        check=True, stdout=subprocess.DEVNULL)
 
@@ -288,7 +288,7 @@ class SharedRenderTest(JoaderTestCase):
             p.stdin.write(b"go\n")
             p.stdin.flush()
         for p in procs:
-            p.communicate(timeout=mountlib.EPOCH_TIMEOUT)
+            p.communicate(timeout=harness.EPOCH_TIMEOUT)
             self.assertEqual(p.returncode, 0)
         stats = m.stats()
         for job in specs:

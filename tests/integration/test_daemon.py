@@ -11,8 +11,8 @@ import tempfile
 import time
 import unittest
 
-import mountlib
-from mountlib import (BIN, FUSERMOUNT, DatasetMixin, JoaderTestCase,
+import harness
+from harness import (BIN, FUSERMOUNT, DatasetMixin, JoaderTestCase,
                       format_options, ids_of, is_mounted, read_epoch)
 
 # /bin/sh's PATH when the environment has none (mount(8) runs its helpers
@@ -81,7 +81,7 @@ def fstab_cycle(fstab, mnt, bind_src=None, bind_dst=None):
         # Read an epoch, so that disk writes are queued at the umount.
         os.mkdir(os.path.join(mnt, "jobs", "f"))
         with open(os.path.join(mnt, "jobs", "f", "next"), "rb") as f:
-            out["records"] = len(mountlib.parse_records(f.read()))
+            out["records"] = len(harness.parse_records(f.read()))
         u = subprocess.run(["umount", mnt], capture_output=True, text=True)
         out.update(umount_rc=u.returncode, umount_stderr=u.stderr,
                    unmounted=not is_mounted(mnt))
@@ -283,8 +283,8 @@ class LifecycleTest(DatasetMixin, JoaderTestCase):
         with .close() (done in cleanup otherwise)."""
         reader = Fd(os.open(m.mkjob("r", spec="window=1"), os.O_RDONLY))
         self.addCleanup(reader.close)
-        data = mountlib.read_exact(reader.fd, mountlib.record_size(64 * 64 * 3))
-        self.assertEqual(len(mountlib.parse_records(data)), 1)
+        data = harness.read_exact(reader.fd, harness.record_size(64 * 64 * 3))
+        self.assertEqual(len(harness.parse_records(data)), 1)
         return reader
 
     def test_fusermount_with_open_reader(self):
@@ -348,7 +348,7 @@ class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
                         % (m.stats()["disk_entries"], n, m.stats()))
 
     def read_one_epoch(self, m, job):
-        records = mountlib.read_epoch(m.mkjob(job))[0]
+        records = harness.read_epoch(m.mkjob(job))[0]
         self.assertEqual(sorted(r.id for r in records),
                          list(range(len(self.order))))
 
@@ -373,7 +373,7 @@ class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
         they would share one disk budget."""
         cache = self.tempdir()
         first = self.disk_mount(cache)
-        other = mountlib.make_imagefolder(os.path.join(self.tempdir(), "o"),
+        other = harness.make_imagefolder(os.path.join(self.tempdir(), "o"),
                                           {"x": ["1.jpg", "2.jpg"]})
         for source in (self.source, other):
             d = self.tempdir()
@@ -402,13 +402,13 @@ class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
         r = subprocess.run([BIN, "-o", "cache_dir=cache,log=log.txt,"
                             "ram_cache=64M,size=64", "src", "mnt"], cwd=d,
                            capture_output=True, text=True, timeout=60)
-        daemon = mountlib.DaemonProcess(mountlib.daemon_pid(mnt, cwd=d))
+        daemon = harness.DaemonProcess(harness.daemon_pid(mnt, cwd=d))
         self.addCleanup(daemon.kill)
         self.addCleanup(lambda: is_mounted(mnt) and subprocess.run(
             [FUSERMOUNT, "-u", "-z", mnt]))
         self.assertEqual(r.returncode, 0, r.stderr)
         os.mkdir(os.path.join(mnt, "jobs", "j"))
-        records = mountlib.read_epoch(os.path.join(mnt, "jobs", "j", "next"))[0]
+        records = harness.read_epoch(os.path.join(mnt, "jobs", "j", "next"))[0]
         self.assertEqual(sorted(r.id for r in records), list(range(len(self.order))))
         daemon.send_signal(signal.SIGTERM)
         self.assertEqual(daemon.wait(10), 0)
@@ -494,9 +494,9 @@ class BadSamplesTest(JoaderTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._dir = tempfile.mkdtemp(prefix="joaderfs-data-")
-        cls.source = mountlib.make_imagefolder(
+        cls.source = harness.make_imagefolder(
             os.path.join(cls._dir, "src"),
             {"a": ["1.jpg", "2.jpg", "broken.jpg", "3.jpg"],
              "b": ["4.jpg", "notes.jpg", "5.jpg"],
@@ -508,7 +508,7 @@ class BadSamplesTest(JoaderTestCase):
             f.write(data[:len(data) // 2])
         with open(os.path.join(cls.source, "b", "notes.jpg"), "w") as f:
             f.write("these are my notes, not a JPEG\n" * 20)
-        cls.order = mountlib.imagefolder_order(cls.source)
+        cls.order = harness.imagefolder_order(cls.source)
         cls.bad = {i for i, (rel, _) in enumerate(cls.order)
                    if rel in ("a/broken.jpg", "b/notes.jpg")}
 
@@ -567,9 +567,9 @@ class SlowSampleTest(JoaderTestCase):
     the outer job's reader blocks in read() until the test sends SIGCONT."""
 
     def setUp(self):
-        mountlib.require_binary()
+        harness.require_binary()
         d = self.tempdir()
-        images = mountlib.make_imagefolder(os.path.join(d, "imgs"),
+        images = harness.make_imagefolder(os.path.join(d, "imgs"),
                                            {"a": ["1.jpg", "2.jpg"]})
         self.inner = self.mount(images)
         # The outer SOURCE: a manifest beside links to the images and to the
@@ -649,11 +649,11 @@ class SlowSampleTest(JoaderTestCase):
         path = self.outer.mkjob("w", ids="0\ninner/README\n")
         fd = os.open(path, os.O_RDONLY)
         try:
-            data = mountlib.read_exact(fd, mountlib.record_size(64 * 64 * 3),
+            data = harness.read_exact(fd, harness.record_size(64 * 64 * 3),
                                        timeout=15)
-            self.assertEqual([r.id for r in mountlib.parse_records(data)], [0])
+            self.assertEqual([r.id for r in harness.parse_records(data)], [0])
             self.resume()
-            self.assertEqual(mountlib.read_to_eof(fd, timeout=15), b"",
+            self.assertEqual(harness.read_to_eof(fd, timeout=15), b"",
                              "the slow sample is not an image: skipped")
         finally:
             os.close(fd)

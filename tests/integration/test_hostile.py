@@ -17,8 +17,8 @@ import time
 import unittest
 import zlib
 
-import mountlib
-from mountlib import (BIN, FUSERMOUNT, DatasetMixin, JoaderTestCase,
+import harness
+from harness import (BIN, FUSERMOUNT, DatasetMixin, JoaderTestCase,
                       imagefolder_order, is_mounted, make_imagefolder)
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -214,7 +214,7 @@ print(json.dumps({"bytes": n}))
                                           growth >> 20))
         self.assertEqual(status["skipped"], 1, status)
         self.assertEqual(status["delivered"], 3, status)
-        self.assertEqual(out["bytes"], 3 * mountlib.record_size(64 * 64 * 3))
+        self.assertEqual(out["bytes"], 3 * harness.record_size(64 * 64 * 3))
         self.assertLess(growth, 64 * MIB)
 
     # ------------------------------------------------- failure 3: stall bound
@@ -328,7 +328,7 @@ os._exit(0)  # a reader still blocked must not hold us
 """
         got = finish(as_nobody(script, m.mnt, ",".join(ids), ",".join(others)),
                      60)
-        record = mountlib.record_size(32 * 32 * 3)
+        record = harness.record_size(32 * 32 * 3)
         self.assertEqual(got.get("other"), len(others) * record, got)
         self.assertEqual(got.get("fifos"), 1 * record, got)  # a/3.jpg
         self.assertEqual(m.status("fifos")["skipped"], 2)

@@ -9,8 +9,8 @@ import sys
 import time
 import unittest
 
-import mountlib
-from mountlib import DatasetMixin, JoaderTestCase, read_epoch, ids_of
+import harness
+from harness import DatasetMixin, JoaderTestCase, read_epoch, ids_of
 
 
 class JobsTest(DatasetMixin, JoaderTestCase):
@@ -171,7 +171,7 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         try:
             # opening alone does not freeze the spec: only a read does
             m.write_spec("b", "size=32")
-            data = mountlib.read_exact(fd, 64)
+            data = harness.read_exact(fd, 64)
             self.assertEqual(data[:4], b"JSF1")
             self.assertErrno(errno.EBUSY, m.write_spec, "b", "size=48")
             self.assertErrno(errno.EBUSY, m.write_file, "b", "ids", "1\n")
@@ -213,14 +213,14 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         m.mkjob("stays")
         fd = os.open(path, os.O_RDONLY)
         try:
-            data = mountlib.read_exact(fd, mountlib.record_size(64 * 64 * 3))
-            self.assertEqual(len(mountlib.parse_records(data)), 1)
+            data = harness.read_exact(fd, harness.record_size(64 * 64 * 3))
+            self.assertEqual(len(harness.parse_records(data)), 1)
             os.rmdir(m.path("jobs", "gone"))
             self.assertNotIn("gone", os.listdir(m.path("jobs")))
             self.assertNotIn("gone", m.stats()["jobs"])
             self.assertIn("stays", m.stats()["jobs"])
             self.assertFalse(os.path.exists(m.path("jobs", "gone")))
-            self.assertErrno(errno.ENODEV, mountlib.read_exact, fd, 1 << 20,
+            self.assertErrno(errno.ENODEV, harness.read_exact, fd, 1 << 20,
                              timeout=15)
         finally:
             os.close(fd)
@@ -244,8 +244,8 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         path = m.mkjob("idle", spec="window=1 size=32")
         fd = os.open(path, os.O_RDONLY)
         try:
-            head = mountlib.parse_records(mountlib.read_exact(
-                fd, 4 * mountlib.record_size(32 * 32 * 3)))
+            head = harness.parse_records(harness.read_exact(
+                fd, 4 * harness.record_size(32 * 32 * 3)))
         finally:
             os.close(fd)
         before = m.status("idle")

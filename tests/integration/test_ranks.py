@@ -22,14 +22,14 @@ import sys
 import threading
 import unittest
 
-import mountlib
-from mountlib import DatasetMixin, JoaderTestCase, read_epoch, read_exact
+import harness
+from harness import DatasetMixin, JoaderTestCase, read_epoch, read_exact
 
 SUBSET = 23  # range:0-22
 
 
 def record_bytes(size):
-    return mountlib.record_size(size * size * 3)
+    return harness.record_size(size * size * 3)
 
 
 def read_records(fd, count, size=64):
@@ -37,7 +37,7 @@ def read_records(fd, count, size=64):
     then hands out exactly those."""
     out = []
     for _ in range(count):
-        out += mountlib.parse_records(read_exact(fd, record_bytes(size)))
+        out += harness.parse_records(read_exact(fd, record_bytes(size)))
     return out
 
 

@@ -23,8 +23,8 @@ import sys
 import textwrap
 import unittest
 
-import mountlib
-from mountlib import DatasetMixin, JoaderTestCase
+import harness
+from harness import DatasetMixin, JoaderTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")

@@ -11,8 +11,8 @@ import unittest
 import numpy as np
 from PIL import Image
 
-import mountlib
-from mountlib import DatasetMixin, JoaderTestCase, read_epoch, ids_of
+import harness
+from harness import DatasetMixin, JoaderTestCase, read_epoch, ids_of
 
 MAD_BOUND = 6.0  # mean |daemon - PIL| per pixel value, 0-255 scale
 
@@ -46,7 +46,7 @@ class StreamTest(DatasetMixin, JoaderTestCase):
     def pixel_mads(self, records, size):
         mads = []
         for r in records:
-            ref = mountlib.reference_pixels(
+            ref = harness.reference_pixels(
                 os.path.join(self.source, self.order[r.id][0]), size)
             got = r.pixels()
             self.assertEqual(got.shape, ref.shape,
@@ -225,13 +225,13 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         fd = os.open(path, os.O_RDONLY)
         try:
             # sizes smaller than a header, odd, and straddling records
-            data = mountlib.read_to_eof(fd, (1, 7, 63, 64, 65, 1000, 12351,
+            data = harness.read_to_eof(fd, (1, 7, 63, 64, 65, 1000, 12351,
                                              12353, 100000, 3))
-            self.assertEqual(mountlib.read_exact(fd, 4096, timeout=15), b"",
+            self.assertEqual(harness.read_exact(fd, 4096, timeout=15), b"",
                              "a read after EOF must give EOF again")
         finally:
             os.close(fd)
-        recs = mountlib.parse_records(data)
+        recs = harness.parse_records(data)
         self.check_records(recs, 64)
         self.assertEqual(sorted(r.id for r in recs), list(range(self.N)))
 
@@ -241,7 +241,7 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         try:
             self.assertErrno(errno.ESPIPE, os.lseek, fd, 0, os.SEEK_SET)
             self.assertErrno(errno.ESPIPE, os.pread, fd, 64, 0)
-            head = mountlib.read_exact(fd, 64)
+            head = harness.read_exact(fd, 64)
             self.assertEqual(head[:4], b"JSF1")
             self.assertErrno(errno.ESPIPE, os.lseek, fd, 0, os.SEEK_SET)
         finally:
@@ -265,9 +265,9 @@ class StreamTest(DatasetMixin, JoaderTestCase):
             self.assertEqual(m.status("st")["readers"], 2)
             os.close(fds.pop())
             self.assertEqual(m.status("st")["readers"], 1)
-            rec_bytes = mountlib.record_size(64 * 64 * 3)
-            data = mountlib.read_exact(fds[0], 3 * rec_bytes)
-            self.assertEqual(len(mountlib.parse_records(data)), 3)
+            rec_bytes = harness.record_size(64 * 64 * 3)
+            data = harness.read_exact(fds[0], 3 * rec_bytes)
+            self.assertEqual(len(harness.parse_records(data)), 3)
             st = m.status("st")
             self.assertEqual(st["epoch"], 0)
             self.assertGreaterEqual(st["delivered"], 3)
@@ -281,7 +281,7 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         finally:
             for fd in fds:
                 os.close(fd)
-        first = [r.id for r in mountlib.parse_records(data)]
+        first = [r.id for r in harness.parse_records(data)]
         st = m.status("st")
         self.assertEqual(st["readers"], 0)
         self.assertEqual(st["epoch"], 0)
@@ -302,11 +302,11 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         path = m.mkjob("join", spec="window=1")
         fd = os.open(path, os.O_RDONLY)
         try:
-            head = mountlib.parse_records(mountlib.read_exact(
-                fd, 5 * mountlib.record_size(64 * 64 * 3)))
+            head = harness.parse_records(harness.read_exact(
+                fd, 5 * harness.record_size(64 * 64 * 3)))
             self.assertEqual(len(head), 5)
             late = read_epoch(path, 1)[0]   # opens, reads to EOF, closes
-            rest = mountlib.parse_records(mountlib.read_exact(fd, 1 << 24))
+            rest = harness.parse_records(harness.read_exact(fd, 1 << 24))
         finally:
             os.close(fd)
         recs = head + late + rest
@@ -320,13 +320,13 @@ class StreamTest(DatasetMixin, JoaderTestCase):
         a = m.mkjob("a", spec="window=1")
         fd = os.open(a, os.O_RDONLY)
         try:
-            first = mountlib.parse_records(mountlib.read_exact(
-                fd, 4 * mountlib.record_size(64 * 64 * 3)))
+            first = harness.parse_records(harness.read_exact(
+                fd, 4 * harness.record_size(64 * 64 * 3)))
             m.mkjob("b", spec="subset=classes:1-2")
             m.mkjob("c", spec="size=32 subset=range:3-17")
             m.mkjob("gone", spec="subset=random:0.5:3")
             g = os.open(m.path("jobs", "gone", "next"), os.O_RDONLY)
-            mountlib.read_exact(g, 2 * mountlib.record_size(64 * 64 * 3))
+            harness.read_exact(g, 2 * harness.record_size(64 * 64 * 3))
             results = {}
 
             def run(job, readers):
@@ -342,7 +342,7 @@ class StreamTest(DatasetMixin, JoaderTestCase):
                 t.start()
             os.close(g)
             os.rmdir(m.path("jobs", "gone"))
-            rest = mountlib.parse_records(mountlib.read_exact(fd, 1 << 24))
+            rest = harness.parse_records(harness.read_exact(fd, 1 << 24))
             for t in threads:
                 t.join()
         finally:
@@ -402,7 +402,7 @@ class GrayscaleTest(DatasetMixin, JoaderTestCase):
         for r in recs:
             self.assertEqual((r.height, r.width, r.channels, r.payload_bytes),
                              (64, 64, 3, 64 * 64 * 3), r)
-            ref = mountlib.reference_pixels(
+            ref = harness.reference_pixels(
                 os.path.join(self.source, self.order[r.id][0]), 64)
             mad = float(np.abs(r.pixels().astype(np.int16) - ref).mean())
             self.assertLess(mad, MAD_BOUND, "id %d (%s)"
@@ -413,9 +413,9 @@ class ManifestSourceTest(JoaderTestCase):
     """SOURCE may be a manifest file: relpath<TAB>label, ids in file order."""
 
     def test_manifest_file_source(self):
-        mountlib.require_binary()
+        harness.require_binary()
         d = self.tempdir()
-        root = mountlib.make_imagefolder(
+        root = harness.make_imagefolder(
             os.path.join(d, "imgs"), {"x": ["1.jpg", "2.jpg"],
                                       "y": ["3.jpg", "4.jpg", "5.jpg"]})
         entries = [("y/5.jpg", 4), ("x/1.jpg", 0), ("y/3.jpg", 7),
@@ -432,7 +432,7 @@ class ManifestSourceTest(JoaderTestCase):
         self.assertEqual(sorted(r.id for r in recs), list(range(len(entries))))
         for r in recs:
             self.assertEqual(r.label, entries[r.id][1])
-            ref = mountlib.reference_pixels(
+            ref = harness.reference_pixels(
                 os.path.join(root, entries[r.id][0]), 64)
             mad = float(np.abs(r.pixels().astype(np.int16) - ref).mean())
             self.assertLess(mad, MAD_BOUND)

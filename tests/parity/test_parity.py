@@ -5,27 +5,21 @@
   crop=center flip=0.5 every delivery is the centre crop or its exact
   mirror, mirrored at a rate a binomial test accepts as 0.5, with the
   record's flipped flag telling which.
-- TestConvergence: a reduced bench/parity.py run (one seed, fewer images
-  and epochs than docs/parity.md's): both systems learn well above chance
-  and end within CONVERGENCE_BOUND points of each other.
+- TestConvergence: a reduced run of the experiment that
+  bench/parity/convergence.py runs in full (harness.convergence; one seed,
+  fewer images and epochs than docs/parity.md's): both systems learn well
+  above chance and end within CONVERGENCE_BOUND points of each other.
 """
 
 import math
-import os
 import shutil
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-
-import mountlib  # noqa: E402
-from mountlib import DatasetMixin, JoaderTestCase, read_epoch  # noqa: E402
+import harness
+from harness import DatasetMixin, JoaderTestCase, read_epoch
 
 # One seed of a short run: seeds alone move the final accuracy by several
 # points here, so the reduced run's bound is wider than the full
@@ -110,19 +104,18 @@ class TestDaemonAugments(DatasetMixin, JoaderTestCase):
 
 class TestConvergence(unittest.TestCase):
     def test_joaderfs_matches_torchvision(self):
-        mountlib.require_binary()
-        import parity
-        import textures
+        harness.require_binary()
+        from harness import convergence
         data = tempfile.mkdtemp(prefix="joaderfs-parity-test-")
         self.addCleanup(shutil.rmtree, data, True)
-        train, val = textures.generate(data, train=100, val=40, seed=1)
-        result = parity.run_experiment(train, val, seeds=[1],
-                                       systems=parity.SYSTEMS, epochs=6,
-                                       batch=32, lr=0.05)
+        train, val = harness.make_textures(data, train=100, val=40, seed=1)
+        result = convergence.run_experiment(
+            train, val, seeds=[1], systems=convergence.SYSTEMS, epochs=6,
+            batch=32, lr=0.05)
         self.assertEqual(result["skipped"], {})
-        print(parity.summary_table(result, [1]))
-        accuracy = {s: parity.final_accuracies(result, s)[0]
-                    for s in parity.SYSTEMS}
+        print(convergence.summary_table(result, [1]))
+        accuracy = {s: convergence.final_accuracies(result, s)[0]
+                    for s in convergence.SYSTEMS}
         for system, acc in accuracy.items():
             self.assertGreaterEqual(acc, CONVERGENCE_FLOOR,
                                     "%s reached only %.3f" % (system, acc))

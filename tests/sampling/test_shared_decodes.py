@@ -10,12 +10,10 @@ and must cost more.
 """
 
 import os
-import sys
 import threading
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import mountlib  # noqa: E402
+import harness
 
 SIZE = 32
 PER_CLASS = 250
@@ -41,15 +39,15 @@ def records(path):
             header = read_exactly(fd, 64)
             if not header:
                 return
-            fields = mountlib.HEADER.unpack(header)
-            assert fields[0] == mountlib.MAGIC, fields
-            read_exactly(fd, mountlib.record_size(fields[10]) - 64)
+            fields = harness.HEADER.unpack(header)
+            assert fields[0] == harness.MAGIC, fields
+            read_exactly(fd, harness.record_size(fields[10]) - 64)
             yield fields[2]
     finally:
         os.close(fd)
 
 
-class SharedDecodesTest(mountlib.DatasetMixin, mountlib.JoaderTestCase):
+class SharedDecodesTest(harness.DatasetMixin, harness.JoaderTestCase):
     LAYOUT = LAYOUT
 
     def run_pair(self, spec_a, spec_b, sampler):
@@ -77,7 +75,7 @@ class SharedDecodesTest(mountlib.DatasetMixin, mountlib.JoaderTestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=mountlib.EPOCH_TIMEOUT)
+            t.join(timeout=harness.EPOCH_TIMEOUT)
         self.assertFalse(any(t.is_alive() for t in threads), "an epoch did not end")
         self.assertEqual(errors, [])
         for name, ids in seen.items():

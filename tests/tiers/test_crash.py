@@ -12,14 +12,12 @@
 
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import mountlib  # noqa: E402
-from mountlib import TierTestCase, digests, log, wait_for  # noqa: E402
+import harness
+from harness import TierTestCase, digests, log, wait_for
 
 N_CRASH = 200
 # 150 KB per sample at 224: ~30 MB to write, so memtables flush mid-epoch.
@@ -58,11 +56,11 @@ class CrashTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = mountlib.make_dataset(
+        cls.source, cls.order = harness.make_dataset(
             os.path.join(cls._data, "src"), N_CRASH, classes=5, seed=21)
-        cls.small_source, _ = mountlib.make_dataset(
+        cls.small_source, _ = harness.make_dataset(
             os.path.join(cls._data, "small"), N_CORRUPT, classes=4, seed=22)
         cls._refs = {}
 
@@ -162,7 +160,7 @@ class CrashTest(TierTestCase):
         self.clean_unmount(m)
 
     def read_after_damage(self, cache_dir, what):
-        ref = self.ref(self.small_source, mountlib.SIZE, N_CORRUPT)
+        ref = self.ref(self.small_source, harness.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
                                            "threads": "2"})
         recs = self.read_job(m, "after")
@@ -180,20 +178,20 @@ class CrashTest(TierTestCase):
     def test_corrupt_slot_files(self):
         cache_dir = self.tempdir()
         self.fill_tier(cache_dir)
-        blobs = mountlib.cache_files(cache_dir, prefix="slots-")
+        blobs = harness.cache_files(cache_dir, prefix="slots-")
         self.assertTrue(blobs, "no slot files under %s" % cache_dir)
         for b in blobs:
             # Inside a slot's pixels: slots end in unread padding (their sizes
             # go in steps), where damage is harmless.
             size = os.path.getsize(b)
-            offs = mountlib.flip_bytes(b, [
-                (int(f * size / mountlib.SLOT) + 0.4) * mountlib.SLOT / size
+            offs = harness.flip_bytes(b, [
+                (int(f * size / harness.SLOT) + 0.4) * harness.SLOT / size
                 for f in (0.3, 0.5, 0.7)])
             log("flipped 3x64 bytes of %s (%d bytes) at %s",
                 os.path.basename(b), os.path.getsize(b), offs)
         st = self.read_after_damage(cache_dir, "damaged slot files")
         # A second remount: the dropped entries were rewritten.
-        ref = self.ref(self.small_source, mountlib.SIZE, N_CORRUPT)
+        ref = self.ref(self.small_source, harness.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
                                            "threads": "2"})
         recs = self.read_job(m, "again")
@@ -206,16 +204,16 @@ class CrashTest(TierTestCase):
     def test_corrupt_index_files(self):
         cache_dir = self.tempdir()
         self.fill_tier(cache_dir)
-        ssts = (mountlib.cache_files(cache_dir, ".sst") +
-                mountlib.cache_files(cache_dir, ".log"))
+        ssts = (harness.cache_files(cache_dir, ".sst") +
+                harness.cache_files(cache_dir, ".log"))
         self.assertTrue(ssts, "no index files under %s" % cache_dir)
         for f in ssts:
-            offs = mountlib.flip_bytes(f, fractions=(0.5,), length=16)
+            offs = harness.flip_bytes(f, fractions=(0.5,), length=16)
             log("flipped 16 bytes of %s (%d bytes) at %s",
                 os.path.basename(f), os.path.getsize(f), offs)
         st = self.read_after_damage(cache_dir, "damaged index files")
         # A second remount: what was dropped or lost was stored again.
-        ref = self.ref(self.small_source, mountlib.SIZE, N_CORRUPT)
+        ref = self.ref(self.small_source, harness.SIZE, N_CORRUPT)
         m = self.mount(self.small_source, {"cache_dir": cache_dir,
                                            "threads": "2"})
         recs = self.read_job(m, "again")

@@ -9,15 +9,13 @@ the new ones.
 
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import mountlib  # noqa: E402
-from mountlib import SIZE, TierTestCase, digests, log  # noqa: E402
+import harness
+from harness import SIZE, TierTestCase, digests, log
 
 N = 40
 
@@ -26,9 +24,9 @@ class RestartTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = mountlib.make_dataset(
+        cls.source, cls.order = harness.make_dataset(
             os.path.join(cls._data, "src"), N, classes=4, seed=11)
 
     @classmethod
@@ -50,7 +48,7 @@ class RestartTest(TierTestCase):
         self.assertEqual(st1["decoded"], N, st1)
         before = digests(first)
         self.clean_unmount(m1)
-        self.assertTrue(mountlib.cache_files(cache_dir, prefix="slots-"),
+        self.assertTrue(harness.cache_files(cache_dir, prefix="slots-"),
                         "no slot file under %s after a clean unmount: %s"
                         % (cache_dir, os.listdir(cache_dir)))
 
@@ -75,8 +73,8 @@ class RestartTest(TierTestCase):
         rel = self.order[victim][0]
         path = os.path.join(self.source, rel)
         old_pixels = {r.id: r.pixels().copy() for r in first}[victim]
-        mountlib.rewrite_image(path, seed=999)
-        new_ref = mountlib.reference_pixels(path, SIZE)
+        harness.rewrite_image(path, seed=999)
+        new_ref = harness.reference_pixels(path, SIZE)
 
         m3 = self.mount_d(cache_dir)
         third = self.read_job(m3, "third")

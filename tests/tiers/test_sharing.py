@@ -16,14 +16,12 @@ RAM use seen in /stats during each run is printed.
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import mountlib  # noqa: E402
-from mountlib import PIXELS, SIZE, PacedReader, TierTestCase, log  # noqa: E402
+import harness
+from harness import PIXELS, SIZE, PacedReader, TierTestCase, log
 
 N = 240
 RAM_CACHE = N * PIXELS // 10          # 10% of the decoded dataset
@@ -35,9 +33,9 @@ class SharingTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = mountlib.make_dataset(
+        cls.source, cls.order = harness.make_dataset(
             os.path.join(cls._data, "src"), N, classes=8, seed=4)
         assert len(cls.order) == N
 
@@ -86,7 +84,7 @@ class SharingTest(TierTestCase):
         log("%s%s: decoded at each job's EOF %s (speeds 1, 1/2, 1/4), "
             "slowest epoch %.1fs; ram_hits %d ram_misses %d disk_hits %d "
             "ram_evictions %d; peak ram_bytes %d (pinned %d) = %.1fx ram_budget %d",
-            mountlib.format_options(options),
+            harness.format_options(options),
             " (spec %s)" % spec if spec else "",
             [s["decoded"] for s in eof], slowest.finished_at - t0,
             final["ram_hits"], final["ram_misses"], final.get("disk_hits", 0),
@@ -131,7 +129,7 @@ class SharingTest(TierTestCase):
         dsa, isa = eof_dsa[-1]["decoded"], eof_isa[-1]["decoded"]
         log("cache_dir=none, ram_cache=%d (10%%), N=%d, %s %s: decoded "
             "dsa=%d (%.2f N), isa=%d (%.2f N)", RAM_CACHE, N,
-            mountlib.format_options(options) or "defaults",
+            harness.format_options(options) or "defaults",
             spec or "", dsa, dsa / N, isa, isa / N)
         self.assertLess(
             dsa, isa,

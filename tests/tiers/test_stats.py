@@ -10,15 +10,13 @@ disk_misses, disk_bytes, disk_evictions, decode_queue, decode_busy_seconds
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import mountlib  # noqa: E402
-from mountlib import PIXELS, SIZE, SLOT, TierTestCase, log, wait_for  # noqa: E402
+import harness
+from harness import PIXELS, SIZE, SLOT, TierTestCase, log, wait_for
 
 N = 60
 THREADS = 2
@@ -76,9 +74,9 @@ class StatsTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
-        cls.source, cls.order = mountlib.make_dataset(
+        cls.source, cls.order = harness.make_dataset(
             os.path.join(cls._data, "src"), N, classes=3, seed=41)
 
     @classmethod
@@ -111,7 +109,7 @@ class StatsTest(TierTestCase):
         def job(j):
             try:
                 for _ in range(EPOCHS):
-                    r = mountlib.PacedReader(m.path("jobs", "s%d" % j, "next"),
+                    r = harness.PacedReader(m.path("jobs", "s%d" % j, "next"),
                                             READ_DELAY)
                     r.run()
                     if r.error:
@@ -300,7 +298,7 @@ class StatsTest(TierTestCase):
         m.mkjob("a")
         for epoch in range(3):
             # A record per read: a job store write per hand-out.
-            r = mountlib.PacedReader(m.path("jobs", "a", "next"), 0)
+            r = harness.PacedReader(m.path("jobs", "a", "next"), 0)
             r.run()
             if r.error:
                 raise r.error

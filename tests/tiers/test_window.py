@@ -17,7 +17,6 @@ threads=2 throughout; cache_dir=none so every mount decodes afresh.
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 import unittest
@@ -25,9 +24,8 @@ import unittest
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import mountlib  # noqa: E402
-from mountlib import TierTestCase, log  # noqa: E402
+import harness
+from harness import TierTestCase, log
 
 N_SMALL = 60
 N = N_SMALL + 1
@@ -55,10 +53,10 @@ class WindowTest(TierTestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-tiers-")
         src = os.path.join(cls._data, "src")
-        mountlib.make_dataset(src, N_SMALL, classes=3, seed=31)
+        harness.make_dataset(src, N_SMALL, classes=3, seed=31)
         os.makedirs(os.path.join(src, "c01"), exist_ok=True)
         t = time.monotonic()
         make_big_jpeg(os.path.join(src, "c01", "zz_big.jpg"))
@@ -66,7 +64,7 @@ class WindowTest(TierTestCase):
             os.path.getsize(os.path.join(src, "c01", "zz_big.jpg")) / 1e6,
             time.monotonic() - t)
         cls.source = src
-        cls.order = mountlib.imagefolder_order(src)
+        cls.order = harness.imagefolder_order(src)
         assert len(cls.order) == N
         cls.big = [i for i, (rel, _) in enumerate(cls.order)
                    if rel.endswith("zz_big.jpg")][0]

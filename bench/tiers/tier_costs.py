@@ -15,7 +15,7 @@ Figures, each the median of --runs runs on the same machine and dataset:
   * FUSE throughput of RAM hits to one reader with 1 MiB reads, in GB/s of
     payload.
 
-Usage: bench/tiers.py --bin build/joaderfs --data DATASET [--runs 5] [--size 224]
+Usage: scripts/bench.sh tiers --bin build/joaderfs --data DATASET [--runs 5] [--size 224]
 """
 
 import argparse
@@ -24,13 +24,10 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "integration"))
-from mountlib import Mount  # noqa: E402
+from harness.daemon import Mount
 
 HEADER = 64
 READ_SIZE = 1 << 20

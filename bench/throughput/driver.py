@@ -5,7 +5,7 @@ Runs the JOADER paper's evaluation scenarios (section 5) twice, once with every
 job reading through joaderfs (the Python client under a torch DataLoader) and
 once with every job using its own DataLoader over torchvision's ImageFolder
 (PIL decoding, the same Resize+CenterCrop), and prints Markdown tables.  Jobs
-are real processes (bench/job.py) that consume batches, optionally
+are real processes (job.py) that consume batches, optionally
 sleeping a fixed time per batch to emulate a model's speed.
 
   S1  one job, cold (joaderfs: cache_dir=none, empty RAM tier)
@@ -22,9 +22,9 @@ Usually run through scripts/bench.sh, which builds, makes the dataset and
 cleans up; this program mounts and unmounts joaderfs itself, one fresh daemon
 per run, and unmounts everything it mounted even when interrupted.
 
-The parts: procfs.py (figures of process trees), scenarios.py (runs, the
+The parts: harness.procfs (figures of process trees), scenarios.py (runs, the
 cleanup, component costs, S1-S6), report.py (tables, CSV, plots); every
-daemon is mounted through the daemon harness, tests/integration/mountlib.py,
+daemon is mounted through the harness package, tests/harness,
 which the tests use too.
 """
 
@@ -38,11 +38,11 @@ import sys
 import time
 from pathlib import Path
 
-from report import (costs_table, fmt_list, machine_description, plot,
+from .report import (costs_table, fmt_list, machine_description, plot,
                     results_table, targets, write_csv, write_plot_data)
-from scenarios import Bench, scenarios, warm_page_cache
+from .scenarios import Bench, scenarios, warm_page_cache
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:

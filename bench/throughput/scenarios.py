@@ -1,6 +1,6 @@
-"""Runs of the benchmark: jobs (bench/job.py processes) against a fresh
+"""Runs of the benchmark: jobs (bench/throughput/job.py processes) against a fresh
 daemon or on their own, the component costs, and the scenarios S1-S6 of
-docs/benchmarks.md (bench/driver.py)."""
+docs/benchmarks.md (bench/throughput/driver.py)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procfs import MemoryMonitor, group_alive
+from harness.daemon import Mount
+from harness.procfs import MemoryMonitor, group_alive
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-from mountlib import Mount  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-JOB_SCRIPT = HERE / "job.py"
+# One job of a run: a process of its own (bench/throughput/job.py).
+JOB_COMMAND = [sys.executable, "-m", "bench.throughput.job"]
 MIB = 1 << 20
 # joaderfs-w0: joaderfs read by a DataLoader with num_workers=0 (the daemon
 # already decodes ahead, so worker processes only move bytes); joaderfs-batch:
@@ -38,7 +36,7 @@ def is_jfs(system: str) -> bool:
 
 
 def job_args(system: str, args) -> list[str]:
-    """bench/job.py's --system, --workers and --batch-path for a system."""
+    """job.py's --system, --workers and --batch-path for a system."""
     if not is_jfs(system):
         return ["--system", "baseline", "--workers", str(args.workers)]
     workers = 0 if system == "joaderfs-w0" else args.jfs_workers
@@ -236,7 +234,7 @@ class Bench:
                 daemon = self.reaper.mount(self.workdir, tag, opts, args.joaderfs,
                                            args.data)
             for i, plan in enumerate(plans):
-                cmd = [sys.executable, str(JOB_SCRIPT), *job_args(system, args),
+                cmd = [*JOB_COMMAND, *job_args(system, args),
                        "--epochs", str(plan.epochs), "--batch", str(args.batch),
                        "--delay", f"{plan.delay:.6f}",
                        "--size", str(args.size), "--seed", str(args.seed + i),
@@ -429,27 +427,6 @@ def read_progress(path: Path) -> int:
 # --------------------------------------------------------------------------
 # Component costs: where the CPU of one sample goes.
 
-PIL_COST = r"""
-import glob, os, resource, sys
-from torchvision import transforms as T
-from torchvision.datasets.folder import pil_loader
-root, size, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-files = sorted(glob.glob(os.path.join(root, "*", "*")))[:limit]
-tf = T.Compose([T.Resize(size), T.CenterCrop(size), T.PILToTensor()])
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_minflt
-for f in files[:20]:
-    tf(pil_loader(f))
-c0, f0 = cpu()
-for f in files:
-    tf(pil_loader(f))
-c1, f1 = cpu()
-print(1000 * (c1 - c0) / len(files), (f1 - f0) / len(files))
-"""
-
-
-
 
 def read_epoch_raw(job: str) -> tuple[int, float]:
     """Reads one epoch of ``job`` with 1 MiB reads; returns (bytes, CPU s of this thread)."""
@@ -468,7 +445,7 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
     a = bench.args
     out: dict[str, float] = {}
     limit = min(bench.dataset_size, 500)
-    r = subprocess.run([sys.executable, "-c", PIL_COST, a.data, str(a.size), str(limit)],
+    r = subprocess.run([sys.executable, "-m", "bench.throughput.pil_cost", a.data, str(a.size), str(limit)],
                        capture_output=True, text=True, timeout=900)
     if r.returncode == 0:
         pil_ms, pil_faults = r.stdout.split()
@@ -498,7 +475,7 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
                               for w in sorted({0, a.jfs_workers})]:
             key = f"client_{path}{'_' if path else ''}w{workers}"
             result = bench.workdir / f"costs-{key}.json"
-            cmd = [sys.executable, str(JOB_SCRIPT), "--system", "joaderfs",
+            cmd = [*JOB_COMMAND, "--system", "joaderfs",
                    "--job-dir", os.path.join(d.mnt, "jobs", key.replace("_", "-")),
                    "--batch", str(a.batch), "--workers", str(workers),
                    "--size", str(a.size), "--result", str(result)]

@@ -19,8 +19,8 @@ With --augment the 4 jobs differ in size, crop and flip (AUGMENTS below)
 and still share one decode per image: the cache holds base images (mount
 option base=), so the RAM fraction is of the base images' bytes.
 
-Run with Debian's interpreter:
-  /usr/bin/python3 bench/scale_bench.py --images 10000 --fractions 0.05,0.1,0.2
+Run it through scripts/bench.sh (Debian's interpreter, PYTHONPATH set):
+  scripts/bench.sh scale --images 10000 --fractions 0.05,0.1,0.2
 """
 
 import argparse
@@ -32,34 +32,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from mountlib import Mount  # noqa: E402
+from harness.daemon import Mount
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
 RECORD_ALIGN = 64
-
-READER = r"""
-import os, sys, time
-path, record, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-fd = os.open(path, os.O_RDONLY)
-n = 0
-while True:
-    got = 0
-    while got < record:
-        chunk = os.read(fd, record - got)
-        if not chunk:
-            break
-        got += len(chunk)
-    if got < record:
-        break
-    n += 1
-    if delay:
-        time.sleep(delay)
-print(n)
-"""
-
 
 # Four jobs with different augmentations (issue 11: they must still decode
 # each image about once).
@@ -126,7 +103,7 @@ def run_case(args, source, fraction, schedule, sampler, disk):
             if schedule == "speeds":
                 delay = args.pace / (i + 1)
             readers.append(subprocess.Popen(
-                [sys.executable, "-c", READER,
+                [sys.executable, "-m", "bench.scale.reader",
                  os.path.join(mnt, "jobs", jobs[i], "next"), str(rec), str(delay)],
                 stdout=subprocess.PIPE, text=True))
 

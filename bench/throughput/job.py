@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """One training job of the benchmark suite (scripts/bench.sh), for either system.
 
-    bench/job.py --system joaderfs --job-dir MNT/jobs/ID [--spec SPEC | --ids-file F] ...
-    bench/job.py --system baseline --data IMAGEFOLDER [--ids-file F] ...
+    python3 -m bench.throughput.job --system joaderfs --job-dir MNT/jobs/ID [--spec SPEC | --ids-file F] ...
+    python3 -m bench.throughput.job --system baseline --data IMAGEFOLDER [--ids-file F] ...
 
 The job builds its loader the way a user would, then prints ``ready`` and waits
 for a line on stdin (the driver's start signal), so that import and set-up time
@@ -21,7 +21,8 @@ joaderfs: ``joaderfs.JobDataset`` over the job directory (which this process
 makes, and removes at the end), per sample under a batching DataLoader, or
 with ``--batch-path`` whole batches (``JobDataset(batch_size=B)`` under
 ``DataLoader(batch_size=None)``); the daemon decodes and shuffles.  The
-package is imported from this checkout's python/ folder.
+package is found through PYTHONPATH (scripts/bench.sh sets it to this
+checkout's python/ folder).
 baseline: ``torchvision.datasets.ImageFolder`` with PIL decoding and
 Resize(size) + CenterCrop(size) + PILToTensor (uint8, CHW, like joaderfs'
 records), shuffled by the DataLoader, optionally a ``torch.utils.data.Subset``;
@@ -39,12 +40,9 @@ import resource
 import sys
 import time
 
-from pathlib import Path
-
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 
 
 def cpu_seconds() -> float:
@@ -126,7 +124,6 @@ def main() -> None:
     torch.manual_seed(args.seed)
     decodes = multiprocessing.Value("q", 0)
     if args.system == "joaderfs":
-        sys.path.insert(0, str(PYTHON_DIR))
         import joaderfs
         os.mkdir(args.job_dir)
         if args.spec:
@@ -164,7 +161,7 @@ def main() -> None:
     report_progress(0)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
-        sys.exit("bench/job.py: no start signal")
+        sys.exit("bench.throughput.job: no start signal")
     go = time.monotonic()
     cpu0 = cpu_seconds()
     consumed = 0
@@ -213,7 +210,7 @@ def main() -> None:
         try:
             os.rmdir(args.job_dir)
         except OSError as e:
-            print(f"bench/job.py: rmdir {args.job_dir}: {e}", file=sys.stderr)
+            print(f"bench.throughput.job: rmdir {args.job_dir}: {e}", file=sys.stderr)
     result = json.dumps({
         "system": args.system, "go": go, "end": end, "cpu_s": cpu,
         "subset_size": total, "decodes": decodes.value

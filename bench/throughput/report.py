@@ -1,4 +1,4 @@
-"""Tables, CSV files and plots of the benchmark's results (bench/driver.py)."""
+"""Tables, CSV files and plots of the benchmark's results (bench/throughput/driver.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scenarios import MIB, ALL_SYSTEMS, SYSTEMS, Bench, RunResult, is_jfs
+from .scenarios import MIB, ALL_SYSTEMS, SYSTEMS, Bench, RunResult, is_jfs
 
 
 def med(values: list[float]) -> float:

@@ -1,18 +1,38 @@
-"""Figures of process trees read from /proc for the benchmark driver
-(bench/driver.py): process groups and the peak memory of the jobs.  The
-per-process readers are the daemon harness's (tests/integration/mountlib.py).
-"""
+"""Figures of processes read from /proc: CPU and memory of one process
+(the daemon's), and of process groups and trees (the benchmark's jobs)."""
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-from mountlib import proc_stat_fields as stat_fields  # noqa: E402
-from mountlib import proc_status_kib  # noqa: E402
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat_fields(pid):
+    """Fields of /proc/PID/stat after the command name (field 3 onward:
+    state is [0], ppid [1], pgrp [2], minflt [7], utime [11], stime [12])."""
+    with open("/proc/%s/stat" % pid, "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2:].split()
+
+
+def proc_cpu(pid):
+    """utime + stime of a live process (all its threads), in seconds."""
+    fields = proc_stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kib(pid, key):
+    """A kB figure of /proc/PID/status (VmHWM, VmRSS...), None if gone."""
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def all_stat_fields():
@@ -21,7 +41,7 @@ def all_stat_fields():
         if not name.isdigit():
             continue
         try:
-            yield int(name), stat_fields(name)
+            yield int(name), proc_stat_fields(name)
         except OSError:
             continue
 

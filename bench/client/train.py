@@ -4,7 +4,7 @@ training torchvision's ResNet-18 for a fixed number of steps, every job
 either through joaderfs or through its own DataLoader over ImageFolder (PIL,
 the same Resize + CenterCrop); prints a Markdown table.
 
-    bench/train.py --data IMAGEFOLDER [--jobs 4] [--steps 50] [--batch 64]
+    scripts/bench.sh train --data IMAGEFOLDER [--jobs 4] [--steps 50] [--batch 64]
                    [--size 224] [--workers 2] [--systems joaderfs,baseline]
                    [--device auto|cpu|cuda]
 
@@ -40,9 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO / "python"))
+REPO = Path(__file__).resolve().parents[2]
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -243,7 +241,7 @@ def main() -> None:
         train(args)
         return
 
-    from client_cost import mount
+    from .client_cost import mount
     device = pick_device(args.device)
     counts = [int(k) for k in args.jobs.split(",")]
     systems = args.systems.split(",")

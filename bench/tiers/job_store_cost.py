@@ -9,7 +9,7 @@ in every way but that the baseline's job store cannot be opened (a file
 stands where its folder goes, so the daemon logs it and keeps no jobs), and
 prints a Markdown table of the median epoch time and the cost per reply.
 
-Usage: bench/job_store_cost.py [--samples 2000] [--size 32] [--runs 5]
+Usage: scripts/bench.sh job-store [--samples 2000] [--size 32] [--runs 5]
        [--read-records 1]
 """
 
@@ -17,13 +17,10 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-import mountlib  # noqa: E402
+import harness
 
 
 def job_store_path(cache_dir, source):
@@ -58,15 +55,15 @@ def main():
     ap.add_argument("--read-records", type=int, default=1,
                     help="records per read() (1: one reply per sample)")
     args = ap.parse_args()
-    mountlib.require_binary()
-    mountlib.become_subreaper()
+    harness.require_binary()
+    harness.become_subreaper()
     work = tempfile.mkdtemp(prefix="joaderfs-store-bench-")
     try:
         per_class = args.samples // 10
         layout = {"c%d" % c: ["i%04d.jpg" % i for i in range(per_class)]
                   for c in range(10)}
-        source = mountlib.make_imagefolder(os.path.join(work, "src"), layout)
-        read_bytes = args.read_records * mountlib.record_size(args.size ** 2 * 3)
+        source = harness.make_imagefolder(os.path.join(work, "src"), layout)
+        read_bytes = args.read_records * harness.record_size(args.size ** 2 * 3)
         mounts = {}
         try:
             for label in LABELS:
@@ -74,7 +71,7 @@ def main():
                 if label == "no job store":
                     with open(job_store_path(cache_dir, source), "w"):
                         pass
-                m = mountlib.Mount(source, tempfile.mkdtemp(dir=work),
+                m = harness.Mount(source, tempfile.mkdtemp(dir=work),
                                    {"size": str(args.size), "ram_cache": "1G",
                                     "cache_dir": cache_dir, "log_level": "info"})
                 mounts[label] = m

@@ -3,7 +3,7 @@
 and the batch path of the Python client, in one run, and prints a Markdown
 table of medians.
 
-    bench/client_cost.py --data IMAGEFOLDER [--reps 5] [--size 224] [--batch 32]
+    scripts/bench.sh client-cost --data IMAGEFOLDER [--reps 5] [--size 224] [--batch 32]
 
 Mounts the dataset once, daemonized (as admins run it; this process is a
 child subreaper so that it can reap the daemon), with a RAM tier that holds
@@ -12,9 +12,9 @@ in turn, one epoch per mode, each in a fresh job (so every read is a RAM
 hit):
 
   raw         1 MiB readinto calls into one buffer, in this process;
-  sample wK   bench/job.py: JobDataset per sample under DataLoader(batch_size=
+  sample wK   bench/throughput/job.py: JobDataset per sample under DataLoader(batch_size=
               B, num_workers=K), each batch copied into a staging buffer;
-  batch wK    bench/job.py --batch-path: JobDataset(batch_size=B) under
+  batch wK    job.py --batch-path: JobDataset(batch_size=B) under
               DataLoader(batch_size=None, num_workers=K), the same copy.
 
 CPU is user+sys of the reader and its DataLoader workers from the start of
@@ -34,13 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-JOB_SCRIPT = HERE / "job.py"
-sys.path.insert(0, str(REPO / "python"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-import joaderfs  # noqa: E402  (from this checkout)
-from mountlib import Mount  # noqa: E402
+import joaderfs
+from harness.daemon import Mount
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def mount(binary: str, source: str, workdir: Path, options: dict[str, str]) -> Mount:
@@ -69,9 +66,9 @@ def raw_epoch(job: Path) -> tuple[float, int]:
 
 def job_epoch(job: Path, args, workers: int, batch_path: bool,
               workdir: Path) -> tuple[float, int, float]:
-    """(CPU seconds incl. workers, samples, samples/s) of bench/job.py."""
+    """(CPU seconds incl. workers, samples, samples/s) of bench/throughput/job.py."""
     result = workdir / f"{job.name}.json"
-    cmd = [sys.executable, str(JOB_SCRIPT), "--system", "joaderfs",
+    cmd = [sys.executable, "-m", "bench.throughput.job", "--system", "joaderfs",
            "--job-dir", str(job), "--batch", str(args.batch),
            "--workers", str(workers), "--size", str(args.size),
            "--result", str(result)] + (["--batch-path"] if batch_path else [])

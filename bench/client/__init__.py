@@ -1,0 +1,1 @@
+"""Costs of the Python client, and end-to-end training through it."""

@@ -1,0 +1,1 @@
+"""Convergence parity of joaderfs's augmentation with torchvision's."""

@@ -1,0 +1,1 @@
+"""Jobs against the PyTorch DataLoader: the S1-S6 scenarios."""

@@ -1,0 +1,1 @@
+"""Costs of the cache tiers and of the job store."""
