@@ -7,8 +7,8 @@
 // 0, or exits with the child's status if it failed. The child checks
 // everything that can fail with a user error before mounting (a one-line
 // message on the caller's stderr and exit status 1), and only then detaches
-// from the terminal. So daemonized and -f run the same code with the same
-// threads (DESIGN.md 2.1).
+// from the terminal and the caller's session. So daemonized and -f run the
+// same code with the same threads (DESIGN.md 2.1).
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -74,7 +74,10 @@ Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) 
 // Forks the daemon. Returns in the child, with the write end of a pipe on
 // which it reports a successful mount (ReportMounted); the parent never
 // returns: it exits 0 once the child has mounted, else with the child's
-// status.
+// status. The child stays in the caller's process group until it has
+// mounted: autofs lets only automount's process group (which its mount
+// helpers share) touch the mountpoint while it is being mounted, and makes
+// anyone else wait for the mount, which would be this very process.
 int ForkDaemon() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -84,7 +87,6 @@ int ForkDaemon() {
   if (child < 0) std::exit(Fail(std::string("cannot fork: ") + std::strerror(errno)));
   if (child == 0) {
     close(fds[0]);
-    setsid();
     return fds[1];
   }
   close(fds[1]);
@@ -100,9 +102,10 @@ int ForkDaemon() {
   std::_Exit(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1);
 }
 
-// Tells the waiting parent that the mount is up, then detaches from the
-// terminal as fuse_daemonize() would.
+// Once the mount is up: leaves the caller's session and detaches from the
+// terminal as fuse_daemonize() does, then tells the waiting parent.
 void ReportMounted(int fd) {
+  if (setsid() < 0) spdlog::warn("cannot start a session: {}", std::strerror(errno));
   if (chdir("/") != 0) spdlog::warn("cannot chdir to /: {}", std::strerror(errno));
   const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
