@@ -56,6 +56,19 @@ def mount_options_at(path: str) -> List[str]:
     return options
 
 
+def super_options_at(path: str) -> List[str]:
+    """The file system's own options (FUSE: user_id, allow_other, ...) of
+    the mount at path (as fstype_at takes it)."""
+    path = os.path.abspath(path)
+    options: List[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == path:
+                options = fields[fields.index("-") + 3].split(",")
+    return options
+
+
 def wait_until(pred: Callable[[], object], timeout: float,
                step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
@@ -149,6 +162,28 @@ def holders(path: str) -> List[str]:
             if target == path or target.startswith(path + "/"):
                 out.append("%s: %s -> %s" % (entry, link, target))
     return out
+
+
+def read_one_record(mnt: str, job: str, size: int) -> Dict:
+    """Reads /dataset/info, makes job `job` and reads its first record;
+    returns the info, and the record's id, label, the manifest's label for
+    that id and the record's shape."""
+    with open(os.path.join(mnt, "dataset", "info")) as f:
+        info = json.load(f)
+    with open(os.path.join(mnt, "dataset", "manifest")) as f:
+        rows = [row.split("\t") for row in f.read().splitlines() if row]
+    manifest = {int(row[0]): int(row[1]) for row in rows}
+    os.mkdir(os.path.join(mnt, "jobs", job))
+    fd = os.open(os.path.join(mnt, "jobs", job, "next"), os.O_RDONLY)
+    try:
+        data = mountlib.read_exact(fd, mountlib.record_size(size * size * 3),
+                                   timeout=60)
+    finally:
+        os.close(fd)
+    rec = mountlib.parse_records(data)[0]
+    return {"info": info, "id": rec.id, "label": rec.label,
+            "manifest_label": manifest.get(rec.id),
+            "shape": [rec.height, rec.width, rec.channels]}
 
 
 def kill_processes(pids: List[int], grace: float = 5.0) -> None:

@@ -24,7 +24,6 @@ installed one. automount, the daemons and every mount are gone when the
 test ends, passed or not.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -114,22 +113,9 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
         out["automount_pgrp"] = os.getpgid(automount.pid)
         out["daemon_pgrp"] = int(fields[2])
         # --- a job delivers a record
-        with open(os.path.join(mnt, "dataset", "info")) as f:
-            out["info"] = json.load(f)
-        with open(os.path.join(mnt, "dataset", "manifest")) as f:
-            manifest = {int(row.split("\t")[0]): int(row.split("\t")[1])
-                        for row in f.read().splitlines() if row}
-        os.mkdir(os.path.join(mnt, "jobs", "j"))
-        fd = os.open(os.path.join(mnt, "jobs", "j", "next"), os.O_RDONLY)
-        try:
-            data = mountlib.read_exact(
-                fd, mountlib.record_size(SIZE * SIZE * 3), timeout=60)
-        finally:
-            os.close(fd)
-        rec = mountlib.parse_records(data)[0]
-        out["record"] = {"id": rec.id, "label": rec.label,
-                         "manifest_label": manifest.get(rec.id),
-                         "shape": [rec.height, rec.width, rec.channels]}
+        rec = doorlib.read_one_record(mnt, "j", SIZE)
+        out["info"] = rec.pop("info")
+        out["record"] = rec
         # --- idle: autofs expires the mount, the daemon exits
         start = time.monotonic()
         out["expired"] = doorlib.wait_until(
