@@ -18,6 +18,9 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <paths.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -51,23 +55,60 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// Whether syslog(3) would deliver: glibc writes to the /dev/log socket and
+// drops messages silently when there is none (a container, a machine
+// without a syslog daemon). On false, `why` says what failed.
+bool SyslogReachable(std::string* why) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, _PATH_LOG, sizeof(address.sun_path) - 1);
+  for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
+    const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    const int error = errno;
+    close(fd);
+    if (ok) return true;
+    *why = std::string(_PATH_LOG) + ": " + std::strerror(error);
+  }
+  return false;
+}
+
 // Opens the log sink; a sink that cannot be opened is a start-up error.
+// Daemonized, the default sink is syslog; where syslog cannot be reached
+// the log goes to <cache_dir>/joaderfs.log (with cache_dir=none, the
+// default cache folder's), and one line on the caller's stderr, still
+// attached, says so.
 Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) {
+  std::string file = o.log == "syslog" ? "" : o.log;
+  std::string fallback_reason;
+  const bool syslog = o.log == "syslog" || (o.log.empty() && !o.foreground);
+  if (syslog && !SyslogReachable(&fallback_reason)) {
+    const std::string folder = o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+    file = folder + "/joaderfs.log";
+    std::fprintf(stderr, "joaderfs: syslog is not available (%s); logging to %s\n",
+                 fallback_reason.c_str(), file.c_str());
+  }
   try {
     std::shared_ptr<spdlog::logger> logger;
-    if (o.log == "syslog" || (o.log.empty() && !o.foreground)) {
+    if (syslog && fallback_reason.empty()) {
       logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
-    } else if (!o.log.empty()) {
-      logger = spdlog::basic_logger_mt("joaderfs", o.log);
+    } else if (!file.empty()) {
+      logger = spdlog::basic_logger_mt("joaderfs", file);
     } else {
       logger = spdlog::stderr_logger_mt("joaderfs");
     }
     logger->set_level(spdlog::level::from_str(o.log_level));
     logger->flush_on(spdlog::level::info);
+    if (!fallback_reason.empty()) {
+      logger->warn("syslog is not available ({}); logging to this file", fallback_reason);
+    }
     *out = std::move(logger);
     return Status::Ok();
   } catch (const spdlog::spdlog_ex& e) {
-    return Status::InvalidArgument("cannot open log " + o.log + ": " + e.what());
+    return Status::InvalidArgument("cannot open log " + file + ": " + e.what());
   }
 }
 
