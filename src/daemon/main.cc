@@ -77,23 +77,22 @@ bool SyslogReachable(std::string* why) {
 // Opens the log sink; a sink that cannot be opened is a start-up error.
 // Daemonized, the default sink is syslog; where syslog cannot be reached
 // the log goes to <cache_dir>/joaderfs.log (with cache_dir=none, the
-// default cache folder's), and one line on the caller's stderr, still
-// attached, says so.
-Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) {
+// default cache folder's), and `note` says so: the caller tells the user
+// once the mount is up, so that a start-up error stays one line.
+Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out, std::string* note) {
   std::string file = o.log == "syslog" ? "" : o.log;
-  std::string fallback_reason;
+  std::string unreachable;
   const bool syslog = o.log == "syslog" || (o.log.empty() && !o.foreground);
-  if (syslog && !SyslogReachable(&fallback_reason)) {
+  if (syslog && !SyslogReachable(&unreachable)) {
     const std::string folder = o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir;
     std::error_code ec;
     std::filesystem::create_directories(folder, ec);
     file = folder + "/joaderfs.log";
-    std::fprintf(stderr, "joaderfs: syslog is not available (%s); logging to %s\n",
-                 fallback_reason.c_str(), file.c_str());
+    *note = "syslog is not available (" + unreachable + "); logging to " + file;
   }
   try {
     std::shared_ptr<spdlog::logger> logger;
-    if (syslog && fallback_reason.empty()) {
+    if (syslog && unreachable.empty()) {
       logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
     } else if (!file.empty()) {
       logger = spdlog::basic_logger_mt("joaderfs", file);
@@ -102,9 +101,6 @@ Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) 
     }
     logger->set_level(spdlog::level::from_str(o.log_level));
     logger->flush_on(spdlog::level::info);
-    if (!fallback_reason.empty()) {
-      logger->warn("syslog is not available ({}); logging to this file", fallback_reason);
-    }
     *out = std::move(logger);
     return Status::Ok();
   } catch (const spdlog::spdlog_ex& e) {
@@ -204,7 +200,8 @@ int Run(int argc, char** argv) {
   }
   const int mounted_fd = o.foreground ? -1 : ForkDaemon();
   std::shared_ptr<spdlog::logger> logger;
-  s = MakeLogger(o, &logger);
+  std::string log_note;
+  s = MakeLogger(o, &logger, &log_note);
   if (!s.ok()) return Fail(s.message());
   spdlog::set_default_logger(logger);
   std::string error;
@@ -282,6 +279,10 @@ int Run(int argc, char** argv) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
     return 1;
+  }
+  if (!log_note.empty()) {
+    std::fprintf(stderr, "joaderfs: %s\n", log_note.c_str());
+    spdlog::warn("{}", log_note);
   }
   if (mounted_fd >= 0) ReportMounted(mounted_fd);
 
