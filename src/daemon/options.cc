@@ -376,8 +376,10 @@ options:
     -o cache_dir=DIR|none    on-disk cache folder (default per user)
     -o disk_cache=SIZE       on-disk budget (default 10G)
     -o threads=N             decode threads (default: number of cores)
-    -o size=N                output size: shorter side N, centre crop N x N;
-                             0 keeps the original size (default 224)
+    -o size=N                output size: shorter side N, centre crop N x N
+                             (default 224); 0 resizes nothing: the image as
+                             decoded at the base resolution (the original
+                             with base=0)
     -o base=N                cache images decoded with their shorter side at
                              least N, cut per job; 0 = full size (default 256)
     -o seed=N                sampler seed (default random), also the root of
@@ -387,7 +389,8 @@ options:
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
-    -o log=FILE|syslog       log sink (default stderr with -f, else syslog)
+    -o log=FILE|syslog       log sink (default stderr with -f, else syslog;
+                             without a /dev/log, CACHE_DIR/joaderfs.log)
     -o log_level=LEVEL       trace, debug, info, warn, error (default info)
     -o allow_other           let other users read the mount (FUSE option)
     -f                       stay in the foreground
