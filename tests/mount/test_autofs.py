@@ -74,7 +74,8 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
     with open(master, "w") as f:
         f.write("%s  file:%s  --timeout=%d\n" % (root, amap, EXPIRE))
     options = mountlib.format_options({
-        "-fstype": "fuse.joaderfs", "cache_dir": "none", "ram_cache": "64M",
+        "-fstype": "fuse.joaderfs", "nosuid": None, "nodev": None,
+        "cache_dir": "none", "ram_cache": "64M",
         "size": SIZE, "base": SIZE, "seed": 1,
         "log": os.path.join(workdir, "joaderfs.log"), "log_level": "debug"})
     with open(amap, "w") as f:
@@ -103,6 +104,7 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
             out["processes"] = doorlib.process_table(workdir)
             return out
         out["fstype"] = doorlib.fstype_at(mnt)
+        out["options"] = doorlib.mount_options_at(mnt)
         daemons = doorlib.daemon_pids(binary, mnt)
         out["daemons"] = len(daemons)
         if len(daemons) != 1:
@@ -216,6 +218,8 @@ class AutofsTest(unittest.TestCase):
         self.assertEqual(sorted(r["trigger"]["out"]),
                          ["README", "dataset", "jobs", "stats"], what)
         self.assertEqual(r["fstype"], "fuse.joaderfs", what)
+        for flag in ("nosuid", "nodev"):
+            self.assertIn(flag, r["options"], what)
         self.assertEqual(r["daemons"], 1, what)
         self.assertTrue(r["daemon_is_session_leader"], what)
         self.assertNotEqual(r["daemon_pgrp"], r["automount_pgrp"], what)
