@@ -64,7 +64,10 @@ bool SyslogReachable(std::string* why) {
   std::strncpy(address.sun_path, _PATH_LOG, sizeof(address.sun_path) - 1);
   for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
     const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      *why = std::string("socket: ") + std::strerror(errno);
+      continue;
+    }
     const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
     const int error = errno;
     close(fd);

@@ -16,6 +16,7 @@ in for /var/cache.
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,36 @@ def mount_without_log(workdir: str, source: str, name: str,
     return out
 
 
+def syslog_case(workdir: str, source: str) -> Dict:
+    """With a /dev/log that answers (a socket of ours on a tmpfs /dev that
+    keeps the machine's null, zero, urandom and fuse), the log goes there
+    and the mount prints nothing. Runs in the private namespace."""
+    old_dev = os.path.join(workdir, "old-dev")
+    os.mkdir(old_dev)
+    subprocess.run(["mount", "--bind", "/dev", old_dev], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/dev"], check=True)
+    for name in ("null", "zero", "urandom", "fuse"):
+        open(os.path.join("/dev", name), "w").close()
+        subprocess.run(["mount", "--bind", os.path.join(old_dev, name),
+                        os.path.join("/dev", name)], check=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(DEV_LOG)
+    sock.settimeout(10)
+    cache = os.path.join(workdir, "cache-syslog")
+    out = mount_without_log(workdir, source, "with-syslog", cache,
+                            os.path.join(cache, "joaderfs.log"))
+    messages = []
+    sock.settimeout(0.5)
+    try:
+        while True:
+            messages.append(sock.recv(65536).decode("utf-8", "replace"))
+    except socket.timeout:
+        pass
+    sock.close()
+    out["syslog"] = messages
+    return out
+
+
 def log_sink_scenario(workdir: str, source: str) -> Dict:
     """Runs in a private mount namespace."""
     out: Dict = {}
@@ -81,6 +112,8 @@ def log_sink_scenario(workdir: str, source: str) -> Dict:
         out["cache_dir_none"] = mount_without_log(
             workdir, source, "with-cache-dir-none", "none",
             "/var/cache/joaderfs/joaderfs.log")
+        hidden.append("/dev")  # the tmpfs syslog_case puts there
+        out["syslog"] = syslog_case(workdir, source)
         return out
     except Exception as e:  # reported by the test
         out["error"] = repr(e)
@@ -132,6 +165,18 @@ class LogSinkTest(unittest.TestCase):
         self.assertIn("syslog is not available", r["log"], what)
         self.assertIn("started", r["log"], what)
         self.assertIn("unmounting", r["log"], what)
+
+    def test_syslog_when_it_answers(self):
+        self.assertNotIn("error", self.result, self.result)
+        r = self.result["syslog"]
+        what = "\n".join("%s: %s" % kv for kv in r.items())
+        self.assertNotIn("error", r, what)
+        self.assertEqual(r["exit"], 0, what)
+        self.assertEqual(r["stderr"].strip(), "", what)
+        self.assertIsNone(r["log"], what)  # no fallback file
+        self.assertTrue(any("joaderfs[" in m and "started" in m
+                            for m in r["syslog"]), what)
+        self.assertTrue(any("unmounting" in m for m in r["syslog"]), what)
 
     def test_log_goes_to_the_cache_dir(self):
         self.check("cache_dir")
