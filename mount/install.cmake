@@ -22,21 +22,24 @@ else()
   set(helper_dir "${prefix}/sbin")
 endif()
 
-file(MAKE_DIRECTORY "${JOADERFS_STAGE_DIR}")
+# One staging folder per destination: installs into other prefixes (the
+# tests make some) may run at the same time.
+string(SHA1 destination "$ENV{DESTDIR}|${prefix}|${helper_dir}")
+set(stage "${JOADERFS_STAGE_DIR}/${destination}")
+file(MAKE_DIRECTORY "${stage}")
 foreach(template IN ITEMS mount.joaderfs joaderfs@.service.in)
   file(READ "${JOADERFS_SOURCE_DIR}/mount/${template}" text)
   string(CONFIGURE "${text}" text @ONLY)
   string(REGEX REPLACE "\\.in$" "" name "${template}")
-  file(WRITE "${JOADERFS_STAGE_DIR}/${name}" "${text}")
+  file(WRITE "${stage}/${name}" "${text}")
 endforeach()
 # `mount -t fuse.joaderfs` runs mount.fuse.joaderfs before falling back to
 # mount.fuse3: the same helper, so the type works whatever the shell's PATH.
-file(CREATE_LINK mount.joaderfs "${JOADERFS_STAGE_DIR}/mount.fuse.joaderfs" SYMBOLIC)
+file(CREATE_LINK mount.joaderfs "${stage}/mount.fuse.joaderfs" SYMBOLIC)
 
-file(INSTALL "${JOADERFS_STAGE_DIR}/mount.joaderfs" "${JOADERFS_STAGE_DIR}/mount.fuse.joaderfs"
+file(INSTALL "${stage}/mount.joaderfs" "${stage}/mount.fuse.joaderfs"
      DESTINATION "${helper_dir}"
      FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                       WORLD_READ WORLD_EXECUTE)
 # systemd reads units from /usr/local/lib/systemd/system and /usr/lib/...
-file(INSTALL "${JOADERFS_STAGE_DIR}/joaderfs@.service"
-     DESTINATION "${prefix}/lib/systemd/system")
+file(INSTALL "${stage}/joaderfs@.service" DESTINATION "${prefix}/lib/systemd/system")
