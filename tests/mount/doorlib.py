@@ -19,9 +19,14 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-import mountlib  # noqa: E402
+try:
+    # The harness package (tests/harness, on CTest's PYTHONPATH) re-exports
+    # every name of tests/integration/mountlib.py, which it replaces.
+    import harness as mountlib
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "..", "integration"))
+    import mountlib  # noqa: E402
 
 # Where libmount looks for mount.TYPE helpers (util-linux's FS_SEARCH_PATH;
 # /sbin is /usr/sbin on a merged-/usr system).
