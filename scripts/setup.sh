@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake pkg-config git
-  libfuse3-dev fuse3 libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
+  libfuse3-dev fuse3 autofs libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
   libjpeg62-turbo-dev libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev
   python3-torch python3-torchvision python3-numpy python3-pil
   gnuplot-nox

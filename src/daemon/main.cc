@@ -7,8 +7,8 @@
 // 0, or exits with the child's status if it failed. The child checks
 // everything that can fail with a user error before mounting (a one-line
 // message on the caller's stderr and exit status 1), and only then detaches
-// from the terminal. So daemonized and -f run the same code with the same
-// threads (DESIGN.md 2.1).
+// from the terminal and the caller's session. So daemonized and -f run the
+// same code with the same threads (DESIGN.md 2.1).
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -18,6 +18,9 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <paths.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -51,14 +55,50 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// Whether syslog(3) would deliver: glibc writes to the /dev/log socket and
+// drops messages silently when there is none (a container, a machine
+// without a syslog daemon). On false, `why` says what failed.
+bool SyslogReachable(std::string* why) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, _PATH_LOG, sizeof(address.sun_path) - 1);
+  for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
+    const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      *why = std::string("socket: ") + std::strerror(errno);
+      continue;
+    }
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    const int error = errno;
+    close(fd);
+    if (ok) return true;
+    *why = std::string(_PATH_LOG) + ": " + std::strerror(error);
+  }
+  return false;
+}
+
 // Opens the log sink; a sink that cannot be opened is a start-up error.
-Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) {
+// Daemonized, the default sink is syslog; where syslog cannot be reached
+// the log goes to <cache_dir>/joaderfs.log (with cache_dir=none, the
+// default cache folder's), and `note` says so: the caller tells the user
+// once the mount is up, so that a start-up error stays one line.
+Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out, std::string* note) {
+  std::string file = o.log == "syslog" ? "" : o.log;
+  std::string unreachable;
+  const bool syslog = o.log == "syslog" || (o.log.empty() && !o.foreground);
+  if (syslog && !SyslogReachable(&unreachable)) {
+    const std::string folder = o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+    file = folder + "/joaderfs.log";
+    *note = "syslog is not available (" + unreachable + "); logging to " + file;
+  }
   try {
     std::shared_ptr<spdlog::logger> logger;
-    if (o.log == "syslog" || (o.log.empty() && !o.foreground)) {
+    if (syslog && unreachable.empty()) {
       logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
-    } else if (!o.log.empty()) {
-      logger = spdlog::basic_logger_mt("joaderfs", o.log);
+    } else if (!file.empty()) {
+      logger = spdlog::basic_logger_mt("joaderfs", file);
     } else {
       logger = spdlog::stderr_logger_mt("joaderfs");
     }
@@ -67,14 +107,17 @@ Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out) 
     *out = std::move(logger);
     return Status::Ok();
   } catch (const spdlog::spdlog_ex& e) {
-    return Status::InvalidArgument("cannot open log " + o.log + ": " + e.what());
+    return Status::InvalidArgument("cannot open log " + file + ": " + e.what());
   }
 }
 
 // Forks the daemon. Returns in the child, with the write end of a pipe on
 // which it reports a successful mount (ReportMounted); the parent never
 // returns: it exits 0 once the child has mounted, else with the child's
-// status.
+// status. The child stays in the caller's process group until it has
+// mounted: autofs lets only automount's process group (which its mount
+// helpers share) touch the mountpoint while it is being mounted, and makes
+// anyone else wait for the mount, which would be this very process.
 int ForkDaemon() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -84,7 +127,6 @@ int ForkDaemon() {
   if (child < 0) std::exit(Fail(std::string("cannot fork: ") + std::strerror(errno)));
   if (child == 0) {
     close(fds[0]);
-    setsid();
     return fds[1];
   }
   close(fds[1]);
@@ -100,9 +142,10 @@ int ForkDaemon() {
   std::_Exit(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1);
 }
 
-// Tells the waiting parent that the mount is up, then detaches from the
-// terminal as fuse_daemonize() would.
+// Once the mount is up: leaves the caller's session and detaches from the
+// terminal as fuse_daemonize() does, then tells the waiting parent.
 void ReportMounted(int fd) {
+  if (setsid() < 0) spdlog::warn("cannot start a session: {}", std::strerror(errno));
   if (chdir("/") != 0) spdlog::warn("cannot chdir to /: {}", std::strerror(errno));
   const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
@@ -160,7 +203,8 @@ int Run(int argc, char** argv) {
   }
   const int mounted_fd = o.foreground ? -1 : ForkDaemon();
   std::shared_ptr<spdlog::logger> logger;
-  s = MakeLogger(o, &logger);
+  std::string log_note;
+  s = MakeLogger(o, &logger, &log_note);
   if (!s.ok()) return Fail(s.message());
   spdlog::set_default_logger(logger);
   std::string error;
@@ -238,6 +282,10 @@ int Run(int argc, char** argv) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
     return 1;
+  }
+  if (!log_note.empty()) {
+    std::fprintf(stderr, "joaderfs: %s\n", log_note.c_str());
+    spdlog::warn("{}", log_note);
   }
   if (mounted_fd >= 0) ReportMounted(mounted_fd);
 

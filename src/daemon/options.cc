@@ -1,13 +1,22 @@
 #include "daemon/options.h"
 
+#define FUSE_USE_VERSION 314
+#include <fuse_log.h>
+#include <fuse_lowlevel.h>
 #include <spdlog/common.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/parse.h"
 #include "sampling/plan_group.h"
@@ -171,15 +180,108 @@ int Process(void* data, const char* arg, int key, fuse_args*) {
   }
 }
 
-std::string DefaultCacheDir() {
-  if (geteuid() == 0) return "/var/cache/joaderfs";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
-    return std::string(xdg) + "/joaderfs";
+// The options libfuse and mount(8) take besides ours: only to suggest a
+// name for a typo. Whether an option is valid is libfuse's to say.
+constexpr const char* kOtherOptionNames[] = {
+    "allow_other", "allow_root", "auto_unmount", "blkdev",  "blksize",   "default_permissions",
+    "fsname",      "subtype",    "max_read",     "context", "fscontext", "defcontext",
+    "rootcontext", "ro",         "rw",           "suid",    "nosuid",    "dev",
+    "nodev",       "exec",       "noexec",       "async",   "sync",      "dirsync",
+    "atime",       "noatime",    "debug",
+};
+
+// Optimal string alignment distance: insertions, deletions, substitutions
+// and swaps of neighbours each cost 1.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
   }
-  if (const char* home = std::getenv("HOME"); home && *home) {
-    return std::string(home) + "/.cache/joaderfs";
+  return d[a.size()][b.size()];
+}
+
+// "name (did you mean other?)" for the nearest known option within a third
+// of the name's length (at least 1 edit), else "name".
+std::string Explain(const std::string& option) {
+  const std::string name = option.substr(0, option.find('='));
+  std::vector<std::string> names(std::begin(kOtherOptionNames), std::end(kOtherOptionNames));
+  for (const fuse_opt& o : kOptions) {
+    if (o.templ == nullptr || o.templ[0] == '-') continue;
+    const std::string templ = o.templ;
+    names.push_back(templ.substr(0, templ.find('=')));
   }
-  return "/tmp/joaderfs-cache-" + std::to_string(geteuid());
+  std::string best;
+  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const std::string& candidate : names) {
+    const size_t distance = EditDistance(name, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best.empty() ? option : option + " (did you mean " + best + "?)";
+}
+
+// Where libfuse's messages go while CheckFuseOptions runs. The options are
+// parsed once, before any thread exists.
+std::string* fuse_messages = nullptr;
+
+void KeepFuseMessage(fuse_log_level level, const char* format, va_list ap) {
+  if (fuse_messages == nullptr || level > FUSE_LOG_ERR) return;
+  char buffer[1024];
+  std::vsnprintf(buffer, sizeof(buffer), format, ap);
+  *fuse_messages += buffer;
+}
+
+// Lets libfuse parse its options as the mount will (a session that is never
+// mounted), so that an option nobody takes is refused now, naming the
+// nearest valid one, rather than with libfuse's bare "unknown option(s)"
+// after the dataset has been scanned.
+Status CheckFuseOptions(const fuse_args& args) {
+  fuse_args copy = FUSE_ARGS_INIT(0, nullptr);
+  for (int i = 0; i < args.argc; ++i) fuse_opt_add_arg(&copy, args.argv[i]);
+  std::string messages;
+  fuse_messages = &messages;
+  fuse_set_log_func(KeepFuseMessage);
+  const fuse_lowlevel_ops no_ops{};
+  fuse_session* session = fuse_session_new(&copy, &no_ops, sizeof(no_ops), nullptr);
+  fuse_set_log_func(nullptr);
+  fuse_messages = nullptr;
+  fuse_opt_free_args(&copy);
+  if (session != nullptr) {
+    fuse_session_destroy(session);
+    return Status::Ok();
+  }
+  // libfuse: "fuse: unknown option(s): `-o a,b -x'".
+  const std::string marker = "unknown option(s): `";
+  const size_t start = messages.find(marker);
+  const size_t end = messages.find('\'', start + marker.size());
+  if (start == std::string::npos || end == std::string::npos) {
+    std::string reason = messages.substr(0, messages.find('\n'));
+    if (reason.starts_with("fuse: ")) reason.erase(0, 6);
+    return Status::InvalidArgument(reason.empty() ? "libfuse refused the options" : reason);
+  }
+  std::istringstream tokens(messages.substr(start + marker.size(), end - start - marker.size()));
+  std::vector<std::string> unknown;
+  for (std::string token; tokens >> token;) {
+    if (token == "-o") continue;
+    if (token.starts_with("-o")) token.erase(0, 2);
+    std::istringstream options(token);
+    for (std::string option; std::getline(options, option, ',');) {
+      if (!option.empty()) unknown.push_back(Explain(option));
+    }
+  }
+  std::string message = unknown.size() == 1 ? "unknown option " : "unknown options ";
+  for (size_t i = 0; i < unknown.size(); ++i) message += (i ? ", " : "") + unknown[i];
+  return Status::InvalidArgument(message + "; joaderfs --help lists the options");
 }
 
 // Whether `path` is `dir` or lies below it; both absolute and normal.
@@ -202,6 +304,17 @@ Status CheckCacheDir(const std::string& dir) {
 
 }  // namespace
 
+std::string DefaultCacheDir() {
+  if (geteuid() == 0) return "/var/cache/joaderfs";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::string(xdg) + "/joaderfs";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::string(home) + "/.cache/joaderfs";
+  }
+  return "/tmp/joaderfs-cache-" + std::to_string(geteuid());
+}
+
 Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
   ParseState st{options, Status::Ok()};
   *fuse_args = FUSE_ARGS_INIT(argc, argv);
@@ -209,6 +322,7 @@ Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args
     st.status = Status::InvalidArgument("cannot parse the command line");
   }
   if (!st.status.ok() || options->help || options->version) return st.status;
+  if (Status s = CheckFuseOptions(*fuse_args); !s.ok()) return s;
   if (options->source.empty() || options->mountpoint.empty()) {
     return Status::InvalidArgument("usage: joaderfs [options] SOURCE MOUNTPOINT (see --help)");
   }
@@ -262,8 +376,10 @@ options:
     -o cache_dir=DIR|none    on-disk cache folder (default per user)
     -o disk_cache=SIZE       on-disk budget (default 10G)
     -o threads=N             decode threads (default: number of cores)
-    -o size=N                output size: shorter side N, centre crop N x N;
-                             0 keeps the original size (default 224)
+    -o size=N                output size: shorter side N, centre crop N x N
+                             (default 224); 0 resizes nothing: the image as
+                             decoded at the base resolution (the original
+                             with base=0)
     -o base=N                cache images decoded with their shorter side at
                              least N, cut per job; 0 = full size (default 256)
     -o seed=N                sampler seed (default random), also the root of
@@ -273,7 +389,8 @@ options:
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
-    -o log=FILE|syslog       log sink (default stderr with -f, else syslog)
+    -o log=FILE|syslog       log sink (default stderr with -f, else syslog;
+                             without a /dev/log, CACHE_DIR/joaderfs.log)
     -o log_level=LEVEL       trace, debug, info, warn, error (default info)
     -o allow_other           let other users read the mount (FUSE option)
     -f                       stay in the foreground

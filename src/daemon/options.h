@@ -43,15 +43,21 @@ struct DaemonOptions {
 inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
 
 // Parses argv into `options` and leaves libfuse's options in `fuse_args`
-// (free them with fuse_opt_free_args). Checks each value on its own and
-// looks at no file; the seed and cache_dir get their defaults. Fails with
-// InvalidArgument naming the bad option.
+// (free them with fuse_opt_free_args). Checks each value on its own, and
+// has libfuse check its options (an unknown one is refused naming the
+// nearest valid one); looks at no file; the seed and cache_dir get their
+// defaults. Fails with InvalidArgument naming the bad option. Not
+// thread-safe (it sets libfuse's log function for the while).
 Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args);
 
 // ParseCommandLine, then the checks and defaults that need the machine.
 // Fails with InvalidArgument naming the bad option, or NotFound for a
 // missing SOURCE; creates cache_dir and fails when it is not writable.
 Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args);
+
+// The cache_dir when none is given: /var/cache/joaderfs for root, else
+// $XDG_CACHE_HOME/joaderfs or ~/.cache/joaderfs.
+std::string DefaultCacheDir();
 
 // The text of --help.
 std::string UsageText(const char* program);

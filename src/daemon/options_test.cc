@@ -99,6 +99,39 @@ TEST(OptionsTest, EdgeValuesAreRefused) {
             Status::Code::kInvalidArgument);
 }
 
+// libfuse decides what it takes; an option nobody takes is refused with the
+// nearest valid name, ours or libfuse's.
+TEST(OptionsTest, UnknownOptionsNameTheNearestValidOne) {
+  const std::pair<const char*, const char*> typos[] = {
+      {"ram_cach=1G", "ram_cache"},  {"cachedir=/tmp/x", "cache_dir"},
+      {"allow_othr", "allow_other"}, {"nosiud", "nosuid"},
+      {"trheads=2", "threads"},      {"log_levle=debug", "log_level"},
+  };
+  for (const auto& [typo, nearest] : typos) {
+    DaemonOptions o;
+    const Status s = ParseLine(typo, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << typo;
+    EXPECT_NE(s.message().find(typo), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(std::string("did you mean ") + nearest + "?"), std::string::npos)
+        << typo << ": " << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  }
+  DaemonOptions o;
+  const Status far = ParseLine("nosuchoption=1", &o);
+  EXPECT_EQ(far.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(far.message().find("unknown option nosuchoption=1"), std::string::npos)
+      << far.message();
+  EXPECT_EQ(far.message().find("did you mean"), std::string::npos) << far.message();
+  const Status two = ParseLine("size=64,ram_cach=1G,allow_othr", &o);
+  EXPECT_NE(two.message().find("ram_cache?"), std::string::npos) << two.message();
+  EXPECT_NE(two.message().find("allow_other?"), std::string::npos) << two.message();
+  // What fstab, mount(8) and mount.fuse3 pass on is libfuse's and passes.
+  EXPECT_TRUE(ParseLine("rw,nosuid,nodev,noexec,noatime,allow_other,default_permissions,"
+                        "fsname=x,subtype=joaderfs,max_read=131072,dev,suid,ro",
+                        &o)
+                  .ok());
+}
+
 TEST(OptionsTest, MachineChecks) {
   TempDir d;
   testing::WriteFile(d / "src/a/x.jpg");

@@ -380,6 +380,18 @@ print(json.dumps(out))
         for word in ("mkdir", "jobs", "next", "spec"):
             self.assertIn(word, text)
 
+    def test_readme_lists_every_spec_key(self):
+        """/README names each key the spec takes (DESIGN.md 2.3), and the
+        values it shows are taken."""
+        m = self.mount(self.source)
+        text = m.read_text("README")
+        for key in ("subset", "size", "crop", "flip", "seed", "epochs",
+                    "window", "ranks", "drop_last"):
+            self.assertIn("  %s=" % key, text)
+        self.assertNotIn("keeps the original", text)
+        m.mkjob("keys", spec="subset=all size=0 crop=random:0.5-1:0.75-1.25 "
+                "flip=0.5 seed=7 epochs=2 window=1 ranks=1 drop_last=0")
+
     def test_stats(self):
         m = self.mount(self.source)
         stats = m.stats()
