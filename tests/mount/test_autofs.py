@@ -17,7 +17,7 @@ autofs lets only automount's process group (which its mount helpers share)
 touch a mountpoint being mounted; anyone else waits until the mount is up.
 A daemon that leaves the group before mounting waits on itself.
 
-It all runs in a private mount namespace (doorlib.run_private), where
+It all runs in a private mount namespace (doors.run_private), where
 /usr/local/bin holds a `joaderfs` link to the binary under test: mount.fuse3
 runs `joaderfs` through /bin/sh, which finds it there as it finds the
 installed one. automount, the daemons and every mount are gone when the
@@ -34,9 +34,8 @@ import unittest
 from typing import Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import doorlib  # noqa: E402
-from doorlib import mountlib  # noqa: E402
+import harness
+from harness import doors
 
 EXPIRE = 2               # the map's --timeout, seconds
 TRIGGER_TIMEOUT = 30.0   # for `ls` to mount the dataset
@@ -73,7 +72,7 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
     amap = os.path.join(workdir, "auto.joaderfs")
     with open(master, "w") as f:
         f.write("%s  file:%s  --timeout=%d\n" % (root, amap, EXPIRE))
-    options = mountlib.format_options({
+    options = harness.format_options({
         "-fstype": "fuse.joaderfs", "nosuid": None, "nodev": None,
         "cache_dir": "none", "ram_cache": "64M",
         "size": SIZE, "base": SIZE, "seed": 1,
@@ -94,39 +93,39 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
              os.path.join(workdir, "automount.pid"), master],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
-        if not doorlib.wait_until(
-                lambda: doorlib.fstype_at(root) == "autofs", 15):
+        if not doors.wait_until(
+                lambda: doors.fstype_at(root) == "autofs", 15):
             out["error"] = "automount did not mount %s in 15s" % root
             return out
         # --- first access mounts
         out["trigger"] = trigger(mnt)
         if out["trigger"]["hung"]:
-            out["processes"] = doorlib.process_table(workdir)
+            out["processes"] = doors.process_table(workdir)
             return out
-        out["fstype"] = doorlib.fstype_at(mnt)
-        out["options"] = doorlib.mount_options_at(mnt)
-        daemons = doorlib.daemon_pids(binary, mnt)
+        out["fstype"] = doors.fstype_at(mnt)
+        out["options"] = doors.mount_options_at(mnt)
+        daemons = doors.daemon_pids(binary, mnt)
         out["daemons"] = len(daemons)
         if len(daemons) != 1:
             return out
         pid = daemons[0]
-        fields = mountlib.proc_stat_fields(pid)
+        fields = harness.proc_stat_fields(pid)
         out["daemon_is_session_leader"] = int(fields[3]) == pid
         out["automount_pgrp"] = os.getpgid(automount.pid)
         out["daemon_pgrp"] = int(fields[2])
         # --- a job delivers a record
-        rec = doorlib.read_one_record(mnt, "j", SIZE)
+        rec = doors.read_one_record(mnt, "j", SIZE)
         out["info"] = rec.pop("info")
         out["record"] = rec
         # --- idle: autofs expires the mount, the daemon exits
         start = time.monotonic()
-        out["expired"] = doorlib.wait_until(
-            lambda: doorlib.fstype_at(mnt) is None, EXPIRE_TIMEOUT, 0.2)
+        out["expired"] = doors.wait_until(
+            lambda: doors.fstype_at(mnt) is None, EXPIRE_TIMEOUT, 0.2)
         out["expired_after"] = round(time.monotonic() - start, 1)
         if not out["expired"]:
-            out["holders"] = doorlib.holders(mnt)
+            out["holders"] = doors.holders(mnt)
             return out
-        proc = mountlib.DaemonProcess(pid)
+        proc = harness.DaemonProcess(pid)
         try:
             out["daemon_exit"] = proc.wait(EXIT_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -135,9 +134,9 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
         # --- a second access mounts again; stopping automount ends it
         out["trigger2"] = trigger(mnt)
         if out["trigger2"]["hung"]:
-            out["processes"] = doorlib.process_table(workdir)
+            out["processes"] = doors.process_table(workdir)
             return out
-        daemons = doorlib.daemon_pids(binary, mnt)
+        daemons = doors.daemon_pids(binary, mnt)
         out["daemons2"] = len(daemons)
         if len(daemons) != 1:
             return out
@@ -147,29 +146,29 @@ def autofs_scenario(workdir: str, source: str, binary: str) -> Dict:
         except subprocess.TimeoutExpired:
             out["automount_exit"] = "still running 30s after SIGTERM"
             return out
-        proc = mountlib.DaemonProcess(daemons[0])
+        proc = harness.DaemonProcess(daemons[0])
         try:
             out["daemon2_exit"] = proc.wait(EXIT_TIMEOUT)
         except subprocess.TimeoutExpired:
             out["daemon2_exit"] = "still running %.0fs after automount" \
                 % EXIT_TIMEOUT
         out["left_mounted"] = [p for p in (mnt, root)
-                               if doorlib.fstype_at(p) is not None]
+                               if doors.fstype_at(p) is not None]
         return out
     except Exception as e:  # reported by the test
         out["error"] = repr(e)
-        out["processes"] = doorlib.process_table(workdir)
+        out["processes"] = doors.process_table(workdir)
         return out
     finally:
         if automount is not None and automount.poll() is None:
-            doorlib.kill_processes([automount.pid], grace=10)
+            doors.kill_processes([automount.pid], grace=10)
             # A killed automount leaves its fifo for the mount point.
             fifo = "/run/autofs.fifo-" + root.strip("/").replace("/", "-")
             if os.path.exists(fifo):
                 os.unlink(fifo)
-        doorlib.kill_processes(doorlib.pids_mentioning(workdir))
+        doors.kill_processes(doors.pids_mentioning(workdir))
         for path in (mnt, root, "/usr/local/bin"):
-            doorlib.lazy_unmount(path)
+            doors.lazy_unmount(path)
         log.close()
 
 
@@ -177,7 +176,7 @@ class AutofsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         if os.geteuid() != 0:
             raise unittest.SkipTest("automount needs root")
         if shutil.which("automount", path="/usr/sbin:/sbin") is None:
@@ -186,11 +185,11 @@ class AutofsTest(unittest.TestCase):
                                     "installs it)")
         if not os.path.exists("/dev/autofs"):
             raise unittest.SkipTest("no /dev/autofs: the kernel has no autofs")
-        if not doorlib.can_unshare():
+        if not doors.can_unshare():
             raise unittest.SkipTest("unshare -m fails: no private mount "
                                     "namespace for the test")
         cls.data = tempfile.mkdtemp(prefix="joaderfs-autofs-data-")
-        cls.source = mountlib.make_imagefolder(
+        cls.source = harness.make_imagefolder(
             os.path.join(cls.data, "src"), LAYOUT)
 
     @classmethod
@@ -200,14 +199,14 @@ class AutofsTest(unittest.TestCase):
     def test_mount_read_expire_remount(self):
         workdir = tempfile.mkdtemp(prefix="joaderfs-autofs-")
         self.addCleanup(shutil.rmtree, workdir, True)
-        r = doorlib.run_private(
+        r = doors.run_private(
             __file__, "autofs_scenario",
-            [workdir, self.source, os.path.abspath(mountlib.BIN)], workdir,
+            [workdir, self.source, os.path.abspath(harness.BIN)], workdir,
             SCENARIO_TIMEOUT)
         what = "%s\n---- automount log ----\n%s\n---- daemon log ----\n%s" % (
             "\n".join("%s: %s" % kv for kv in r.items()),
-            doorlib.tail(os.path.join(workdir, "automount.log")),
-            doorlib.tail(os.path.join(workdir, "joaderfs.log")))
+            doors.tail(os.path.join(workdir, "automount.log")),
+            doors.tail(os.path.join(workdir, "joaderfs.log")))
         sys.stderr.write("\n[autofs] %s\n" % {
             k: r.get(k) for k in ("trigger", "expired_after", "daemon_exit",
                                   "trigger2", "daemon2_exit")})

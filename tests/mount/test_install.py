@@ -29,9 +29,8 @@ import unittest
 from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import doorlib  # noqa: E402
-from doorlib import mountlib  # noqa: E402
+import harness
+from harness import doors
 
 BUILD = os.environ.get("JOADERFS_BUILD_DIR",
                        os.path.join(HERE, "..", "..", "build"))
@@ -60,30 +59,30 @@ def mount_cycle(argv: List[str], mnt: str, workdir: str, job: str) -> Dict:
         out.update(mount_rc=r.returncode, mount_stderr=r.stderr)
         if r.returncode != 0:
             return out
-        out["fstype"] = doorlib.fstype_at(mnt)
-        out["options"] = doorlib.mount_options_at(mnt)
-        out["super_options"] = doorlib.super_options_at(mnt)
-        daemons = doorlib.daemon_pids(INSTALLED_BIN, mnt)
+        out["fstype"] = doors.fstype_at(mnt)
+        out["options"] = doors.mount_options_at(mnt)
+        out["super_options"] = doors.super_options_at(mnt)
+        daemons = doors.daemon_pids(INSTALLED_BIN, mnt)
         out["daemons"] = len(daemons)
         if len(daemons) != 1:
             return out
-        out["record"] = doorlib.read_one_record(mnt, job, SIZE)
+        out["record"] = doors.read_one_record(mnt, job, SIZE)
         u = subprocess.run(["umount", mnt], capture_output=True, text=True,
                            timeout=60)
         out.update(umount_rc=u.returncode, umount_stderr=u.stderr,
-                   unmounted=doorlib.fstype_at(mnt) is None)
+                   unmounted=doors.fstype_at(mnt) is None)
         try:
-            out["daemon_exit"] = mountlib.DaemonProcess(daemons[0]).wait(15)
+            out["daemon_exit"] = harness.DaemonProcess(daemons[0]).wait(15)
         except subprocess.TimeoutExpired:
             out["daemon_exit"] = "still running 15s after umount"
         return out
     except Exception as e:  # reported by the test
         out["error"] = repr(e)
-        out["processes"] = doorlib.process_table(workdir)
+        out["processes"] = doors.process_table(workdir)
         return out
     finally:
-        doorlib.lazy_unmount(mnt)
-        doorlib.kill_processes([p for p in daemons if doorlib.alive(p)])
+        doors.lazy_unmount(mnt)
+        doors.kill_processes([p for p in daemons if doors.alive(p)])
 
 
 def install_scenario(workdir: str, source: str, dest: str) -> Dict:
@@ -108,7 +107,7 @@ def install_scenario(workdir: str, source: str, dest: str) -> Dict:
                             target],
                            check=True, capture_output=True, timeout=30)
             targets.append(target)
-        opts = mountlib.format_options({
+        opts = harness.format_options({
             "cache_dir": "none", "ram_cache": "64M", "size": SIZE,
             "base": SIZE, "seed": 1, "log_level": "debug"})
         cycles = {
@@ -146,7 +145,7 @@ def install_scenario(workdir: str, source: str, dest: str) -> Dict:
         return out
     finally:
         for target in reversed(targets):
-            doorlib.lazy_unmount(target)
+            doors.lazy_unmount(target)
 
 
 class InstallTest(unittest.TestCase):
@@ -155,13 +154,13 @@ class InstallTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         if os.geteuid() != 0:
             raise unittest.SkipTest("mount(8) needs root")
         if not os.path.isfile(os.path.join(BUILD, "cmake_install.cmake")):
             raise unittest.SkipTest("no build tree at %s (set "
                                     "JOADERFS_BUILD_DIR)" % BUILD)
-        if not doorlib.can_unshare():
+        if not doors.can_unshare():
             raise unittest.SkipTest("unshare -m fails: no private mount "
                                     "namespace for the test")
         cls.workdir = tempfile.mkdtemp(prefix="joaderfs-install-")
@@ -174,9 +173,9 @@ class InstallTest(unittest.TestCase):
             raise AssertionError("cmake --install failed:\n%s%s"
                                  % (r.stdout, r.stderr))
         cls.install_log = r.stdout
-        cls.source = mountlib.make_imagefolder(
+        cls.source = harness.make_imagefolder(
             os.path.join(cls.workdir, "src"), LAYOUT)
-        cls.result = doorlib.run_private(
+        cls.result = doors.run_private(
             __file__, "install_scenario", [cls.workdir, cls.source, cls.dest],
             cls.workdir, SCENARIO_TIMEOUT)
         sys.stderr.write("\n[install] %s\n" % cls.install_log)
@@ -189,7 +188,7 @@ class InstallTest(unittest.TestCase):
         r = self.result.get(name, {})
         return "%s\n---- daemon log ----\n%s\n---- scenario ----\n%s" % (
             "\n".join("%s: %s" % kv for kv in r.items()),
-            doorlib.tail(os.path.join(self.workdir, name + ".log")),
+            doors.tail(os.path.join(self.workdir, name + ".log")),
             {k: v for k, v in self.result.items() if k in ("error", "stderr")})
 
     def check_cycle(self, name: str, fstab: bool = False) -> None:

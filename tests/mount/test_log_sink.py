@@ -24,9 +24,8 @@ import unittest
 from typing import Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import doorlib  # noqa: E402
-from doorlib import mountlib  # noqa: E402
+import harness
+from harness import doors
 
 SIZE = 64
 LAYOUT = {"ant": ["a0.jpg", "a1.jpg"], "bee": ["b0.jpg", "b1.jpg"]}
@@ -36,12 +35,12 @@ DEV_LOG = "/dev/log"
 def mount_without_log(workdir: str, source: str, name: str,
                       cache_dir: str, log_file: str) -> Dict:
     out: Dict = {}
-    m = mountlib.Mount(source, os.path.join(workdir, name),
+    m = harness.Mount(source, os.path.join(workdir, name),
                        {"cache_dir": cache_dir, "log": False,
                         "log_level": False})
     try:
         m.start()
-        out["record"] = doorlib.read_one_record(m.mnt, "j", SIZE)
+        out["record"] = doors.read_one_record(m.mnt, "j", SIZE)
         out["exit"] = m.unmount()
     except Exception as e:  # reported by the test
         out["error"] = repr(e)
@@ -120,23 +119,23 @@ def log_sink_scenario(workdir: str, source: str) -> Dict:
         return out
     finally:
         for path in reversed(hidden):
-            doorlib.lazy_unmount(path)
+            doors.lazy_unmount(path)
 
 
 class LogSinkTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        mountlib.require_binary()
+        harness.require_binary()
         if os.geteuid() != 0:
             raise unittest.SkipTest("hiding /dev/log needs root")
-        if not doorlib.can_unshare():
+        if not doors.can_unshare():
             raise unittest.SkipTest("unshare -m fails: no private mount "
                                     "namespace for the test")
         cls.workdir = tempfile.mkdtemp(prefix="joaderfs-logsink-")
-        cls.source = mountlib.make_imagefolder(
+        cls.source = harness.make_imagefolder(
             os.path.join(cls.workdir, "src"), LAYOUT)
-        cls.result = doorlib.run_private(
+        cls.result = doors.run_private(
             __file__, "log_sink_scenario", [cls.workdir, cls.source],
             cls.workdir, 180.0)
         sys.stderr.write("\n[log sink] /dev/log hidden: %s; stderr: %r\n" % (

@@ -19,14 +19,7 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
-try:
-    # The harness package (tests/harness, on CTest's PYTHONPATH) re-exports
-    # every name of tests/integration/mountlib.py, which it replaces.
-    import harness as mountlib
-except ImportError:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
-        __file__)), "..", "integration"))
-    import mountlib  # noqa: E402
+import harness
 
 # Where libmount looks for mount.TYPE helpers (util-linux's FS_SEARCH_PATH;
 # /sbin is /usr/sbin on a merged-/usr system).
@@ -123,7 +116,7 @@ def daemon_pids(binary: str, mountpoint: str) -> List[int]:
 
 def alive(pid: int) -> bool:
     try:
-        return mountlib.proc_stat_fields(pid)[0] != b"Z"
+        return harness.proc_stat_fields(pid)[0] != b"Z"
     except (OSError, IndexError):
         return False
 
@@ -134,7 +127,7 @@ def process_table(token: str) -> str:
     rows = []
     for pid in sorted(pids_mentioning(token)):
         try:
-            fields = mountlib.proc_stat_fields(pid)
+            fields = harness.proc_stat_fields(pid)
             with open("/proc/%d/wchan" % pid) as f:
                 wchan = f.read().strip() or "-"
             cmd = b" ".join(_cmdline(str(pid))).decode("utf-8", "replace")
@@ -181,11 +174,11 @@ def read_one_record(mnt: str, job: str, size: int) -> Dict:
     os.mkdir(os.path.join(mnt, "jobs", job))
     fd = os.open(os.path.join(mnt, "jobs", job, "next"), os.O_RDONLY)
     try:
-        data = mountlib.read_exact(fd, mountlib.record_size(size * size * 3),
+        data = harness.read_exact(fd, harness.record_size(size * size * 3),
                                    timeout=60)
     finally:
         os.close(fd)
-    rec = mountlib.parse_records(data)[0]
+    rec = harness.parse_records(data)[0]
     return {"info": info, "id": rec.id, "label": rec.label,
             "manifest_label": manifest.get(rec.id),
             "shape": [rec.height, rec.width, rec.channels]}
@@ -193,7 +186,7 @@ def read_one_record(mnt: str, job: str, size: int) -> Dict:
 
 def kill_processes(pids: List[int], grace: float = 5.0) -> None:
     """SIGTERM, then SIGKILL what is left after `grace` seconds; reaps our
-    own children and orphans (mountlib made us a subreaper)."""
+    own children and orphans (the harness made us a subreaper)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             if alive(pid):
