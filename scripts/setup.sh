@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages joaderfs needs (only those missing) and builds
+# Installs the Debian packages joaderfs needs (only those missing), the Python
+# test environment (.venv-test, pinned pip packages), and builds
 # it into build/. Idempotent: a second run installs nothing and rebuilds only
 # what changed.
 set -euo pipefail
@@ -24,6 +25,33 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+# The Python client's test environment, .venv-test: torch 2.x, TensorFlow and
+# JAX from PyPI, pinned in python/requirements-test.txt (ctest runs the
+# client's tests in it and under Debian's /usr/bin/python3 with its torch
+# 1.13). Re-installed only when that file changes.
+venv=.venv-test
+requirements=python/requirements-test.txt
+stamp="$venv/requirements.sha256"
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  python=python3
+  if ! "$python" -c "import venv, ensurepip" 2>/dev/null; then
+    # No python3 with venv on PATH: Debian's, with its venv package.
+    python=/usr/bin/python3
+    if ! "$python" -c "import venv, ensurepip" 2>/dev/null; then
+      sudo_cmd=()
+      [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+      "${sudo_cmd[@]}" apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+        --no-install-recommends python3-venv >/dev/null
+    fi
+  fi
+  echo "setup: installing $requirements into $venv (a few minutes)"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q -r "$requirements"
+  echo "$want" >"$stamp"
 fi
 
 build_type=${BUILD_TYPE:-RelWithDebInfo}

@@ -2,15 +2,18 @@
 
 Batches (the fast path)::
 
+    import torch
     from torch.utils.data import DataLoader
     from joaderfs import JobDataset
 
-    dataset = JobDataset("/mnt/imagenet/jobs/sweep-1", batch_size=256)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dataset = JobDataset(job, batch_size=30)
     loader = DataLoader(dataset, batch_size=None, num_workers=2,
-                        pin_memory=True)
+                        persistent_workers=True,
+                        pin_memory=torch.cuda.is_available())
     for epoch in range(epochs):
         for images, labels, ids in loader:  # images: [B, 3, H, W] uint8
-            images = images.cuda(non_blocking=True)
+            images = images.to(device, non_blocking=True)
             ...
 
 The dataset reads whole batches (``batch_size=B``) with a few large reads
@@ -26,7 +29,11 @@ training code keeps stays valid, its buffer is simply not reused.
 
 Per sample::
 
-    loader = DataLoader(JobDataset(job), batch_size=256, num_workers=0)
+    loader = DataLoader(JobDataset(job, loader_batch_size=30), batch_size=30,
+                        num_workers=2, persistent_workers=True)
+    for epoch in range(epochs):
+        for images, labels, ids in loader:
+            ...
 
 yields the same tuples, but every sample is read, converted and stacked on
 its own, which costs about ten times the client CPU of the batch path
@@ -41,10 +48,12 @@ yields ceil(N/B) batches, only the last one short, whatever the workers'
 speeds: the ranks of a data-parallel job run the same number of steps.  The
 per-sample dataset needs the DataLoader's batch size for that
 (``loader_batch_size=B``); without it each worker reads until EOF and makes
-its own short last batch.  The next ``for`` over the loader starts fresh
-workers (``persistent_workers=False``, the default) that re-open ``next``
-and so read the next epoch; with ``persistent_workers=True`` the same
-workers iterate the dataset again, which re-opens it just the same.
+its own short last batch.  Use ``persistent_workers=True``: each ``for`` over the loader then makes
+the same workers iterate the dataset again, which re-opens ``next`` and so
+reads the next epoch.  Without it every epoch starts fresh workers, and
+their start-up is paid every epoch: on a 16-core GPU machine, going from 2
+to 8 workers over 6000-image epochs cut throughput from 5758 to 2785
+samples/s that way.
 Samples are not shuffled on the client: the daemon already hands each job a
 uniformly random order.
 """
