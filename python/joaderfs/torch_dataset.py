@@ -29,6 +29,9 @@ training code keeps stays valid, its buffer is simply not reused.
 
 Per sample::
 
+    from torch.utils.data import DataLoader
+    from joaderfs import JobDataset
+
     loader = DataLoader(JobDataset(job, loader_batch_size=30), batch_size=30,
                         num_workers=2, persistent_workers=True)
     for epoch in range(epochs):
