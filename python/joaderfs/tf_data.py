@@ -22,7 +22,9 @@ job.  The generator is called once per batch, not per sample: each batch is
 read with a few large reads into one array (``iter_batches``), and
 ``prefetch`` batches are read ahead of the training step.  ``on_batch``, if
 given, sees each ``Batch`` (with its ids) as it is handed to TensorFlow, for
-bookkeeping such as the ids consumed.
+bookkeeping such as the ids consumed.  Keras, not told the dataset's
+length, may warn "Your input ran out of data" when the first epoch ends; the
+next epoch still runs in full.
 """
 
 from __future__ import annotations
