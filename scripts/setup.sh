@@ -11,6 +11,7 @@ packages=(
   libfuse3-dev fuse3 libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
   libjpeg62-turbo-dev libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev
   python3-torch python3-torchvision python3-numpy python3-pil
+  python3-venv  # the client's test venvs (.venv-test, ctest client_pip_install)
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
 )
@@ -36,19 +37,12 @@ requirements=python/requirements-test.txt
 stamp="$venv/requirements.sha256"
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # The python3 on PATH (pyenv, say) if it can make venvs, else Debian's
+  # (python3-venv above).
   python=python3
-  if ! "$python" -c "import venv, ensurepip" 2>/dev/null; then
-    # No python3 with venv on PATH: Debian's, with its venv package.
-    python=/usr/bin/python3
-    if ! "$python" -c "import venv, ensurepip" 2>/dev/null; then
-      sudo_cmd=()
-      [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-      "${sudo_cmd[@]}" apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
-        --no-install-recommends python3-venv >/dev/null
-    fi
-  fi
-  echo "setup: installing $requirements into $venv (a few minutes)"
+  "$python" -c "import venv, ensurepip" 2>/dev/null || python=/usr/bin/python3
+  echo "setup: installing $requirements into $venv with $python (a few minutes)"
+  rm -rf "$venv"
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q -r "$requirements"
   echo "$want" >"$stamp"
