@@ -137,6 +137,10 @@ class JobDataset(IterableDataset):
         self._pin_memory = pin_memory
         # The training process's batch buffers, kept from epoch to epoch.
         self._pool: _BufferPool | None = None
+        # Items handed out in the pass under way, and of how many if known
+        # (state_dict).
+        self._yielded = 0
+        self._total: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A spawned worker gets the settings, not the buffers.
@@ -147,13 +151,45 @@ class JobDataset(IterableDataset):
         # joins after the others have emptied the epoch.
         raw = open_next(self._path)
         try:
-            sizes = self._share()
+            share = self._share()
+            sizes = None if share is None else list(share)
         except BaseException:
             raw.close()
             raise
         if self._batch_size is None:
-            return self._samples(raw, None if sizes is None else sum(sizes))
-        return self._batches(raw, sizes)
+            limit = None if sizes is None else sum(sizes)
+            return self._counted(self._samples(raw, limit), limit)
+        total = None
+        if sizes is not None:
+            short = self._drop_last and sizes and sizes[-1] < self._batch_size
+            total = len(sizes) - short
+        return self._counted(self._batches(raw, sizes), total)
+
+    # torchdata's StatefulDataLoader uses these two (its Stateful protocol).
+    # Without them it would resume a pass by reading and dropping as many
+    # items as the state says were seen: samples the daemon hands out once
+    # per epoch, lost.  A mid-epoch state is refused instead: StreamState
+    # resumes exactly.
+    # A pass's items are known in advance only for a worker's share; a state
+    # taken at the last item of a pass of unknown length counts as mid-epoch.
+    def state_dict(self) -> dict[str, int | None]:
+        return {"yielded": self._yielded, "of": self._total}
+
+    def load_state_dict(self, state: dict[str, int | None]) -> None:
+        if state.get("yielded") and state["yielded"] != state.get("of"):
+            raise RuntimeError(
+                f"a joaderfs job cannot resume mid-epoch from a "
+                f"StatefulDataLoader state ({state['yielded']} items of the "
+                f"epoch seen): use joaderfs.StreamState, which writes the "
+                f"ids consumed to the job's resume file")
+
+    def _counted(self, items: Iterator[Any], total: int | None
+                 ) -> Iterator[Any]:
+        self._yielded, self._total = 0, total
+        for item in items:
+            self._yielded += 1
+            yield item
+        self._yielded = 0
 
     def _share(self) -> Iterator[int] | None:
         """This worker's batch sizes, of the epoch it has just opened; None
