@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 import os
 import pkgutil
 import re
