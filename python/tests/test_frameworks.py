@@ -131,6 +131,10 @@ class FrameworkTest(MountedCase):
                 self.assertIsInstance(images, jax.Array)
                 self.assertEqual(images.devices(), {device})
                 self.assertEqual(images.shape, (30, SIZE, SIZE, 3))
+                if not seen and epoch == 0:
+                    # The batch in hand and 2 more on their way: 3 read.
+                    status = joaderfs.job_status(self.mount, "jax")
+                    self.assertEqual(status["delivered"], 90)
                 seen.append((ids, np.asarray(labels)))
                 params = train_step(params, images, labels)
             with self.subTest(epoch=epoch):
