@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages joaderfs needs (only those missing) and builds
+# Installs the Debian packages joaderfs needs (only those missing), the Python
+# test environment (.venv-test, pinned pip packages), and builds
 # it into build/. Idempotent: a second run installs nothing and rebuilds only
 # what changed.
 set -euo pipefail
@@ -10,6 +11,7 @@ packages=(
   libfuse3-dev fuse3 autofs libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
   libjpeg62-turbo-dev libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev
   python3-torch python3-torchvision python3-numpy python3-pil
+  python3-venv  # the client's test venvs (.venv-test, ctest client_pip_install)
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
 )
@@ -24,6 +26,26 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+# The Python client's test environment, .venv-test: torch 2.x, TensorFlow and
+# JAX from PyPI, pinned in python/requirements-test.txt (ctest runs the
+# client's tests in it and under Debian's /usr/bin/python3 with its torch
+# 1.13). Re-installed only when that file changes.
+venv=.venv-test
+requirements=python/requirements-test.txt
+stamp="$venv/requirements.sha256"
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # The python3 on PATH (pyenv, say) if it can make venvs, else Debian's
+  # (python3-venv above).
+  python=python3
+  "$python" -c "import venv, ensurepip" 2>/dev/null || python=/usr/bin/python3
+  echo "setup: installing $requirements into $venv with $python (a few minutes)"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q -r "$requirements"
+  echo "$want" >"$stamp"
 fi
 
 build_type=${BUILD_TYPE:-RelWithDebInfo}

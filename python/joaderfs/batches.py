@@ -8,34 +8,14 @@ scratch buffer): the payload bytes are copied once, by the kernel, and the
 batch needs no per-sample copy or stacking.  All B headers are then checked
 at once through a numpy view.
 
-JAX::
+Plain numpy (JAX and Keras: ``jax_batches`` and ``tf_dataset``, built on
+this)::
 
-    import jax.numpy as jnp
     import joaderfs
 
     for epoch in range(epochs):
-        for images, labels, ids in joaderfs.iter_batches(job, 128,
-                                                         drop_last=True):
-            x = jnp.asarray(images, jnp.float32) / 255.0  # [B, H, W, 3]
-            state = train_step(state, x, jnp.asarray(labels))
-
-``drop_last=True`` keeps every batch the same shape, so the jitted step is
-compiled once.
-
-tf.data (each repetition calls the generator again, which re-opens ``next``
-and so reads the next epoch)::
-
-    import tensorflow as tf
-    import joaderfs
-
-    size = 224  # the job's output size
-    dataset = tf.data.Dataset.from_generator(
-        lambda: joaderfs.iter_batches(job, 128),
-        output_signature=(
-            tf.TensorSpec([None, size, size, 3], tf.uint8),
-            tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None], tf.int64)))
-    model.fit(dataset.prefetch(2), epochs=10)
+        for images, labels, ids in joaderfs.iter_batches(job, 30):
+            assert images.shape[1:] == (size, size, 3)  # uint8, HWC
 """
 
 from __future__ import annotations

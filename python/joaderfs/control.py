@@ -49,36 +49,77 @@ def make_job(mount: PathLike, job_id: str, spec: Spec | None = None,
     """Creates ``MOUNT/jobs/JOB_ID``, writes its spec if given, returns it.
 
     ``spec`` is a mapping such as ``{"subset": "classes:0-9", "epochs": 2}``
-    or the spec text.  Raises ValueError if the daemon rejects the spec.
+    or the spec text.  Raises ``RejectedWrite`` (a ValueError) with the
+    daemon's reason if the daemon rejects the spec; the job made here is then
+    removed again (one that already existed, with ``exist_ok``, is kept).
     """
     path = job_dir(mount, job_id)
+    made = True
     try:
         path.mkdir()
     except FileExistsError:
         if not exist_ok:
             raise
+        made = False
     if spec is not None:
-        write_spec(path, spec)
+        try:
+            write_spec(path, spec)
+        except BaseException:
+            if made:
+                path.rmdir()
+            raise
     return path
 
 
 def write_spec(job: PathLike, spec: Spec) -> None:
-    """Replaces a job's spec; possible until its ``next`` is first read."""
+    """Replaces a job's spec; possible until its ``next`` is first read.
+    Raises ``RejectedWrite`` with the daemon's reason for a bad spec."""
     text = format_spec(spec)
     try:
         # One write call: each write to spec replaces the whole spec.
         _write_all(Path(job) / "spec", text.encode(), whole=True)
     except OSError as e:
         if e.errno == errno.EINVAL:
-            raise ValueError(f"joaderfs rejected the spec {text!r} of {job} "
-                             f"(the daemon log says why)") from e
+            raise rejected_write(job, "spec", text) from e
         raise
 
 
 def write_ids(job: PathLike, ids: Iterable[int | str]) -> None:
-    """Sets a job's subset to the given sample ids or relative paths."""
+    """Sets a job's subset to the given sample ids or relative paths.
+    Raises ``RejectedWrite`` with the daemon's reason for a bad id."""
     text = "".join(f"{i}\n" for i in ids)
-    _write_all(Path(job) / "ids", text.encode(), whole=False)
+    try:
+        _write_all(Path(job) / "ids", text.encode(), whole=False)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            raise rejected_write(job, "ids", text) from e
+        raise
+
+
+class RejectedWrite(ValueError):
+    """The daemon refused a write to a job's ``spec``, ``ids`` or ``resume``
+    (EINVAL).  ``reason`` is the job's ``error`` file, ``<file>: <why>``, or
+    None with a daemon too old to have one."""
+
+    def __init__(self, message: str, reason: str | None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def rejected_write(job: PathLike, name: str, text: str) -> RejectedWrite:
+    """The exception for a write to ``job``'s file ``name`` that failed with
+    EINVAL, carrying the reason the daemon left in the job's ``error``."""
+    try:
+        reason = (Path(job) / "error").read_text().strip() or None
+    except FileNotFoundError:  # a daemon without the error file
+        reason = None
+    shown = text if len(text) <= 200 else text[:200] + "..."
+    if reason is None:
+        why = "(the daemon log says why)"
+    else:
+        why = f"because {reason}"
+    return RejectedWrite(f"joaderfs rejected the {name} {shown!r} of {job} "
+                         f"{why}", reason)
 
 
 def remove_job(mount: PathLike, job_id: str) -> None:

@@ -1,4 +1,5 @@
-"""Which rank's stream a process reads, from torch.distributed by default.
+"""Which rank's stream a process reads: torch.distributed's rank by default,
+or JAX's process index (``jax_rank``).
 
 A job with ``ranks=W`` has one stream file per rank, ``next.0`` ...
 ``next.<W-1>`` (DESIGN.md 2.6).  In a torch.distributed program each
@@ -25,17 +26,34 @@ def default_rank(job: PathLike, rank: int | None) -> int | None:
     path = Path(job)
     if dist is None or not path.is_dir():
         return None
-    world = dist.get_world_size()
-    ranks = _job_ranks(path)
+    return _checked_rank(path, dist.get_rank(), dist.get_world_size(),
+                         "torch.distributed's world size")
+
+
+def jax_rank(job: PathLike) -> int | None:
+    """The stream a JAX process reads: ``jax.process_index()`` of a job with
+    ``ranks=jax.process_count()``; None (the job's ``next``) for a job
+    without ranks in a single-process program.  Each process of a
+    multi-process JAX program (``jax.distributed.initialize()``) reads its
+    own ``next.<process_index>``."""
+    import jax
+    path = Path(job)
+    if not path.is_dir():
+        return None
+    return _checked_rank(path, jax.process_index(), jax.process_count(),
+                         "jax.process_count()")
+
+
+def _checked_rank(job: Path, rank: int, world: int, what: str) -> int | None:
+    ranks = _job_ranks(job)
     if ranks == 0:
         if world > 1:
-            raise ValueError(f"{path} has no ranks=: with {world} processes "
+            raise ValueError(f"{job} has no ranks=: with {world} processes "
                              f"write ranks={world} to its spec, or pass rank=")
         return None
     if ranks != world:
-        raise ValueError(f"{path} has ranks={ranks} but torch.distributed's "
-                         f"world size is {world}")
-    return dist.get_rank()
+        raise ValueError(f"{job} has ranks={ranks} but {what} is {world}")
+    return rank
 
 
 def _initialised_process_group():

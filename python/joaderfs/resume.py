@@ -1,16 +1,25 @@
 """Exact mid-epoch resume (DESIGN.md 2.7): what the training process has
-received, as a ``state_dict`` for its checkpoints, and the ``resume`` file.
+received, as a ``state_dict`` for its checkpoints, and the ``resume`` file::
 
+    import os
+    import torch
+    from torch.utils.data import DataLoader
+    import joaderfs
+
+    loader = DataLoader(joaderfs.JobDataset(job, batch_size=30),
+                        batch_size=None, num_workers=2,
+                        persistent_workers=True)
     state = joaderfs.StreamState(job)                  # or rank=R
-    if checkpoint:
+    if os.path.exists("checkpoint.pt"):
+        checkpoint = torch.load("checkpoint.pt")
         model.load_state_dict(checkpoint["model"])
         state.load_state_dict(checkpoint["data"])      # resumes the epoch
-    for epoch in range(epochs):
-        for images, labels, ids in state.track(loader):
-            ...train...
-            if time_to_checkpoint:
+    for epoch in range(state.epoch or 0, epochs):      # from the checkpoint's
+        for step, (images, labels, ids) in enumerate(state.track(loader)):
+            ...
+            if step % 3 == 0:
                 torch.save({"model": model.state_dict(),
-                            "data": state.state_dict()}, path)
+                            "data": state.state_dict()}, "checkpoint.pt")
 
 ``track`` wraps any iterable of batches or samples whose third item is the
 ids (``JobDataset``'s tuples, through a DataLoader with any ``num_workers``)
@@ -32,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from .control import rejected_write
 from .distributed import default_rank
 from .stream import PathLike
 
@@ -122,7 +132,6 @@ def write_resume(job: PathLike, epoch: int, consumed: Iterable[int],
         except OSError as e:
             if e.errno != errno.EBUSY or time.monotonic() > deadline:
                 if e.errno == errno.EINVAL:
-                    raise ValueError(f"joaderfs rejected the resume of {job} "
-                                     f"(the daemon log says why)") from e
+                    raise rejected_write(job, "resume", text) from e
                 raise
             time.sleep(0.1)

@@ -105,8 +105,14 @@ class RecordStream:
     ``raw`` needs only ``readinto``; short reads are fine (a FUSE read may stop
     inside a record).  Use it as::
 
-        while (header := stream.read_header()) is not None:
-            stream.read_payload(buffer_of_header_payload_bytes)
+        import numpy as np
+        from joaderfs import RecordStream, open_next
+
+        with open_next(job) as raw:
+            stream = RecordStream(raw)
+            while (header := stream.read_header()) is not None:
+                image = np.empty(header.shape, np.uint8)
+                stream.read_payload(image)
 
     Not safe for concurrent use.
     """
@@ -236,10 +242,12 @@ class JobReader:
     ``(image, label, id)`` with ``image`` an (H, W, 3) uint8 RGB numpy array,
     until EOF ends the epoch.  Iterating again re-opens the file and so reads
     the next epoch.  ``records()`` yields ``Record`` tuples, with the epoch.
-    ``rank=R`` reads ``next.R`` of a job with ``ranks=W`` instead of ``next``.
+    ``rank=R`` reads ``next.R`` of a job with ``ranks=W`` instead of ``next``::
 
-        reader = JobReader("/mnt/imagenet/jobs/sweep-1")
-        for epoch in range(3):
+        from joaderfs import JobReader
+
+        reader = JobReader(job)  # e.g. "/mnt/imagenet/jobs/sweep-1"
+        for epoch in range(epochs):
             for image, label, sample_id in reader:
                 ...
     """

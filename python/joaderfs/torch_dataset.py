@@ -2,15 +2,18 @@
 
 Batches (the fast path)::
 
+    import torch
     from torch.utils.data import DataLoader
     from joaderfs import JobDataset
 
-    dataset = JobDataset("/mnt/imagenet/jobs/sweep-1", batch_size=256)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dataset = JobDataset(job, batch_size=30)
     loader = DataLoader(dataset, batch_size=None, num_workers=2,
-                        pin_memory=True)
+                        persistent_workers=True,
+                        pin_memory=torch.cuda.is_available())
     for epoch in range(epochs):
         for images, labels, ids in loader:  # images: [B, 3, H, W] uint8
-            images = images.cuda(non_blocking=True)
+            images = images.to(device, non_blocking=True)
             ...
 
 The dataset reads whole batches (``batch_size=B``) with a few large reads
@@ -26,7 +29,14 @@ training code keeps stays valid, its buffer is simply not reused.
 
 Per sample::
 
-    loader = DataLoader(JobDataset(job), batch_size=256, num_workers=0)
+    from torch.utils.data import DataLoader
+    from joaderfs import JobDataset
+
+    loader = DataLoader(JobDataset(job, loader_batch_size=30), batch_size=30,
+                        num_workers=2, persistent_workers=True)
+    for epoch in range(epochs):
+        for images, labels, ids in loader:
+            ...
 
 yields the same tuples, but every sample is read, converted and stacked on
 its own, which costs about ten times the client CPU of the batch path
@@ -41,10 +51,13 @@ yields ceil(N/B) batches, only the last one short, whatever the workers'
 speeds: the ranks of a data-parallel job run the same number of steps.  The
 per-sample dataset needs the DataLoader's batch size for that
 (``loader_batch_size=B``); without it each worker reads until EOF and makes
-its own short last batch.  The next ``for`` over the loader starts fresh
-workers (``persistent_workers=False``, the default) that re-open ``next``
-and so read the next epoch; with ``persistent_workers=True`` the same
-workers iterate the dataset again, which re-opens it just the same.
+its own short last batch.
+
+Use ``persistent_workers=True``: each ``for`` over the loader then makes the
+same workers iterate the dataset again, which re-opens ``next`` and so reads
+the next epoch.  Without it every epoch starts fresh workers and pays their
+start-up: on a 16-core GPU machine, going from 2 to 8 workers over
+6000-image epochs cut throughput from 5758 to 2785 samples/s that way.
 Samples are not shuffled on the client: the daemon already hands each job a
 uniformly random order.
 """
@@ -124,6 +137,10 @@ class JobDataset(IterableDataset):
         self._pin_memory = pin_memory
         # The training process's batch buffers, kept from epoch to epoch.
         self._pool: _BufferPool | None = None
+        # Items handed out in the pass under way, and of how many if known
+        # (state_dict).
+        self._yielded = 0
+        self._total: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A spawned worker gets the settings, not the buffers.
@@ -134,13 +151,45 @@ class JobDataset(IterableDataset):
         # joins after the others have emptied the epoch.
         raw = open_next(self._path)
         try:
-            sizes = self._share()
+            share = self._share()
+            sizes = None if share is None else list(share)
         except BaseException:
             raw.close()
             raise
         if self._batch_size is None:
-            return self._samples(raw, None if sizes is None else sum(sizes))
-        return self._batches(raw, sizes)
+            limit = None if sizes is None else sum(sizes)
+            return self._counted(self._samples(raw, limit), limit)
+        total = None
+        if sizes is not None:
+            short = self._drop_last and sizes and sizes[-1] < self._batch_size
+            total = len(sizes) - short
+        return self._counted(self._batches(raw, sizes), total)
+
+    # torchdata's StatefulDataLoader uses these two (its Stateful protocol).
+    # Without them it would resume a pass by reading and dropping as many
+    # items as the state says were seen: samples the daemon hands out once
+    # per epoch, lost.  A mid-epoch state is refused instead: StreamState
+    # resumes exactly.
+    # A pass's items are known in advance only for a worker's share; a state
+    # taken at the last item of a pass of unknown length counts as mid-epoch.
+    def state_dict(self) -> dict[str, int | None]:
+        return {"yielded": self._yielded, "of": self._total}
+
+    def load_state_dict(self, state: dict[str, int | None]) -> None:
+        if state.get("yielded") and state["yielded"] != state.get("of"):
+            raise RuntimeError(
+                f"a joaderfs job cannot resume mid-epoch from a "
+                f"StatefulDataLoader state ({state['yielded']} items of the "
+                f"epoch seen): use joaderfs.StreamState, which writes the "
+                f"ids consumed to the job's resume file")
+
+    def _counted(self, items: Iterator[Any], total: int | None
+                 ) -> Iterator[Any]:
+        self._yielded, self._total = 0, total
+        for item in items:
+            self._yielded += 1
+            yield item
+        self._yielded = 0
 
     def _share(self) -> Iterator[int] | None:
         """This worker's batch sizes, of the epoch it has just opened; None

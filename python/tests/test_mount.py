@@ -75,7 +75,10 @@ def _deadline_passed(signum, frame):
     raise TimeoutError(f"test took more than {TEST_DEADLINE_S} s")
 
 
-class MountTest(unittest.TestCase):
+class MountedCase(unittest.TestCase):
+    """A daemonized mount of a generated ImageFolder for the class's tests
+    (CLASSES x PER_CLASS images at size SIZE), and checks against its
+    manifest; no tests of its own."""
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -121,6 +124,10 @@ class MountTest(unittest.TestCase):
         mean = image.reshape(-1, 3).mean(axis=0)
         np.testing.assert_allclose(mean, self.colours[relpath], atol=6,
                                    err_msg=f"sample {sample_id} ({relpath})")
+
+
+
+class MountTest(MountedCase):
 
     def test_dataset_files(self) -> None:
         info = joaderfs.dataset_info(self.mount)
@@ -363,6 +370,45 @@ class MountTest(unittest.TestCase):
     def test_bad_spec_is_rejected(self) -> None:
         with self.assertRaisesRegex(ValueError, "rejected the spec"):
             self.make_job("bad-spec", {"subset": "everything"})
+
+    def test_refused_spec_leaves_no_job(self) -> None:
+        with self.assertRaises(joaderfs.RejectedWrite) as caught:
+            self.make_job("refused", {"subset": "everything"})
+        self.assertFalse((self.mount / "jobs" / "refused").exists())
+        self.assertNotIn("refused", joaderfs.read_stats(self.mount)["jobs"])
+        # The daemon's reason, where the daemon leaves it in the job's
+        # `error` file (an older daemon has none: the message says so).
+        reason = caught.exception.reason
+        if reason is None:
+            self.assertIn("the daemon log says why", str(caught.exception))
+        else:
+            self.assertRegex(reason, r"^spec: .*everything")
+            self.assertIn(reason, str(caught.exception))
+        # A job that already existed is kept, with its spec.
+        job = self.make_job("kept-on-refusal", {"epochs": 3})
+        with self.assertRaises(joaderfs.RejectedWrite):
+            joaderfs.make_job(self.mount, "kept-on-refusal", "bogus=1",
+                              exist_ok=True)
+        self.assertIn("epochs=3", (job / "spec").read_text())
+
+    def test_error_file_names_each_rejected_write(self) -> None:
+        job = self.make_job("errors")
+        if not (job / "error").exists():
+            self.skipTest("this daemon has no jobs/<id>/error file")
+        self.assertEqual((job / "error").read_text(), "")
+        with self.assertRaises(joaderfs.RejectedWrite) as caught:
+            joaderfs.write_ids(job, [3, 10 ** 9])
+        self.assertRegex(caught.exception.reason, r"^ids: ")
+        with self.assertRaises(joaderfs.RejectedWrite) as caught:
+            joaderfs.write_resume(job, 0, [10 ** 9])
+        self.assertRegex(caught.exception.reason, r"^resume: ")
+        with self.assertRaises(joaderfs.RejectedWrite) as caught:
+            joaderfs.write_spec(job, "window=zero")
+        self.assertRegex(caught.exception.reason, r"^spec: .*window")
+        self.assertEqual((job / "error").read_text().strip(),
+                         caught.exception.reason)
+        joaderfs.write_spec(job, {"epochs": 1})  # a good write clears it
+        self.assertEqual((job / "error").read_text(), "")
 
     def test_stats_and_status(self) -> None:
         job = self.make_job("stats")
