@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/parse.h"
-#include "sampling/plan_group.h"
+#include "cache/budget.h"
 
 namespace joaderfs {
 namespace {
