@@ -10,6 +10,7 @@
 
 #include "common/parse.h"
 #include "common/printable.h"
+#include "common/rate_limited_log.h"
 #include "fs/render.h"
 #include "jobs/control_files.h"
 #include "jobs/spec.h"
@@ -90,6 +91,7 @@ constexpr Filesystem::NodeKind kNodeKinds[] = {
     {Filesystem::Node::kStatus, Filesystem::Node::kJobDir, "status", 4, S_IFREG | 0444, {}},
     {Filesystem::Node::kResume, Filesystem::Node::kJobDir, "resume", 5, S_IFREG | 0200,
      ControlFile::Kind::kResume},
+    {Filesystem::Node::kError, Filesystem::Node::kJobDir, "error", 6, S_IFREG | 0444, {}},
     // Only in jobs without ranks; next.R (kRankOffset + R) in the others.
     {Filesystem::Node::kNext, Filesystem::Node::kJobDir, "next", 3, S_IFREG | 0444, {}},
     {Filesystem::Node::kRankNext,
@@ -325,6 +327,12 @@ void Filesystem::Setattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_se
     fuse_reply_err(req, ENOENT);
     return;
   }
+  // A job's files are its owner's: nobody else may even touch them.
+  if (uint32_t owner = 0; !job.empty() && jobs_->JobOwner(job, &owner).ok() &&
+                          !MayUseJob(fuse_req_ctx(req)->uid, owner)) {
+    fuse_reply_err(req, EPERM);
+    return;
+  }
   const std::optional<ControlFile::Kind> control = KindOf(node)->control;
   const int allowed = FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
                       FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
@@ -395,9 +403,11 @@ void Filesystem::Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_reply_err(req, EPERM);
     return;
   }
-  const Status s = jobs_->CreateJob(name, fuse_req_ctx(req)->uid);
+  const uint32_t uid = fuse_req_ctx(req)->uid;
+  const Status s = jobs_->CreateJob(name, uid);
   if (!s.ok()) {
-    spdlog::warn("mkdir jobs/{}: {}", Printable(name), Printable(s.message()));
+    Warnings().Warn("mkdir refused, uid " + std::to_string(uid), "mkdir jobs/{} by uid {}: {}",
+                    Printable(name), uid, Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -473,6 +483,7 @@ Status Filesystem::Render(OpenFile* file) const {
     case Node::kStats: file->content = RenderStats(jobs_->Stats()); break;
     case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
     case Node::kManifest: file->content = RenderManifest(*catalog_); break;
+    case Node::kError: return jobs_->GetError(file->job, &file->content);
     case Node::kStatus: {
       JobStatus status;
       Status s = jobs_->GetJobStatus(file->job, &status);

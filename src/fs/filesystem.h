@@ -1,7 +1,7 @@
 // The FUSE front end: the tree of DESIGN.md 2.2 over the low-level API.
 //
 //   /README  /stats  /dataset/{info,manifest}
-//   /jobs/<id>/{spec,ids,next,status,resume}, or next.0 ... next.<W-1>
+//   /jobs/<id>/{spec,ids,next,status,resume,error}, or next.0 ... next.<W-1>
 //   instead of next with ranks=W
 //
 // Inode numbers are fixed for the static nodes; every job gets a block of
@@ -56,6 +56,7 @@ class Filesystem {
     kNext,
     kStatus,
     kResume,
+    kError,
     kRankNext  // next.R
   };
   // Each node kind's behaviour (filesystem.cc holds the table).

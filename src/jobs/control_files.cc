@@ -123,14 +123,22 @@ Status ControlFile::CheckTruncate(Kind kind, JobManager* jobs, const std::string
 }
 
 Status ControlFile::Write(uint32_t uid, std::string_view data) {
-  // Nothing of a rejected write, and nothing after it, reaches the job.
-  Status s = rejected_ ? Status::InvalidArgument("an earlier write to this handle was rejected")
-                       : DoWrite(uid, data);
-  if (!s.ok()) {
-    rejected_ = true;
-    Reject(s);
+  // Nothing of a rejected write, and nothing after it, reaches the job; the
+  // job's error keeps the first rejection's reason.
+  if (rejected_) {
+    Status s = Status::InvalidArgument("an earlier write to this handle was rejected");
+    Reject(uid, s);
     return s;
   }
+  Status s = DoWrite(uid, data);
+  if (!s.ok()) {
+    rejected_ = true;
+    jobs_->NoteWrite(job_, Name(kind_), s);
+    Reject(uid, s);
+    return s;
+  }
+  // A spec write applies at once; ids and resume on flush.
+  if (kind_ == Kind::kSpec) jobs_->NoteWrite(job_, Name(kind_), s);
   wrote_ = true;
   return s;
 }
@@ -139,16 +147,19 @@ Status ControlFile::Flush(uint32_t uid) {
   if (!wrote_ || rejected_) return Status::Ok();
   wrote_ = false;
   Status s = DoFlush(uid);
+  jobs_->NoteWrite(job_, Name(kind_), s);
   if (!s.ok()) {
     rejected_ = true;
-    Reject(s);
+    Reject(uid, s);
   }
   return s;
 }
 
-void ControlFile::Reject(const Status& s) {
-  // Rate-limited: a user may repeat a bad write as fast as FUSE takes it.
-  Warnings().Warn("rejected write", "write to jobs/{}/{}: {}", job_, Name(kind_),
+void ControlFile::Reject(uint32_t uid, const Status& s) {
+  // Rate-limited per user and file: a user may repeat a bad write as fast
+  // as FUSE takes it, and must not hide another user's rejection.
+  Warnings().Warn(std::string("rejected write, ") + Name(kind_) + ", uid " + std::to_string(uid),
+                  "write to jobs/{}/{} by uid {}: {}", job_, Name(kind_), uid,
                   Printable(s.message()));
 }
 

@@ -13,7 +13,9 @@
 //           the first line names the epoch.
 //
 // A rejected write or flush leaves the job as it was, and the handle
-// changes nothing any more. Each rejection is logged, rate-limited.
+// changes nothing any more. Its reason becomes the job's error (its `error`
+// file and status; JobManager::NoteWrite) until a good write to the same
+// file; it is logged, rate-limited per uid and file.
 //
 // Not thread-safe: one per open handle, which the kernel serialises; the
 // JobManager it calls is thread-safe.
@@ -75,8 +77,8 @@ class ControlFile {
   std::string content_;
 
  private:
-  // Logs the rejection of a write or flush, rate-limited.
-  void Reject(const Status& s);
+  // Logs the rejection of a write or flush by `uid`, rate-limited.
+  void Reject(uint32_t uid, const Status& s);
 
   bool wrote_ = false;     // since the last flush
   bool rejected_ = false;  // a write failed: the handle changes nothing any more

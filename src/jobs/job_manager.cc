@@ -9,7 +9,9 @@
 #include "cache/budget.h"
 #include "common/parse.h"
 #include "common/printable.h"
+#include "common/rate_limited_log.h"
 #include "jobs/rank_split.h"
+#include "jobs/record.h"
 
 namespace joaderfs {
 
@@ -70,7 +72,9 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   lanes_.Make(job.get());
   SaveJob(*job);
   jobs_[name] = std::move(job);
-  spdlog::info("job {} created by uid {}", name, uid);
+  // Per uid: an unprivileged user churning jobs must not flood the log.
+  Warnings().Log(spdlog::level::info, "job created, uid " + std::to_string(uid),
+                 "job {} created by uid {}", name, uid);
   return Status::Ok();
 }
 
@@ -143,7 +147,8 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
   for (const auto& lane : job->lanes) delivered += lanes_.Remove(lane.get(), &actions);
   actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
   if (store_) store_->RemoveJob(name);
-  spdlog::info("job {} removed after {} samples", name, delivered);
+  Warnings().Log(spdlog::level::info, "job removed, uid " + std::to_string(uid),
+                 "job {} removed by uid {} after {} samples", name, uid, delivered);
   jobs_.erase(name);
   return Status::Ok();
 }
@@ -273,6 +278,11 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   if (!TakeNumberLine(&text, "epoch=", &epoch) || !epoch) {
     return Status::InvalidArgument("resume: expected epoch=E on the first line");
   }
+  if (*epoch > kMaxRecordEpoch) {
+    return Status::InvalidArgument("resume: epoch=" + std::to_string(*epoch) + " is past " +
+                                   std::to_string(kMaxRecordEpoch) +
+                                   ", the last epoch a record can name (32 bits)");
+  }
   if (TakeNumberLine(&text, "rank=", &rank) && !rank) {
     return Status::InvalidArgument("resume: rank= expects a number");
   }
@@ -314,6 +324,35 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   SaveJob(*job);
   spdlog::info("job {} resumes epoch {}{}: {} ids consumed", name, *epoch,
                rank ? " for rank " + std::to_string(*rank) : "", consumed.cardinality());
+  return Status::Ok();
+}
+
+void JobManager::NoteWrite(const std::string& name, std::string_view file, const Status& result) {
+  MutexLock lock(lanes_.mu);
+  Job* job = FindJob(name);
+  if (!job) return;
+  if (result.ok()) {
+    if (job->error_file == file) {
+      job->error_file.clear();
+      job->error.clear();
+    }
+    return;
+  }
+  std::string_view reason = result.message();
+  // Most reasons name their file already.
+  if (reason.starts_with(file) && reason.substr(file.size()).starts_with(": ")) {
+    reason.remove_prefix(file.size() + 2);
+  }
+  job->error_file = std::string(file);
+  // One line, whatever the writer wrote.
+  job->error = job->error_file + ": " + Printable(reason, 1024);
+}
+
+Status JobManager::GetError(const std::string& name, std::string* text) const {
+  MutexLock lock(lanes_.mu);
+  const Job* job = FindJob(name);
+  if (!job) return Status::NotFound("no job " + name);
+  *text = job->error.empty() ? std::string() : job->error + "\n";
   return Status::Ok();
 }
 
@@ -467,8 +506,13 @@ void JobManager::ReleaseIdleJobs() {
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {
-  if (!job.ranked()) return lanes_.StatusOf(*job.lanes[0]);
   JobStatus st;
+  if (!job.ranked()) {
+    st = lanes_.StatusOf(*job.lanes[0]);
+    st.error = job.error;
+    return st;
+  }
+  st.error = job.error;
   st.epoch = st.epochs_completed = ~uint64_t{0};
   for (const auto& lane : job.lanes) {
     JobStatus r = lanes_.StatusOf(*lane);

@@ -142,6 +142,15 @@ class JobManager {
   // readers; Permission as SetSpec. Fixes the spec.
   Status Resume(const std::string& name, uint32_t uid, std::string_view text);
 
+  // Records the outcome of a write (or the flush that applies it) to the
+  // job's control file `file` (spec, ids, resume): a rejection's reason
+  // becomes the job's error, shown by its `error` file and status; a good
+  // write to the file whose rejection it shows clears it. Never
+  // rate-limited; no-op for a job gone.
+  void NoteWrite(const std::string& name, std::string_view file, const Status& result);
+  // The job's error line (empty, or "<file>: <reason>\n"), or NotFound.
+  Status GetError(const std::string& name, std::string* text) const;
+
   // The job's rank count (0: no ranks, the job reads `next`), or NotFound.
   Status Ranks(const std::string& name, uint32_t* ranks) const;
 

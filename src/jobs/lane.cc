@@ -330,6 +330,8 @@ bool Lanes::ReaderAtEof(const Reader* r) const {
   const Lane* lane = r->lane;
   if (r->epoch < lane->epoch()) return true;  // its epoch is over
   if (lane->running()) return false;
+  // No record could name the epoch after the last.
+  if (lane->epoch() > kMaxRecordEpoch) return true;
   const uint64_t epochs = lane->job->spec.epochs;
   return epochs != 0 && lane->epoch() >= epochs;
 }

@@ -89,6 +89,9 @@ struct JobStatus {
   uint32_t window = 0;
   uint64_t shared_picks = 0;
   uint32_t owner = 0;
+  // "<file>: <reason>" of the latest rejected write to spec, ids or resume,
+  // until a good write to that file; empty when none.
+  std::string error;
   // With ranks=W: each rank's figures (the fields above add them up; epoch
   // and epochs_completed are the least of the ranks').
   std::vector<JobStatus> ranks;
@@ -138,6 +141,10 @@ struct Job {
   // ranks that begin the epoch after the first: splitting costs a sort of
   // the subset. Made off the lock (Lanes::ShardsOf); a future until then.
   std::map<uint64_t, std::shared_future<std::vector<Roaring>>> splits;
+  // The latest rejected control write (JobManager::NoteWrite): the file
+  // and the line its `error` file shows.
+  std::string error_file;
+  std::string error;
 
   bool ranked() const { return spec.ranks > 0; }
 };
