@@ -242,7 +242,9 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   job->splits.clear();  // made for the old subset or drop_last
   if (new_lanes) lanes_.Make(job);
   SaveJob(*job);
-  spdlog::info("job {} spec: {} ({} samples)", name, Printable(text), job->subset.cardinality());
+  Warnings().Log(spdlog::level::info, "spec written, uid " + std::to_string(uid),
+                 "job {} spec by uid {}: {} ({} samples)", name, uid, Printable(text),
+                 job->subset.cardinality());
   return Status::Ok();
 }
 
@@ -268,7 +270,9 @@ Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring id
   job->spec.subset.kind = SubsetSpec::Kind::kIds;
   job->spec.subset.text = "ids";  // what was written to the ids file
   SaveJob(*job);
-  spdlog::info("job {} subset from ids file: {} samples", name, job->subset.cardinality());
+  Warnings().Log(spdlog::level::info, "ids written, uid " + std::to_string(uid),
+                 "job {} subset from ids file by uid {}: {} samples", name, uid,
+                 job->subset.cardinality());
   return Status::Ok();
 }
 
@@ -322,8 +326,9 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   actions.Add([this] { cache_->RefreshNeeds(); });
   job->started = true;
   SaveJob(*job);
-  spdlog::info("job {} resumes epoch {}{}: {} ids consumed", name, *epoch,
-               rank ? " for rank " + std::to_string(*rank) : "", consumed.cardinality());
+  Warnings().Log(spdlog::level::info, "resume written, uid " + std::to_string(uid),
+                 "job {} resumes epoch {}{} by uid {}: {} ids consumed", name, *epoch,
+                 rank ? " for rank " + std::to_string(*rank) : "", uid, consumed.cardinality());
   return Status::Ok();
 }
 
