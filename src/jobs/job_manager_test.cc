@@ -1116,10 +1116,8 @@ TEST_F(JobManagerTest, RejectedControlWritesLeaveTheirReasonUntilAGoodWrite) {
   EXPECT_EQ(error, "");
 
   // User text stays on one line.
-  EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kIds, "j",
-                            "0\n\x01"
-                            "bad\r\n")
-                   .ok());
+  const std::string control_bytes = std::string("0\n\x01") + "bad\r\n";
+  EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kIds, "j", control_bytes).ok());
   ASSERT_TRUE(jobs_->GetError("j", &error).ok());
   EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << error;
   EXPECT_NE(error.find("\\x01"), std::string::npos) << error;
