@@ -24,7 +24,7 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "sampling/planner.h"
+#include "common/types.h"
 
 namespace joaderfs {
 

@@ -6,6 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "sampling/dependent_planner.h"
+
 namespace joaderfs {
 namespace {
 

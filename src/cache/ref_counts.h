@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <span>
 
-#include "catalog/catalog.h"
+#include "common/types.h"
 
 namespace joaderfs {
 

@@ -27,6 +27,7 @@
 #include <roaring/roaring.hh>
 
 #include "common/status.h"
+#include "common/types.h"
 
 namespace joaderfs {
 

@@ -3,9 +3,9 @@
 // a cause is logged at once; later ones within the interval are counted, and
 // the next line logged for that cause says how many were left out.
 //
-// Thread-safe. Causes are short fixed strings chosen by the caller ("disk
-// write: no space"), never user text: each distinct cause holds a map entry
-// for the life of the object.
+// Thread-safe. Causes are short strings chosen by the caller ("disk write:
+// no space", or per user "job created, uid 1000"), never user text: each
+// distinct cause holds a map entry for the life of the object.
 
 #ifndef JOADERFS_COMMON_RATE_LIMITED_LOG_H_
 #define JOADERFS_COMMON_RATE_LIMITED_LOG_H_
@@ -37,18 +37,24 @@ class RateLimitedLog {
   // gets the number of lines for that cause left out since the last one.
   bool Admit(std::string_view cause, Clock::time_point now, uint64_t* suppressed);
 
-  // spdlog::warn(format, args...) if `cause` is admitted now, with the
-  // count of lines left out before it appended.
+  // spdlog::log(level, format, args...) if `cause` is admitted now, with
+  // the count of lines left out before it appended.
   template <typename... Args>
-  void Warn(std::string_view cause, spdlog::format_string_t<Args...> format, Args&&... args) {
+  void Log(spdlog::level::level_enum level, std::string_view cause,
+           spdlog::format_string_t<Args...> format, Args&&... args) {
     uint64_t suppressed = 0;
     if (!Admit(cause, Clock::now(), &suppressed)) return;
     const std::string line = fmt::format(format, std::forward<Args>(args)...);
     if (suppressed == 0) {
-      spdlog::warn("{}", line);
+      spdlog::log(level, "{}", line);
     } else {
-      spdlog::warn("{} ({} more like this since the last report)", line, suppressed);
+      spdlog::log(level, "{} ({} more like this since the last report)", line, suppressed);
     }
+  }
+
+  template <typename... Args>
+  void Warn(std::string_view cause, spdlog::format_string_t<Args...> format, Args&&... args) {
+    Log(spdlog::level::warn, cause, format, std::forward<Args>(args)...);
   }
 
  private:

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/parse.h"
-#include "sampling/plan_group.h"
+#include "cache/budget.h"
 
 namespace joaderfs {
 namespace {

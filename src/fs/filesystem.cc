@@ -12,32 +12,18 @@
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
 #include "fs/render.h"
+#include "jobs/control_files.h"
 #include "jobs/spec.h"
 
 namespace joaderfs {
 namespace {
 
 constexpr fuse_ino_t kRootIno = FUSE_ROOT_ID;  // 1
-constexpr fuse_ino_t kReadmeIno = 2;
-constexpr fuse_ino_t kStatsIno = 3;
-constexpr fuse_ino_t kDatasetIno = 4;
-constexpr fuse_ino_t kInfoIno = 5;
-constexpr fuse_ino_t kManifestIno = 6;
 constexpr fuse_ino_t kJobsIno = 7;
 constexpr fuse_ino_t kFirstJobIno = 16;
-// dir, spec, ids, next, status, resume, then next.R from kRankOffset on.
-enum JobFile : fuse_ino_t {
-  kDirOffset,
-  kSpecOffset,
-  kIdsOffset,
-  kNextOffset,
-  kStatusOffset,
-  kResumeOffset,
-  kRankOffset = 16
-};
+// A job's inodes: its folder, its files, then next.R from kRankOffset on.
+constexpr fuse_ino_t kRankOffset = 16;
 constexpr fuse_ino_t kJobInodeStride = kRankOffset + kMaxRanks;
-// A resume file lists the ids of at most one epoch.
-constexpr size_t kMaxResumeBytes = 256 << 20;
 
 // Static entries may be cached by the kernel; job entries come and go.
 constexpr double kStaticTimeout = 60.0;
@@ -70,23 +56,69 @@ void* PackInterrupt(uint64_t reader, uint64_t token) {
 
 }  // namespace
 
-struct Filesystem::OpenFile {
-  Node node = Node::kNone;
-  std::string job;
-  std::string content;  // rendered files; spec: the bytes written; ids: a partial last line
-  JobManager::ReaderId reader = 0;
-  Roaring ids;  // ids: the complete lines written so far
-  bool wrote = false;
-  bool rejected = false;  // a write failed: the handle changes nothing any more
+// Each node kind's behaviour, one row per kind: where it lives, its name and
+// mode, and the control file (jobs/control_files.h) that handles its writes.
+// Streams (`next`, `next.R`) are read through the JobManager; the other
+// files are rendered when opened (fs/render.h).
+struct Filesystem::NodeKind {
+  Node node;
+  Node parent;
+  const char* name;
+  // The inode of a static node; the offset from its job folder's inode of
+  // a job's node.
+  fuse_ino_t ino;
+  mode_t mode;
+  std::optional<ControlFile::Kind> control;
 };
 
 namespace {
 
-// What one handle of a control file may hold: specs are a few keys, an ids
-// line is one id or path.
-constexpr size_t kMaxIdsLine = 4096;
+// Anyone may make a job; the sticky bit says only owners remove theirs.
+// In the order a listing shows them.
+constexpr Filesystem::NodeKind kNodeKinds[] = {
+    {Filesystem::Node::kRoot, Filesystem::Node::kNone, "", kRootIno, S_IFDIR | 0755, {}},
+    {Filesystem::Node::kReadme, Filesystem::Node::kRoot, "README", 2, S_IFREG | 0444, {}},
+    {Filesystem::Node::kStats, Filesystem::Node::kRoot, "stats", 3, S_IFREG | 0444, {}},
+    {Filesystem::Node::kDataset, Filesystem::Node::kRoot, "dataset", 4, S_IFDIR | 0755, {}},
+    {Filesystem::Node::kJobs, Filesystem::Node::kRoot, "jobs", kJobsIno, S_IFDIR | 01777, {}},
+    {Filesystem::Node::kInfo, Filesystem::Node::kDataset, "info", 5, S_IFREG | 0444, {}},
+    {Filesystem::Node::kManifest, Filesystem::Node::kDataset, "manifest", 6, S_IFREG | 0444, {}},
+    {Filesystem::Node::kJobDir, Filesystem::Node::kJobs, "", 0, S_IFDIR | 0755, {}},
+    {Filesystem::Node::kSpec, Filesystem::Node::kJobDir, "spec", 1, S_IFREG | 0644,
+     ControlFile::Kind::kSpec},
+    {Filesystem::Node::kIds, Filesystem::Node::kJobDir, "ids", 2, S_IFREG | 0200,
+     ControlFile::Kind::kIds},
+    {Filesystem::Node::kStatus, Filesystem::Node::kJobDir, "status", 4, S_IFREG | 0444, {}},
+    {Filesystem::Node::kResume, Filesystem::Node::kJobDir, "resume", 5, S_IFREG | 0200,
+     ControlFile::Kind::kResume},
+    {Filesystem::Node::kError, Filesystem::Node::kJobDir, "error", 6, S_IFREG | 0444, {}},
+    // Only in jobs without ranks; next.R (kRankOffset + R) in the others.
+    {Filesystem::Node::kNext, Filesystem::Node::kJobDir, "next", 3, S_IFREG | 0444, {}},
+    {Filesystem::Node::kRankNext,
+     Filesystem::Node::kJobDir,
+     "next.",
+     kRankOffset,
+     S_IFREG | 0444,
+     {}},
+};
+
+const Filesystem::NodeKind* KindOf(Filesystem::Node node) {
+  for (const auto& kind : kNodeKinds) {
+    if (kind.node == node) return &kind;
+  }
+  return nullptr;
+}
 
 }  // namespace
+
+struct Filesystem::OpenFile {
+  Node node = Node::kNone;
+  std::string job;
+  std::string content;                   // rendered files
+  std::unique_ptr<ControlFile> control;  // spec, ids, resume
+  JobManager::ReaderId reader = 0;       // next, next.R
+  const std::string& data() const { return control ? control->content() : content; }
+};
 
 // Trampolines from libfuse's C callbacks to the Filesystem.
 struct Ops {
@@ -185,17 +217,14 @@ fuse_ino_t Filesystem::JobInode(const std::string& job) {
 }
 
 Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job, uint32_t* rank) const {
-  switch (ino) {
-    case kRootIno: return Node::kRoot;
-    case kReadmeIno: return Node::kReadme;
-    case kStatsIno: return Node::kStats;
-    case kDatasetIno: return Node::kDataset;
-    case kInfoIno: return Node::kInfo;
-    case kManifestIno: return Node::kManifest;
-    case kJobsIno: return Node::kJobs;
-    default: break;
+  if (ino < kFirstJobIno) {
+    for (const NodeKind& kind : kNodeKinds) {
+      if (kind.parent != Node::kJobDir && kind.node != Node::kJobDir && kind.ino == ino) {
+        return kind.node;
+      }
+    }
+    return Node::kNone;
   }
-  if (ino < kFirstJobIno) return Node::kNone;
   const fuse_ino_t offset = (ino - kFirstJobIno) % kJobInodeStride;
   {
     MutexLock lock(mu_);
@@ -210,15 +239,13 @@ Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job, uint32_t*
     if (rank) *rank = static_cast<uint32_t>(offset - kRankOffset);
     return Node::kRankNext;
   }
-  switch (offset) {
-    case kDirOffset: return Node::kJobDir;
-    case kSpecOffset: return Node::kSpec;
-    case kIdsOffset: return Node::kIds;
-    case kNextOffset: return ranks ? Node::kNone : Node::kNext;
-    case kStatusOffset: return Node::kStatus;
-    case kResumeOffset: return Node::kResume;
-    default: return Node::kNone;
+  if (offset == 0) return Node::kJobDir;
+  for (const NodeKind& kind : kNodeKinds) {
+    if (kind.parent == Node::kJobDir && kind.node != Node::kRankNext && kind.ino == offset) {
+      return kind.node == Node::kNext && ranks ? Node::kNone : kind.node;
+    }
   }
+  return Node::kNone;
 }
 
 bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
@@ -230,29 +257,10 @@ bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
   st->st_uid = uid_;
   st->st_gid = gid_;
   st->st_atim = st->st_mtim = st->st_ctim = mount_time_;
-  st->st_nlink = 1;
-  st->st_blksize = 1 << 20;
   // Rendered and stream files report size 0; they are read with direct_io.
-  switch (node) {
-    case Node::kRoot:
-    case Node::kDataset:
-      st->st_mode = S_IFDIR | 0755;
-      st->st_nlink = 2;
-      break;
-    // Anyone may make a job; the sticky bit says only owners remove theirs.
-    case Node::kJobs:
-      st->st_mode = S_IFDIR | 01777;
-      st->st_nlink = 2;
-      break;
-    case Node::kJobDir:
-      st->st_mode = S_IFDIR | 0755;
-      st->st_nlink = 2;
-      break;
-    case Node::kSpec: st->st_mode = S_IFREG | 0644; break;
-    case Node::kIds:
-    case Node::kResume: st->st_mode = S_IFREG | 0200; break;
-    default: st->st_mode = S_IFREG | 0444; break;
-  }
+  st->st_mode = KindOf(node)->mode;
+  st->st_nlink = S_ISDIR(st->st_mode) ? 2 : 1;
+  st->st_blksize = 1 << 20;
   if (!job.empty()) {
     uint32_t owner = 0;
     if (jobs_->JobOwner(job, &owner).ok()) st->st_uid = owner;
@@ -265,33 +273,25 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   const Node node = Resolve(parent, &job);
   const std::string n = name;
   fuse_ino_t ino = 0;
+  // Jobs come and go: nothing below /jobs may be cached.
   bool dynamic = false;
-  if (node == Node::kRoot) {
-    ino = n == "README"    ? kReadmeIno
-          : n == "stats"   ? kStatsIno
-          : n == "dataset" ? kDatasetIno
-          : n == "jobs"    ? kJobsIno
-                           : 0;
-  } else if (node == Node::kDataset) {
-    ino = n == "info" ? kInfoIno : n == "manifest" ? kManifestIno : 0;
-  } else if (node == Node::kJobs) {
+  if (node == Node::kJobs) {
     uint32_t owner;
     if (jobs_->JobOwner(n, &owner).ok()) ino = JobInode(n);
     dynamic = true;
-  } else if (node == Node::kJobDir) {
-    const fuse_ino_t base = parent;
-    ino = n == "spec"     ? base + kSpecOffset
-          : n == "ids"    ? base + kIdsOffset
-          : n == "next"   ? base + kNextOffset
-          : n == "status" ? base + kStatusOffset
-          : n == "resume" ? base + kResumeOffset
-                          : 0;
+  } else if (node == Node::kRoot || node == Node::kDataset || node == Node::kJobDir) {
+    dynamic = node == Node::kJobDir;
+    const fuse_ino_t base = dynamic ? parent : 0;
+    for (const NodeKind& kind : kNodeKinds) {
+      if (kind.parent == node && kind.node != Node::kRankNext && n == kind.name) {
+        ino = base + kind.ino;
+      }
+    }
     // next.R: R in decimal without leading zeros (Attr checks R < W).
-    if (n.starts_with("next.") && n.size() > 5 && (n[5] != '0' || n.size() == 6)) {
+    if (dynamic && n.starts_with("next.") && n.size() > 5 && (n[5] != '0' || n.size() == 6)) {
       const auto rank = ParseUint(std::string_view(n).substr(5));
       if (rank && *rank < kMaxRanks) ino = base + kRankOffset + *rank;
     }
-    dynamic = true;
   } else {
     fuse_reply_err(req, node == Node::kNone ? ENOENT : ENOTDIR);
     return;
@@ -318,7 +318,7 @@ void Filesystem::Getattr(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_attr(req, &st, 0);
 }
 
-// Only truncation of `spec` and `ids` (as done by `>` in a shell) is
+// Only truncation of the control files (as done by `>` in a shell) is
 // accepted, and it changes nothing: their content is what gets written.
 void Filesystem::Setattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_set) {
   std::string job;
@@ -327,15 +327,21 @@ void Filesystem::Setattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_se
     fuse_reply_err(req, ENOENT);
     return;
   }
-  const int allowed = FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
-                      FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
-  if ((to_set & ~allowed) || ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kSpec &&
-                              node != Node::kIds && node != Node::kResume)) {
+  // A job's files are its owner's: nobody else may even touch them.
+  if (uint32_t owner = 0; !job.empty() && jobs_->JobOwner(job, &owner).ok() &&
+                          !MayUseJob(fuse_req_ctx(req)->uid, owner)) {
     fuse_reply_err(req, EPERM);
     return;
   }
-  if ((to_set & FUSE_SET_ATTR_SIZE) && node != Node::kResume) {
-    const Status s = jobs_->CheckWritable(job, fuse_req_ctx(req)->uid);
+  const std::optional<ControlFile::Kind> control = KindOf(node)->control;
+  const int allowed = FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                      FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+  if ((to_set & ~allowed) || ((to_set & FUSE_SET_ATTR_SIZE) && !control)) {
+    fuse_reply_err(req, EPERM);
+    return;
+  }
+  if (to_set & FUSE_SET_ATTR_SIZE) {
+    const Status s = ControlFile::CheckTruncate(*control, jobs_, job, fuse_req_ctx(req)->uid);
     if (!s.ok()) {
       fuse_reply_err(req, ToErrno(s));
       return;
@@ -350,31 +356,30 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
   std::vector<std::pair<std::string, fuse_ino_t>> entries = {{".", ino}, {"..", kRootIno}};
   switch (node) {
     case Node::kRoot:
-      entries.insert(entries.end(), {{"README", kReadmeIno},
-                                     {"stats", kStatsIno},
-                                     {"dataset", kDatasetIno},
-                                     {"jobs", kJobsIno}});
-      break;
     case Node::kDataset:
-      entries.insert(entries.end(), {{"info", kInfoIno}, {"manifest", kManifestIno}});
+      for (const NodeKind& kind : kNodeKinds) {
+        if (kind.parent == node) entries.push_back({kind.name, kind.ino});
+      }
       break;
     case Node::kJobs:
       for (const std::string& name : jobs_->JobNames()) entries.push_back({name, JobInode(name)});
       break;
-    case Node::kJobDir:
+    case Node::kJobDir: {
       entries[1].second = kJobsIno;
-      entries.insert(entries.end(), {{"spec", ino + kSpecOffset},
-                                     {"ids", ino + kIdsOffset},
-                                     {"status", ino + kStatusOffset},
-                                     {"resume", ino + kResumeOffset}});
-      if (uint32_t ranks = 0; jobs_->Ranks(job, &ranks).ok() && ranks > 0) {
-        for (uint32_t r = 0; r < ranks; ++r) {
-          entries.push_back({"next." + std::to_string(r), ino + kRankOffset + r});
+      uint32_t ranks = 0;
+      if (!jobs_->Ranks(job, &ranks).ok()) ranks = 0;
+      for (const NodeKind& kind : kNodeKinds) {
+        if (kind.parent != node) continue;
+        if (kind.node == Node::kRankNext) {
+          for (uint32_t r = 0; r < ranks; ++r) {
+            entries.push_back({kind.name + std::to_string(r), ino + kind.ino + r});
+          }
+        } else if (kind.node != Node::kNext || ranks == 0) {
+          entries.push_back({kind.name, ino + kind.ino});
         }
-      } else {
-        entries.push_back({"next", ino + kNextOffset});
       }
       break;
+    }
     case Node::kNone: fuse_reply_err(req, ENOENT); return;
     default: fuse_reply_err(req, ENOTDIR); return;
   }
@@ -398,9 +403,11 @@ void Filesystem::Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_reply_err(req, EPERM);
     return;
   }
-  const Status s = jobs_->CreateJob(name, fuse_req_ctx(req)->uid);
+  const uint32_t uid = fuse_req_ctx(req)->uid;
+  const Status s = jobs_->CreateJob(name, uid);
   if (!s.ok()) {
-    spdlog::warn("mkdir jobs/{}: {}", Printable(name), Printable(s.message()));
+    Warnings().Warn("mkdir refused, uid " + std::to_string(uid), "mkdir jobs/{} by uid {}: {}",
+                    Printable(name), uid, Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -432,57 +439,30 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto file = std::make_unique<OpenFile>();
   uint32_t rank = 0;
   file->node = Resolve(ino, &file->job, &rank);
-  const int mode = fi->flags & O_ACCMODE;
-  const bool writing = mode != O_RDONLY;
+  const bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
   const uint32_t uid = fuse_req_ctx(req)->uid;
+  if (file->node == Node::kNone) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  const NodeKind& kind = *KindOf(file->node);
+  if (S_ISDIR(kind.mode)) {
+    fuse_reply_err(req, EISDIR);
+    return;
+  }
   Status s;
-  switch (file->node) {
-    case Node::kNone: fuse_reply_err(req, ENOENT); return;
-    case Node::kRoot:
-    case Node::kDataset:
-    case Node::kJobs:
-    case Node::kJobDir: fuse_reply_err(req, EISDIR); return;
-    case Node::kSpec:
-      // A writer starts from nothing (its writes are the new spec), or from
-      // the current spec when appending.
-      if (writing) s = jobs_->CheckWritable(file->job, uid);
-      if (s.ok() && (!writing || (fi->flags & O_APPEND)))
-        s = jobs_->GetSpec(file->job, &file->content);
-      break;
-    case Node::kIds:
-      s = mode == O_RDONLY ? Status::Permission("ids is write-only")
-                           : jobs_->CheckWritable(file->job, uid);
-      break;
-    case Node::kNext:
-    case Node::kRankNext:
-      s = writing ? Status::Permission("next is read-only")
-                  : jobs_->OpenReader(
-                        file->job, uid, &file->reader,
-                        file->node == Node::kRankNext ? std::optional(rank) : std::nullopt);
-      fi->nonseekable = 1;
-      break;
-    case Node::kResume:
-      if (mode == O_RDONLY) {
-        s = Status::Permission("resume is write-only");
-      } else if (uint32_t owner = 0; (s = jobs_->JobOwner(file->job, &owner)).ok()) {
-        if (uid != 0 && uid != owner) s = Status::Permission("job " + file->job + " is not yours");
-      }
-      break;
-    default:
-      if (writing) {
-        s = Status::Permission("read-only file");
-        break;
-      }
-      if (file->node == Node::kReadme) file->content = RenderReadme(*catalog_);
-      if (file->node == Node::kStats) file->content = RenderStats(jobs_->Stats());
-      if (file->node == Node::kInfo) file->content = RenderInfo(*catalog_, default_size_);
-      if (file->node == Node::kManifest) file->content = RenderManifest(*catalog_);
-      if (file->node == Node::kStatus) {
-        JobStatus status;
-        s = jobs_->GetJobStatus(file->job, &status);
-        if (s.ok()) file->content = RenderJobStatus(status);
-      }
-      break;
+  if (kind.control) {
+    s = ControlFile::Open(*kind.control, jobs_, file->job, uid, fi->flags, &file->control);
+  } else if (file->node == Node::kNext || file->node == Node::kRankNext) {
+    s = writing
+            ? Status::Permission("next is read-only")
+            : jobs_->OpenReader(file->job, uid, &file->reader,
+                                file->node == Node::kRankNext ? std::optional(rank) : std::nullopt);
+    fi->nonseekable = 1;
+  } else if (writing) {
+    s = Status::Permission("read-only file");
+  } else {
+    s = Render(file.get());
   }
   if (!s.ok()) {
     fuse_reply_err(req, ToErrno(s));
@@ -497,11 +477,30 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
+Status Filesystem::Render(OpenFile* file) const {
+  switch (file->node) {
+    case Node::kReadme: file->content = RenderReadme(*catalog_); break;
+    case Node::kStats: file->content = RenderStats(jobs_->Stats()); break;
+    case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
+    case Node::kManifest: file->content = RenderManifest(*catalog_); break;
+    case Node::kError: return jobs_->GetError(file->job, &file->content);
+    case Node::kStatus: {
+      JobStatus status;
+      Status s = jobs_->GetJobStatus(file->job, &status);
+      if (s.ok()) file->content = RenderJobStatus(status);
+      return s;
+    }
+    default: break;
+  }
+  return Status::Ok();
+}
+
 void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
-  if (file->node != Node::kNext && file->node != Node::kRankNext) {
-    const size_t from = std::min(static_cast<size_t>(off), file->content.size());
-    fuse_reply_buf(req, file->content.data() + from, std::min(size, file->content.size() - from));
+  if (!file->reader) {
+    const std::string& data = file->data();
+    const size_t from = std::min(static_cast<size_t>(off), data.size());
+    fuse_reply_buf(req, data.data() + from, std::min(size, data.size() - from));
     return;
   }
   // Register for interrupts first: once Read() is called the reply may
@@ -520,59 +519,10 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_f
 void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t,
                        fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
-  const uint32_t uid = fuse_req_ctx(req)->uid;
-  const std::string_view data(buf, size);
-  Status s;
-  if (file->rejected) {
-    s = Status::InvalidArgument("an earlier write to this handle was rejected");
-  } else if (file->node == Node::kSpec) {
-    // Each write holds whole key=value pairs and replaces the spec with
-    // everything written through this handle so far.
-    std::string candidate = file->content + std::string(data);
-    s = jobs_->SetSpec(file->job, uid, candidate);
-    if (s.ok()) file->content = std::move(candidate);
-  } else if (file->node == Node::kIds) {
-    // Complete lines are parsed as they come; the subset is set on close.
-    const size_t end = data.rfind('\n');
-    if (end == std::string_view::npos) {
-      if (file->content.size() + size > kMaxIdsLine) {
-        s = Status::InvalidArgument("ids: line too long");
-      } else {
-        file->content.append(data);
-      }
-    } else {
-      const std::string lines = file->content + std::string(data.substr(0, end + 1));
-      Roaring ids;
-      s = ParseIdList(lines, *catalog_, &ids);
-      if (s.ok()) s = jobs_->CheckWritable(file->job, uid);
-      if (s.ok() && size - end - 1 > kMaxIdsLine) s = Status::InvalidArgument("ids: line too long");
-      if (s.ok()) {
-        file->ids |= ids;
-        file->content.assign(data.substr(end + 1));
-      }
-    }
-    if (s.ok()) file->wrote = true;
-  } else if (file->node == Node::kResume) {
-    // Applied whole on close: the first line names the epoch.
-    if (file->content.size() + size > kMaxResumeBytes) {
-      s = Status::InvalidArgument("resume: more than " + std::to_string(kMaxResumeBytes) +
-                                  " bytes");
-    } else {
-      file->content.append(data);
-      file->wrote = true;
-    }
-  } else {
-    s = Status::Permission("not writable");
-  }
+  const Status s = file->control
+                       ? file->control->Write(fuse_req_ctx(req)->uid, std::string_view(buf, size))
+                       : Status::Permission("not writable");
   if (!s.ok()) {
-    // Nothing of a rejected write, and nothing after it, reaches the job.
-    file->rejected = true;
-    // Rate-limited: a user may repeat a bad write as fast as FUSE takes it.
-    Warnings().Warn("rejected write", "write to jobs/{}/{}: {}", file->job,
-                    file->node == Node::kSpec  ? "spec"
-                    : file->node == Node::kIds ? "ids"
-                                               : "resume",
-                    Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -581,27 +531,7 @@ void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size,
 
 void Filesystem::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
-  Status s;
-  if (file->node == Node::kIds && file->wrote && !file->rejected) {
-    file->wrote = false;
-    // A last line without a newline counts.
-    Roaring last;
-    s = ParseIdList(file->content, *catalog_, &last);
-    if (s.ok()) s = jobs_->SetIdSubset(file->job, fuse_req_ctx(req)->uid, file->ids | last);
-    if (!s.ok()) {
-      file->rejected = true;
-      Warnings().Warn("rejected write", "write to jobs/{}/ids: {}", file->job,
-                      Printable(s.message()));
-    }
-  } else if (file->node == Node::kResume && file->wrote && !file->rejected) {
-    file->wrote = false;
-    s = jobs_->Resume(file->job, fuse_req_ctx(req)->uid, file->content);
-    if (!s.ok()) {
-      file->rejected = true;
-      Warnings().Warn("rejected write", "write to jobs/{}/resume: {}", file->job,
-                      Printable(s.message()));
-    }
-  }
+  const Status s = file->control ? file->control->Flush(fuse_req_ctx(req)->uid) : Status::Ok();
   fuse_reply_err(req, ToErrno(s));
 }
 

@@ -1,7 +1,7 @@
 // The FUSE front end: the tree of DESIGN.md 2.2 over the low-level API.
 //
 //   /README  /stats  /dataset/{info,manifest}
-//   /jobs/<id>/{spec,ids,next,status,resume}, or next.0 ... next.<W-1>
+//   /jobs/<id>/{spec,ids,next,status,resume,error}, or next.0 ... next.<W-1>
 //   instead of next with ranks=W
 //
 // Inode numbers are fixed for the static nodes; every job gets a block of
@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -39,9 +40,7 @@ class Filesystem {
   // The operations to pass to fuse_session_new(), with `this` as userdata.
   static const fuse_lowlevel_ops* Operations();
 
- private:
-  friend struct Ops;
-
+  // What the tree holds (see the top of this file).
   enum class Node {
     kNone,
     kRoot,
@@ -57,8 +56,14 @@ class Filesystem {
     kNext,
     kStatus,
     kResume,
+    kError,
     kRankNext  // next.R
   };
+  // Each node kind's behaviour (filesystem.cc holds the table).
+  struct NodeKind;
+
+ private:
+  friend struct Ops;
   struct OpenFile;
 
   // Resolves an inode to its node kind and, for job nodes, the job name
@@ -66,6 +71,8 @@ class Filesystem {
   Node Resolve(fuse_ino_t ino, std::string* job, uint32_t* rank = nullptr) const;
   fuse_ino_t JobInode(const std::string& job);
   bool Attr(fuse_ino_t ino, struct stat* st) const;
+  // Renders a read-only file's content when it is opened.
+  Status Render(OpenFile* file) const;
 
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
   void Getattr(fuse_req_t req, fuse_ino_t ino);

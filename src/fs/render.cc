@@ -40,6 +40,7 @@ std::string RenderJobStatus(const JobStatus& st) {
   json["window"] = st.window;
   json["shared_picks"] = st.shared_picks;
   json["owner"] = st.owner;
+  json["error"] = st.error;
   if (!st.ranks.empty()) {
     Json ranks = Json::array();
     for (const JobStatus& rank : st.ranks) {

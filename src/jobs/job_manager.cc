@@ -3,34 +3,17 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <deque>
 #include <future>
 #include <optional>
-#include <set>
 
+#include "cache/budget.h"
 #include "common/parse.h"
 #include "common/printable.h"
-#include "jobs/job_stream.h"
+#include "common/rate_limited_log.h"
 #include "jobs/rank_split.h"
 #include "jobs/record.h"
-#include "jobs/record_queue.h"
 
 namespace joaderfs {
-
-// Work decided under the lock and done after it is dropped: cache requests
-// (whose callbacks may re-enter the manager) and replies to readers.
-class JobManager::Actions {
- public:
-  Actions() = default;
-  Actions(const Actions&) = delete;
-  ~Actions() {
-    for (auto& action : actions_) action();
-  }
-  void Add(std::function<void()> action) { actions_.push_back(std::move(action)); }
-
- private:
-  std::vector<std::function<void()>> actions_;
-};
 
 namespace {
 
@@ -51,59 +34,6 @@ bool TakeNumberLine(std::string_view* text, std::string_view key, std::optional<
 
 }  // namespace
 
-// One stream of a job: `next`, or `next.R` of rank R.
-struct JobManager::Lane {
-  Job* job = nullptr;
-  StreamIndex index = 0;  // the rank; 0 for `next`
-  uint64_t serial = 0;    // names the stream's loads; new after a resume
-
-  PlanGroup* group = nullptr;  // set at the first epoch, with the stream
-  JobHandle handle = 0;
-  std::unique_ptr<JobStream> stream;
-
-  std::set<Reader*> readers;
-  std::deque<Reader*> waiting;  // readers with a pending Read, oldest first
-  std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
-  bool released = false;  // idle: planned samples given back
-
-  // Set by `resume` or a restart: the epoch the next read begins, and the
-  // ids of it already consumed (or handed out before the restart).
-  std::optional<uint64_t> resume_epoch;
-  Roaring resume_skip;
-  bool resume_written = false;     // by the resume file, not a restart
-  uint64_t delivered_earlier = 0;  // by streams a resume replaced
-
-  bool running() const { return stream && stream->running(); }
-  uint64_t epoch() const { return NextEpoch(*this); }
-};
-
-struct JobManager::Job {
-  std::string name;
-  uint32_t uid = 0;
-  JobSpec spec;
-  Roaring subset;
-  bool started = false;                      // read from (or resumed): the spec is fixed
-  std::vector<std::unique_ptr<Lane>> lanes;  // one, or one per rank
-  // The shards of the latest epochs (ranked jobs), by epoch, kept for the
-  // ranks that begin the epoch after the first: splitting costs a sort of
-  // the subset. Made off the lock (ShardsOf); a future until then.
-  std::map<uint64_t, std::shared_future<std::vector<Roaring>>> splits;
-
-  bool ranked() const { return spec.ranks > 0; }
-};
-
-struct JobManager::Reader {
-  ReaderId id = 0;
-  Lane* lane = nullptr;  // null once the job is removed
-  uint64_t epoch = 0;
-  RecordQueue pending;
-  std::optional<uint64_t> interrupted_token;  // of a read not yet issued
-  bool waiting = false;
-  uint64_t token = 0;
-  size_t max_bytes = 0;
-  ReadReply reply;
-};
-
 JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
                        PlanGroups* groups, JobManagerOptions options, JobStore* store)
     : catalog_(catalog),
@@ -116,11 +46,12 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
         spec.size = options.default_size;
         return spec;
       }()),
-      store_(store) {}
+      store_(store),
+      lanes_(catalog, cache, pool, groups, options.base, store) {}
 
 JobManager::~JobManager() = default;
 
-JobManager::Job* JobManager::FindJob(const std::string& name) const {
+Job* JobManager::FindJob(const std::string& name) const {
   auto it = jobs_.find(name);
   return it == jobs_.end() ? nullptr : it->second.get();
 }
@@ -130,7 +61,7 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
     return Status::InvalidArgument("job id '" + name +
                                    "' is not 1-64 characters of [A-Za-z0-9._-]");
   }
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   if (jobs_.count(name)) return Status::Exists("job " + name + " exists");
   auto job = std::make_unique<Job>();
   job->name = name;
@@ -138,10 +69,12 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   job->spec = default_spec_;
   job->spec.augment.seed = JobSeed(options_.seed, name);
   job->subset = ResolveSubset(job->spec.subset, *catalog_);
-  MakeLanes(job.get());
+  lanes_.Make(job.get());
   SaveJob(*job);
   jobs_[name] = std::move(job);
-  spdlog::info("job {} created by uid {}", name, uid);
+  // Per uid: an unprivileged user churning jobs must not flood the log.
+  Warnings().Log(spdlog::level::info, "job created, uid " + std::to_string(uid),
+                 "job {} created by uid {}", name, uid);
   return Status::Ok();
 }
 
@@ -169,7 +102,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   }
   s = CheckRanksFit(spec, subset);
   if (!s.ok()) return s;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   if (jobs_.count(stored.name)) return Status::Exists("job " + stored.name + " exists");
   auto job = std::make_unique<Job>();
   job->name = stored.name;
@@ -177,31 +110,16 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   job->spec = std::move(spec);
   job->subset = std::move(subset);
   job->started = stored.fixed;
-  MakeLanes(job.get());
+  lanes_.Make(job.get());
   for (const StoredStream& st : stored.streams) {
     if (st.index >= job->lanes.size()) continue;
     Lane* lane = job->lanes[st.index].get();
-    SetResume(lane, st.epoch, st.handed_out);
+    lanes_.SetResume(lane, st.epoch, st.handed_out);
   }
   spdlog::info("job {} of uid {} restored: {} streams under way", stored.name, stored.uid,
                stored.streams.size());
   jobs_[stored.name] = std::move(job);
   return Status::Ok();
-}
-
-void JobManager::MakeLanes(Job* job) {
-  for (const auto& lane : job->lanes) lanes_by_serial_.erase(lane->serial);
-  job->lanes.clear();
-  job->splits.clear();
-  const uint32_t n = std::max<uint32_t>(job->spec.ranks, 1);
-  for (uint32_t i = 0; i < n; ++i) {
-    auto lane = std::make_unique<Lane>();
-    lane->job = job;
-    lane->index = i;
-    lane->serial = next_serial_++;
-    lanes_by_serial_[lane->serial] = lane.get();
-    job->lanes.push_back(std::move(lane));
-  }
 }
 
 void JobManager::SaveJob(const Job& job) {
@@ -221,51 +139,44 @@ Status JobManager::CheckRanksFit(const JobSpec& spec, const Roaring& subset) {
 
 Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
+  if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
   uint64_t delivered = 0;
-  for (const auto& lane : job->lanes) {
-    if (lane->group) {
-      lane->group->RemoveJob(lane->handle);
-      planning_.erase({lane->group, lane->handle});
-    }
-    ReleasePins(lane.get(), &actions);
-    for (Reader* r : lane->readers) {
-      r->lane = nullptr;
-      if (r->waiting) {
-        r->waiting = false;
-        actions.Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
-      }
-    }
-    delivered += lane->delivered_earlier + (lane->stream ? lane->stream->delivered_total() : 0);
-    lanes_by_serial_.erase(lane->serial);
-  }
+  for (const auto& lane : job->lanes) delivered += lanes_.Remove(lane.get(), &actions);
   actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
   if (store_) store_->RemoveJob(name);
-  spdlog::info("job {} removed after {} samples", name, delivered);
+  Warnings().Log(spdlog::level::info, "job removed, uid " + std::to_string(uid),
+                 "job {} removed by uid {} after {} samples", name, uid, delivered);
   jobs_.erase(name);
   return Status::Ok();
 }
 
 std::vector<std::string> JobManager::JobNames() const {
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   std::vector<std::string> names;
   for (const auto& [name, job] : jobs_) names.push_back(name);
   return names;
 }
 
 Status JobManager::JobOwner(const std::string& name, uint32_t* uid) const {
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *uid = job->uid;
   return Status::Ok();
 }
 
+Status JobManager::CheckOwner(const std::string& name, uint32_t uid) const {
+  MutexLock lock(lanes_.mu);
+  const Job* job = FindJob(name);
+  if (!job) return Status::NotFound("no job " + name);
+  return CheckJobOwner(name, job->uid, uid);
+}
+
 Status JobManager::GetSpec(const std::string& name, std::string* text) const {
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *text = job->spec.ToString();
@@ -273,13 +184,13 @@ Status JobManager::GetSpec(const std::string& name, std::string* text) const {
 }
 
 Status JobManager::CheckWritableLocked(const Job* job, uint32_t uid) const {
-  if (uid != 0 && uid != job->uid) return Status::Permission("job " + job->name + " is not yours");
+  if (Status s = CheckJobOwner(job->name, job->uid, uid); !s.ok()) return s;
   if (job->started) return Status::Busy("job " + job->name + " has started; its spec is fixed");
   return Status::Ok();
 }
 
 Status JobManager::CheckWritable(const std::string& name, uint32_t uid) const {
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   return CheckWritableLocked(job, uid);
@@ -306,7 +217,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
   if (!names_subset) spec.subset = default_spec_.subset;
   Roaring subset = ResolveSubset(spec.subset, *catalog_);
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   s = CheckWritableLocked(job, uid);
@@ -329,9 +240,11 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   }
   job->spec = std::move(spec);
   job->splits.clear();  // made for the old subset or drop_last
-  if (new_lanes) MakeLanes(job);
+  if (new_lanes) lanes_.Make(job);
   SaveJob(*job);
-  spdlog::info("job {} spec: {} ({} samples)", name, Printable(text), job->subset.cardinality());
+  Warnings().Log(spdlog::level::info, "spec written, uid " + std::to_string(uid),
+                 "job {} spec by uid {}: {} ({} samples)", name, uid, Printable(text),
+                 job->subset.cardinality());
   return Status::Ok();
 }
 
@@ -345,7 +258,7 @@ Status JobManager::SetIds(const std::string& name, uint32_t uid, std::string_vie
 Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring ids) {
   if (ids.isEmpty()) return Status::InvalidArgument("ids: no sample listed");
   ids.runOptimize();
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   Status s = CheckWritableLocked(job, uid);
@@ -357,7 +270,9 @@ Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring id
   job->spec.subset.kind = SubsetSpec::Kind::kIds;
   job->spec.subset.text = "ids";  // what was written to the ids file
   SaveJob(*job);
-  spdlog::info("job {} subset from ids file: {} samples", name, job->subset.cardinality());
+  Warnings().Log(spdlog::level::info, "ids written, uid " + std::to_string(uid),
+                 "job {} subset from ids file by uid {}: {} samples", name, uid,
+                 job->subset.cardinality());
   return Status::Ok();
 }
 
@@ -367,6 +282,11 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   if (!TakeNumberLine(&text, "epoch=", &epoch) || !epoch) {
     return Status::InvalidArgument("resume: expected epoch=E on the first line");
   }
+  if (*epoch > kMaxRecordEpoch) {
+    return Status::InvalidArgument("resume: epoch=" + std::to_string(*epoch) + " is past " +
+                                   std::to_string(kMaxRecordEpoch) +
+                                   ", the last epoch a record can name (32 bits)");
+  }
   if (TakeNumberLine(&text, "rank=", &rank) && !rank) {
     return Status::InvalidArgument("resume: rank= expects a number");
   }
@@ -375,10 +295,10 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   if (!s.ok()) return s;
   MakeShardsUnlocked(name, uid, *epoch);
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
+  if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
   if (rank && (!job->ranked() || *rank >= job->lanes.size())) {
     return Status::InvalidArgument("resume: job " + name + " has no rank " + std::to_string(*rank));
   }
@@ -398,21 +318,51 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
     // A stream not yet read since the last resume of the same epoch adds
     // these ids to it.
     const bool adds = lane->resume_written && lane->resume_epoch == epoch;
-    ResetLane(lane, &actions);
-    SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
+    lanes_.Reset(lane, &actions);
+    lanes_.SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
     lane->resume_written = true;
     if (store_) store_->StartEpoch(name, lane->index, *lane->resume_epoch, lane->resume_skip);
   }
   actions.Add([this] { cache_->RefreshNeeds(); });
   job->started = true;
   SaveJob(*job);
-  spdlog::info("job {} resumes epoch {}{}: {} ids consumed", name, *epoch,
-               rank ? " for rank " + std::to_string(*rank) : "", consumed.cardinality());
+  Warnings().Log(spdlog::level::info, "resume written, uid " + std::to_string(uid),
+                 "job {} resumes epoch {}{} by uid {}: {} ids consumed", name, *epoch,
+                 rank ? " for rank " + std::to_string(*rank) : "", uid, consumed.cardinality());
+  return Status::Ok();
+}
+
+void JobManager::NoteWrite(const std::string& name, std::string_view file, const Status& result) {
+  MutexLock lock(lanes_.mu);
+  Job* job = FindJob(name);
+  if (!job) return;
+  if (result.ok()) {
+    if (job->error_file == file) {
+      job->error_file.clear();
+      job->error.clear();
+    }
+    return;
+  }
+  std::string_view reason = result.message();
+  // Most reasons name their file already.
+  if (reason.starts_with(file) && reason.substr(file.size()).starts_with(": ")) {
+    reason.remove_prefix(file.size() + 2);
+  }
+  job->error_file = std::string(file);
+  // One line, whatever the writer wrote.
+  job->error = job->error_file + ": " + Printable(reason, 1024);
+}
+
+Status JobManager::GetError(const std::string& name, std::string* text) const {
+  MutexLock lock(lanes_.mu);
+  const Job* job = FindJob(name);
+  if (!job) return Status::NotFound("no job " + name);
+  *text = job->error.empty() ? std::string() : job->error + "\n";
   return Status::Ok();
 }
 
 Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *ranks = job->spec.ranks;
@@ -422,14 +372,14 @@ Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
 Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* id,
                               std::optional<uint32_t> rank) {
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (job->ranked() != rank.has_value() || (rank && *rank >= job->lanes.size())) {
     return Status::NotFound("job " + name + " has no such stream");
   }
   // Reading consumes the job's samples: only its owner (or root) may.
-  if (uid != 0 && uid != job->uid) return Status::Permission("job " + name + " is not yours");
+  if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
   Lane* lane = job->lanes[rank.value_or(0)].get();
   auto reader = std::make_unique<Reader>();
   reader->id = next_reader_++;
@@ -442,9 +392,10 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   // one it opened in): its job's shards of that epoch are made now, so that
   // StartEpoch() finds them instead of sorting under the lock.
   const uint64_t epochs = job->spec.epochs;
-  if (job->ranked() && !lane->running() && (epochs == 0 || NextEpoch(*lane) < epochs)) {
+  if (job->ranked() && !lane->running() && (epochs == 0 || lane->epoch() < epochs)) {
     auto split = std::make_shared<std::packaged_task<std::vector<Roaring>()>>();
-    std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, NextEpoch(*lane), split.get());
+    std::shared_future<std::vector<Roaring>> shards =
+        lanes_.ShardsOf(job, lane->epoch(), split.get());
     // The sort runs here if this reader is the first to need them, else
     // this open waits for the reader that makes them.
     actions.Add([split, shards] {
@@ -457,7 +408,7 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
 
 void JobManager::CloseReader(ReaderId id) {
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   auto it = readers_.find(id);
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
@@ -476,22 +427,9 @@ void JobManager::CloseReader(ReaderId id) {
   readers_.erase(it);
 }
 
-uint64_t JobManager::NextEpoch(const Lane& lane) {
-  if (lane.resume_epoch) return *lane.resume_epoch;
-  return lane.stream ? lane.stream->epoch() : 0;
-}
-
-bool JobManager::ReaderAtEof(const Reader* r) const {
-  const Lane* lane = r->lane;
-  if (r->epoch < lane->epoch()) return true;  // its epoch is over
-  if (lane->running()) return false;
-  const uint64_t epochs = lane->job->spec.epochs;
-  return epochs != 0 && NextEpoch(*lane) >= epochs;
-}
-
 void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply reply) {
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   auto it = readers_.find(id);
   if (it == readers_.end() || max_bytes == 0) {
     actions.Add([reply = std::move(reply)] { reply(Status::Ok(), {}); });
@@ -512,29 +450,21 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
   r->max_bytes = max_bytes;
   r->reply = std::move(reply);
   r->waiting = true;
-  if (r->pending.empty() && r->lane && !ReaderAtEof(r)) {
+  if (r->pending.empty() && r->lane && !lanes_.ReaderAtEof(r)) {
     Lane* lane = r->lane;
     if (!lane->job->started) {
       lane->job->started = true;
       SaveJob(*lane->job);
     }
-    if (!lane->running()) StartEpoch(lane, &actions);
-    if (lane->released) {
-      lane->released = false;
-      lane->group->SetPaused(lane->handle, false);
-      const std::vector<uint64_t> positions = lane->stream->Unrequested();
-      spdlog::info("job {} is read again: fetching its {} planned samples", lane->job->name,
-                   positions.size());
-      for (uint64_t p : positions) RequestPosition(lane, p, &actions);
-    }
+    lanes_.Wake(lane, &actions);
   }
-  if (!TryServe(r, &actions)) r->lane->waiting.push_back(r);
-  if (r->lane) ServeWaiters(r->lane, &actions);  // the epoch may have ended
+  if (!lanes_.TryServe(r, &actions)) r->lane->waiting.push_back(r);
+  if (r->lane) lanes_.ServeWaiters(r->lane, &actions);  // the epoch may have ended
 }
 
 void JobManager::Interrupt(ReaderId id, uint64_t token) {
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   auto it = readers_.find(id);
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
@@ -547,283 +477,25 @@ void JobManager::Interrupt(ReaderId id, uint64_t token) {
   }
 }
 
-// Replies to `r`'s pending read if it can be answered now: with its unread
-// bytes, with records ready in its job's window, with EOF, or with Gone.
-bool JobManager::TryServe(Reader* r, Actions* actions) {
-  Lane* lane = r->lane;
-  if (!lane) {
-    r->waiting = false;
-    actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
-    return true;
-  }
-  if (r->pending.empty()) {
-    if (ReaderAtEof(r)) {
-      r->waiting = false;
-      actions->Add([reply = std::move(r->reply)] { reply(Status::Ok(), {}); });
-      return true;
-    }
-    // Hand ready records to this reader: at least one, then as many as fit.
-    uint64_t bytes = 0;
-    std::vector<SampleId> handed;
-    const uint64_t epoch = lane->epoch();
-    while (lane->running()) {
-      const std::optional<JobStream::Ready> next = lane->stream->PeekReady();
-      if (!next) break;
-      RecordHeader h;
-      h.sample_id = next->id;
-      h.label = catalog_->label(next->id);
-      h.epoch = static_cast<uint32_t>(epoch);
-      h.height = next->sample->height;
-      h.width = next->sample->width;
-      h.channels = next->sample->channels;
-      h.flags = next->sample->record_flags;
-      h.reserved = next->sample->record_box;
-      if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
-      bytes += h.record_bytes();
-      r->pending.Push(lane->stream->TakeReady()->sample, h);
-      handed.push_back(next->id);
-      ++delivered_;
-      AfterDone(lane, actions);
-    }
-    if (r->pending.empty()) return false;
-    // Saved before the reply leaves: a crash of the daemon loses no hand-out.
-    if (store_) {
-      actions->Add(
-          [this, name = lane->job->name, index = lane->index, epoch, handed = std::move(handed)] {
-            store_->AddHandedOut(name, index, epoch, handed);
-          });
-    }
-  }
-  auto data = r->pending.Take(r->max_bytes);
-  r->waiting = false;
-  actions->Add([reply = std::move(r->reply), data] { reply(Status::Ok(), data->iov); });
-  return true;
-}
-
-void JobManager::ServeWaiters(Lane* lane, Actions* actions) {
-  while (!lane->waiting.empty()) {
-    Reader* r = lane->waiting.front();
-    if (!TryServe(r, actions)) return;
-    lane->waiting.pop_front();
-  }
-}
-
-uint64_t JobManager::SampleBytes() const { return cache_->AverageSampleBytes(); }
-
-std::shared_future<std::vector<Roaring>> JobManager::ShardsOf(
-    Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split) {
-  auto it = job->splits.find(epoch);
-  if (it != job->splits.end()) return it->second;
-  *split = std::packaged_task<std::vector<Roaring>()>(
-      [subset = job->subset, epoch, ranks = job->spec.ranks, drop_last = job->spec.drop_last] {
-        return SplitEpoch(subset, epoch, ranks, drop_last);
-      });
-  auto shards = job->splits.emplace(epoch, split->get_future().share()).first->second;
-  // Ranks run epochs near each other: two epochs' shards are plenty (the
-  // one just asked for is kept, even if older: a resume).
-  while (job->splits.size() > 2) {
-    auto oldest = job->splits.begin();
-    if (oldest->first == epoch) ++oldest;
-    job->splits.erase(oldest);
-  }
-  return shards;
-}
-
 void JobManager::MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) {
   std::packaged_task<std::vector<Roaring>()> split;
   std::shared_future<std::vector<Roaring>> shards;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(lanes_.mu);
     Job* job = FindJob(name);
-    if (!job || !job->ranked() || (uid != 0 && uid != job->uid) ||
+    if (!job || !job->ranked() || !MayUseJob(uid, job->uid) ||
         (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
       return;
     }
-    shards = ShardsOf(job, epoch, &split);
+    shards = lanes_.ShardsOf(job, epoch, &split);
   }
   if (split.valid()) split();
   shards.wait();
 }
 
-Roaring JobManager::EpochSubset(Job* job, const Lane& lane, uint64_t epoch) {
-  if (!job->ranked()) return job->subset;
-  std::packaged_task<std::vector<Roaring>()> split;
-  std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, epoch, &split);
-  // Not made at open: a resume or a restart, or the subset changed since.
-  if (split.valid()) split();
-  return shards.get()[lane.index];
-}
-
-void JobManager::StartEpoch(Lane* lane, Actions* actions) {
-  Job* job = lane->job;
-  uint64_t epoch = NextEpoch(*lane);
-  Roaring skip;
-  if (lane->resume_epoch) {
-    skip = std::move(lane->resume_skip);
-    lane->resume_epoch.reset();
-    lane->resume_skip = Roaring();
-    lane->resume_written = false;
-  }
-  Roaring ids = EpochSubset(job, *lane, epoch);
-  ids -= skip;  // not empty: SetResume moves past a fully consumed epoch
-  const bool full = skip.isEmpty();
-  if (!lane->group) {
-    lane->group = groups_->Get(options_.base, cache_->budget() / SampleBytes());
-    // What each delivery holds besides the shared base image until read.
-    const JobSpec& spec = job->spec;
-    const uint64_t pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
-                                : spec.augment.augmented() ? SampleBytes()
-                                                           : 0;
-    lane->handle = lane->group->AddJob(ids, spec.window, pick_bytes);
-    lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
-    planning_[{lane->group, lane->handle}] = lane;
-  } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
-    // A rank's shard changes every epoch; a resumed epoch is shorter, and
-    // so is the planner's subset for it until the next full epoch.
-    lane->group->StartEpoch(lane->handle, ids);
-  } else {
-    lane->group->StartEpoch(lane->handle);
-  }
-  lane->stream->StartEpoch(ids.cardinality());
-  // Under the lock, so that no hand-out of this epoch is written before it.
-  if (store_) store_->StartEpoch(job->name, lane->index, epoch, skip);
-  if (job->ranked()) {
-    spdlog::info("job {} rank {} starts epoch {} ({} samples)", job->name, lane->index, epoch,
-                 ids.cardinality());
-  } else {
-    spdlog::info("job {} starts epoch {} ({} samples)", job->name, epoch, ids.cardinality());
-  }
-  actions->Add([this] { cache_->RefreshNeeds(); });  // its ids are needed again
-  Plan(lane->group, actions);
-}
-
-void JobManager::SetResume(Lane* lane, uint64_t epoch, Roaring skip) {
-  Roaring epoch_ids = EpochSubset(lane->job, *lane, epoch);
-  skip &= epoch_ids;
-  if (skip.cardinality() == epoch_ids.cardinality()) {
-    // Nothing of it left: the stream goes on with the next epoch (ReaderAtEof
-    // then sees an epochs= limit).
-    ++epoch;
-    skip = Roaring();
-  }
-  lane->resume_epoch = epoch;
-  lane->resume_skip = std::move(skip);
-}
-
-void JobManager::ResetLane(Lane* lane, Actions* actions) {
-  if (lane->group) {
-    lane->group->RemoveJob(lane->handle);
-    planning_.erase({lane->group, lane->handle});
-    lane->group = nullptr;
-  }
-  ReleasePins(lane, actions);
-  if (lane->stream) lane->delivered_earlier += lane->stream->delivered_total();
-  lane->stream.reset();
-  lane->released = false;
-  // Loads requested for the old stream must not land in the new one.
-  lanes_by_serial_.erase(lane->serial);
-  lane->serial = next_serial_++;
-  lanes_by_serial_[lane->serial] = lane;
-}
-
-// Tops up the planned queues of the group's jobs; the group decides who
-// plans when (sampling/plan_group.h).
-void JobManager::Plan(PlanGroup* group, Actions* actions) {
-  // Rendered deliveries not yet read hold RAM as well as the pinned base
-  // images they came from.
-  const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
-                          SampleBytes()};
-  std::vector<Pick> picks;
-  group->Plan(budget, &picks);
-  for (const Pick& pick : picks) {
-    Lane* lane = planning_.at({group, pick.job});
-    RequestPosition(lane, lane->stream->Plan(pick.id), actions);
-  }
-}
-
-// Pins the position's sample in the cache (loading it if needed) until the
-// position is done or its pins are given back.
-void JobManager::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
-  if (lane->released) return;  // requested again when a reader comes back
-  lane->stream->MarkRequested(position);
-  const SampleKey key{options_.base, lane->stream->IdAt(position)};
-  shared_renders_.Hold(key.id);  // dropped with the pin
-  const JobSpec& spec = lane->job->spec;
-  // A size-0 evaluation job takes the base image as it is.
-  const bool render = spec.size > 0 || spec.augment.augmented();
-  actions->Add([this, key, render, augment = spec.augment, size = spec.size, serial = lane->serial,
-                epoch = lane->epoch(), position] {
-    cache_->Acquire(key, [=, this](const SamplePtr& base) {
-      if (!render || !base) {
-        OnLoaded(serial, epoch, position, base);
-        return;
-      }
-      // A decode's callback runs on the loader thread that decoded it:
-      // render there. A hit's runs on whichever thread planned, maybe a
-      // reader's FUSE thread, where rendering would serialise that reader:
-      // hand it to the loader threads ahead of queued decodes.
-      if (LoaderPool::OnWorkerThread()) {
-        Render(augment, size, serial, epoch, position, key.id, base);
-      } else {
-        pool_->SubmitUrgent(
-            [=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
-      }
-    });
-  });
-}
-
-void JobManager::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
-                        uint64_t position, SampleId id, const SamplePtr& base) {
-  OnLoaded(serial, epoch, position,
-           shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_));
-}
-
-void JobManager::ReleasePins(Lane* lane, Actions* actions) {
-  if (!lane->stream) return;
-  ReleaseIds(lane->stream->ReleasePins(), actions);
-}
-
-void JobManager::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
-  if (ids.empty()) return;
-  actions->Add([this, ids = std::move(ids)] {
-    for (SampleId id : ids) {
-      cache_->Release({options_.base, id});
-      shared_renders_.Drop(id);
-    }
-  });
-}
-
-void JobManager::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position,
-                          const SamplePtr& sample) {
-  Actions actions;
-  MutexLock lock(mu_);
-  auto it = lanes_by_serial_.find(serial);
-  if (it == lanes_by_serial_.end()) return;
-  Lane* lane = it->second;
-  if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample)) return;
-  lane->group->Landed(lane->handle);       // the cache's figures count it now
-  if (!sample) AfterDone(lane, &actions);  // skipped
-  ServeWaiters(lane, &actions);
-}
-
-void JobManager::AfterDone(Lane* lane, Actions* actions) {
-  std::vector<SampleId> ids = lane->stream->TakeDoneIds();
-  for (SampleId id : ids) lane->group->Done(lane->handle, id);
-  ReleaseIds(std::move(ids), actions);
-  if (!lane->running()) {
-    // Waiting readers get EOF from the caller's ServeWaiters().
-    const std::string rank =
-        lane->job->ranked() ? " rank " + std::to_string(lane->index) : std::string();
-    spdlog::info("job {}{} ends epoch {}: {} delivered, {} skipped", lane->job->name, rank,
-                 lane->epoch() - 1, lane->stream->delivered(), lane->stream->skipped());
-    return;
-  }
-  Plan(lane->group, actions);
-}
-
 void JobManager::ReleaseIdleJobs() {
   Actions actions;
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   const auto now = std::chrono::steady_clock::now();
   for (auto& [name, job] : jobs_) {
     for (const auto& lane : job->lanes) {
@@ -831,51 +503,24 @@ void JobManager::ReleaseIdleJobs() {
           now - lane->idle_since < options_.idle_timeout) {
         continue;
       }
-      ReleasePins(lane.get(), &actions);
-      lane->released = true;
-      lane->group->SetPaused(lane->handle, true);
+      lanes_.Release(lane.get(), &actions);
       spdlog::info("job {} stream {} has had no reader for {}s: released its planned samples", name,
                    lane->index, options_.idle_timeout.count());
     }
   }
 }
 
-JobStatus JobManager::LaneStatus(const Lane& lane) const {
-  JobStatus st;
-  const Job& job = *lane.job;
-  const JobStream* stream = lane.stream.get();
-  const bool between = stream && !stream->running() && !lane.resume_epoch;
-  const uint64_t full =
-      job.ranked() ? RankShardSize(job.subset.cardinality(), job.spec.ranks, job.spec.drop_last)
-                   : job.subset.cardinality();
-  st.subset_size = full;
-  st.epoch = between && stream->epoch() > 0 ? stream->epoch() - 1 : lane.epoch();
-  st.delivered = stream && !lane.resume_epoch ? stream->delivered() : 0;
-  if (lane.resume_epoch) {
-    st.remaining = full - std::min<uint64_t>(full, lane.resume_skip.cardinality());
-  } else if (stream && stream->running()) {
-    st.remaining = stream->epoch_size() - stream->done();
-  } else {
-    st.remaining = between ? 0 : full;
-  }
-  st.readers = lane.readers.size();
-  st.running = lane.running();
-  st.epochs_completed = stream ? stream->epochs_completed() : 0;
-  st.skipped = stream ? stream->skipped() : 0;
-  st.delivered_total = lane.delivered_earlier + (stream ? stream->delivered_total() : 0);
-  st.size = job.spec.size;
-  st.window = job.spec.window;
-  st.shared_picks = lane.group ? lane.group->SharedPicks(lane.handle) : 0;
-  st.owner = job.uid;
-  return st;
-}
-
 JobStatus JobManager::StatusLocked(const Job& job) const {
-  if (!job.ranked()) return LaneStatus(*job.lanes[0]);
   JobStatus st;
+  if (!job.ranked()) {
+    st = lanes_.StatusOf(*job.lanes[0]);
+    st.error = job.error;
+    return st;
+  }
+  st.error = job.error;
   st.epoch = st.epochs_completed = ~uint64_t{0};
   for (const auto& lane : job.lanes) {
-    JobStatus r = LaneStatus(*lane);
+    JobStatus r = lanes_.StatusOf(*lane);
     st.epoch = std::min(st.epoch, r.epoch);
     st.epochs_completed = std::min(st.epochs_completed, r.epochs_completed);
     st.delivered += r.delivered;
@@ -895,7 +540,7 @@ JobStatus JobManager::StatusLocked(const Job& job) const {
 }
 
 Status JobManager::GetJobStatus(const std::string& name, JobStatus* status) const {
-  MutexLock lock(mu_);
+  MutexLock lock(lanes_.mu);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *status = StatusLocked(*job);
@@ -909,13 +554,13 @@ MountStats JobManager::Stats() const {
   stats.decode_threads = pool_->threads();
   stats.decode_queue = pool_->queue_depth();
   stats.decode_busy_seconds = pool_->busy_seconds();
-  stats.renders = shared_renders_.renders();
-  stats.renders_shared = shared_renders_.reused();
+  stats.renders = lanes_.shared_renders().renders();
+  stats.renders_shared = lanes_.shared_renders().reused();
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
-  MutexLock lock(mu_);
-  stats.delivered = delivered_;
+  MutexLock lock(lanes_.mu);
+  stats.delivered = lanes_.delivered();
   for (const auto& [name, job] : jobs_) stats.jobs.emplace_back(name, StatusLocked(*job));
   return stats;
 }

@@ -1,5 +1,7 @@
-// JobManager: every job of the mount, its spec and its readers: the thin
-// layer that joins the parts of the data path.
+// JobManager: every job of the mount, its spec and its readers: the
+// registry, the control writes (spec, ids, resume), status, and the reads
+// of a sitting. Each stream's state machine (epochs, planning, pins,
+// serving readers) is a Lane (jobs/lane.h), under the same lock.
 //
 // A job reads a subset of the catalog epoch after epoch through one stream
 // (`next`), or with `ranks=W` through W streams (`next.R`), one per
@@ -54,6 +56,7 @@
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "jobs/job_store.h"
+#include "jobs/lane.h"
 #include "jobs/shared_renders.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
@@ -74,26 +77,6 @@ struct JobManagerOptions {
   std::chrono::seconds idle_timeout{600};
 };
 
-// A job's `status` file. Between epochs it describes the epoch that ended.
-struct JobStatus {
-  uint64_t epoch = 0;
-  uint64_t delivered = 0;  // this epoch
-  uint64_t remaining = 0;  // this epoch
-  uint64_t subset_size = 0;
-  uint64_t readers = 0;
-  bool running = false;
-  uint64_t epochs_completed = 0;
-  uint64_t skipped = 0;  // this epoch
-  uint64_t delivered_total = 0;
-  uint32_t size = 0;
-  uint32_t window = 0;
-  uint64_t shared_picks = 0;
-  uint32_t owner = 0;
-  // With ranks=W: each rank's figures (the fields above add them up; epoch
-  // and epochs_completed are the least of the ranks').
-  std::vector<JobStatus> ranks;
-};
-
 // Everything `/stats` shows, taken at one moment per part.
 struct MountStats {
   CacheStats cache;
@@ -112,10 +95,9 @@ struct MountStats {
 
 class JobManager {
  public:
-  // Called exactly once per Read(). On success `data` holds the bytes; no
-  // bytes means end of stream for this reader.
-  using ReadReply = std::function<void(const Status& status, std::span<const iovec> data)>;
-  using ReaderId = uint64_t;
+  // Called exactly once per Read() (jobs/lane.h).
+  using ReadReply = joaderfs::ReadReply;
+  using ReaderId = joaderfs::ReaderId;
 
   // `groups` outlives the manager; the cache tiers evict by its counts.
   // `store` (may be null: no persistence) outlives the manager too.
@@ -135,6 +117,9 @@ class JobManager {
   std::vector<std::string> JobNames() const;
   // The job's owner, or NotFound.
   Status JobOwner(const std::string& name, uint32_t* uid) const;
+  // Permission unless `uid` may change or consume the job (MayUseJob).
+  Status CheckOwner(const std::string& name, uint32_t uid) const;
+  const Catalog& catalog() const { return *catalog_; }
 
   Status GetSpec(const std::string& name, std::string* text) const;
   // Replaces the spec with `text` parsed over the defaults (a subset set
@@ -156,6 +141,15 @@ class JobManager {
   // add up (several ranks may write theirs). Busy while a named stream has
   // readers; Permission as SetSpec. Fixes the spec.
   Status Resume(const std::string& name, uint32_t uid, std::string_view text);
+
+  // Records the outcome of a write (or the flush that applies it) to the
+  // job's control file `file` (spec, ids, resume): a rejection's reason
+  // becomes the job's error, shown by its `error` file and status; a good
+  // write to the file whose rejection it shows clears it. Never
+  // rate-limited; no-op for a job gone.
+  void NoteWrite(const std::string& name, std::string_view file, const Status& result);
+  // The job's error line (empty, or "<file>: <reason>\n"), or NotFound.
+  Status GetError(const std::string& name, std::string* text) const;
 
   // The job's rank count (0: no ranks, the job reads `next`), or NotFound.
   Status Ranks(const std::string& name, uint32_t* ranks) const;
@@ -184,60 +178,19 @@ class JobManager {
   void ReleaseIdleJobs();
 
  private:
-  struct Job;
-  struct Lane;
-  struct Reader;
-  class Actions;
-
-  // Jobs, lanes and readers are reached through the maps below: mu_ guards
-  // them too, so every helper that takes one REQUIRES(mu_).
-  Job* FindJob(const std::string& name) const REQUIRES(mu_);
-  Status CheckWritableLocked(const Job* job, uint32_t uid) const REQUIRES(mu_);
+  // Jobs, lanes and readers are reached through the maps below: lanes_.mu
+  // guards them too, so every helper that takes one REQUIRES(lanes_.mu).
+  Job* FindJob(const std::string& name) const REQUIRES(lanes_.mu);
+  Status CheckWritableLocked(const Job* job, uint32_t uid) const REQUIRES(lanes_.mu);
   // Whether `subset` gives every rank of `spec` at least one sample.
   static Status CheckRanksFit(const JobSpec& spec, const Roaring& subset);
-  // (Re)makes the job's streams for its spec. REQUIRES: none has readers.
-  void MakeLanes(Job* job) REQUIRES(mu_);
   // Saves the job's record in the store, if any.
-  void SaveJob(const Job& job) REQUIRES(mu_);
-  JobStatus LaneStatus(const Lane& lane) const REQUIRES(mu_);
-  JobStatus StatusLocked(const Job& job) const REQUIRES(mu_);
-  // The shards of a ranked job's `epoch`, made or being made; else sets
-  // `split` to the task that makes them (a sort of the subset), for the
-  // caller to run, after dropping the lock where it can.
-  std::shared_future<std::vector<Roaring>> ShardsOf(
-      Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split) REQUIRES(mu_);
+  void SaveJob(const Job& job) REQUIRES(lanes_.mu);
+  JobStatus StatusLocked(const Job& job) const REQUIRES(lanes_.mu);
   // Makes the shards of the ranked job's `epoch` (if `uid` may read it),
   // sorting without the lock.
-  void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) EXCLUDES(mu_);
-  // The ids the stream reads in `epoch`: the job's subset, or its shard
-  // (made under the lock if OpenReader did not make it).
-  Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch) REQUIRES(mu_);
-  // The epoch the stream is in, or begins at its next read.
-  static uint64_t NextEpoch(const Lane& lane);
-  void StartEpoch(Lane* lane, Actions* actions) REQUIRES(mu_);
-  // Makes the stream begin `epoch` at its next read, without `skip` (those
-  // of its ids consumed or handed out already).
-  void SetResume(Lane* lane, uint64_t epoch, Roaring skip) REQUIRES(mu_);
-  // Drops the stream's epoch under way (for `resume`): pins, plan, state.
-  void ResetLane(Lane* lane, Actions* actions) REQUIRES(mu_);
-  void Plan(PlanGroup* group, Actions* actions) REQUIRES(mu_);
-  void RequestPosition(Lane* lane, uint64_t position, Actions* actions) REQUIRES(mu_);
-  void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu_);
-  // Gives back the pins (cache and shared renders) of `ids`, after the lock.
-  void ReleaseIds(std::vector<SampleId> ids, Actions* actions);
-  void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample);
-  // Releases what the stream finished, reports it to the planner and tops
-  // up the plans.
-  void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu_);
-  void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu_);
-  bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu_);
-  bool ReaderAtEof(const Reader* reader) const REQUIRES(mu_);
-  // Bytes of the planning group's samples: the mean base image.
-  uint64_t SampleBytes() const;
-  // Renders the job's delivery of a loaded base image, then OnLoaded().
-  // Runs on a loader thread, without the lock.
-  void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
-              uint64_t position, SampleId id, const SamplePtr& base);
+  void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch)
+      EXCLUDES(lanes_.mu);
 
   const Catalog* catalog_;
   SampleCache* cache_;
@@ -246,21 +199,11 @@ class JobManager {
   const JobManagerOptions options_;
   const JobSpec default_spec_;
   JobStore* const store_;
-  // Bytes of rendered deliveries alive (in streams and readers' queues):
-  // counted down by their pixels' deleter, so shared with them.
-  const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
-      std::make_shared<std::atomic<uint64_t>>(0);
-  SharedRenders shared_renders_;
+  Lanes lanes_;  // its mu guards what follows
 
-  mutable RankedMutex<LockRank::kJobManager> mu_;
-  std::map<std::string, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, Lane*> lanes_by_serial_ GUARDED_BY(mu_);
-  std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_ GUARDED_BY(mu_);
-  // Streams taking part in planning, by group and handle.
-  std::map<std::pair<const PlanGroup*, JobHandle>, Lane*> planning_ GUARDED_BY(mu_);
-  uint64_t next_serial_ GUARDED_BY(mu_) = 1;
-  ReaderId next_reader_ GUARDED_BY(mu_) = 1;
-  uint64_t delivered_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::unique_ptr<Job>> jobs_ GUARDED_BY(lanes_.mu);
+  std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_ GUARDED_BY(lanes_.mu);
+  ReaderId next_reader_ GUARDED_BY(lanes_.mu) = 1;
 };
 
 }  // namespace joaderfs

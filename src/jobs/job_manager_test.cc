@@ -4,6 +4,7 @@
 
 #include "jobs/job_manager.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "fs/render.h"
+#include "jobs/control_files.h"
 #include "jobs/job_store.h"
 #include "jobs/rank_split.h"
 #include "jobs/record.h"
@@ -1048,6 +1050,103 @@ TEST_F(JobManagerSkipTest, BadSamplesAreSkippedEveryEpoch) {
   // From the second epoch on every sample, good or bad, is known at once;
   // large reads take every ready record.
   CheckSkipping(1, false, 3, kBig);
+}
+
+// A handle of the job's control file `kind`, opened for writing by kOwner.
+std::unique_ptr<ControlFile> OpenControl(JobManager* jobs, ControlFile::Kind kind,
+                                         const std::string& job) {
+  std::unique_ptr<ControlFile> file;
+  const Status s = ControlFile::Open(kind, jobs, job, kOwner, O_WRONLY | O_TRUNC, &file);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return file;
+}
+
+// One open, one write, one flush, like `echo ... > file`: the first failure.
+Status WriteControl(JobManager* jobs, ControlFile::Kind kind, const std::string& job,
+                    std::string_view text) {
+  std::unique_ptr<ControlFile> file = OpenControl(jobs, kind, job);
+  if (!file) return Status::IOError("not opened");
+  Status s = file->Write(kOwner, text);
+  const Status flushed = file->Flush(kOwner);
+  return s.ok() ? flushed : s;
+}
+
+// DESIGN.md 2.5: a rejected write leaves its reason in the job's error
+// file and status, until a good write to the same file.
+TEST_F(JobManagerTest, RejectedControlWritesLeaveTheirReasonUntilAGoodWrite) {
+  Build();
+  MakeJob("j");
+  std::string error;
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(JobStatus("j")["error"], "");
+
+  using Kind = ControlFile::Kind;
+  EXPECT_EQ(WriteControl(jobs_.get(), Kind::kSpec, "j", "size=abc").code(),
+            Status::Code::kInvalidArgument);
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_TRUE(error.starts_with("spec: size=abc")) << error;
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << error;
+  EXPECT_EQ(JobStatus("j")["error"], error.substr(0, error.size() - 1));
+
+  // Later writes through the rejected handle keep the first reason.
+  std::unique_ptr<ControlFile> spec = OpenControl(jobs_.get(), Kind::kSpec, "j");
+  EXPECT_FALSE(spec->Write(kOwner, "window=0").ok());
+  EXPECT_FALSE(spec->Write(kOwner, "size=32").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_TRUE(error.starts_with("spec: window=0")) << error;
+
+  // A good write to another file leaves it; one to the same file clears it.
+  ASSERT_TRUE(WriteControl(jobs_.get(), Kind::kIds, "j", "0\n1\n").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_TRUE(error.starts_with("spec: ")) << error;
+  ASSERT_TRUE(WriteControl(jobs_.get(), Kind::kSpec, "j", "size=16").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_EQ(error, "");
+
+  // ids: refused when its lines are parsed, or at the flush (no newline).
+  EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kIds, "j", "0\nnope\n").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_TRUE(error.starts_with("ids: ")) << error;
+  EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kIds, "j", "99999").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_TRUE(error.starts_with("ids: ")) << error;
+  ASSERT_TRUE(WriteControl(jobs_.get(), Kind::kIds, "j", "2").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_EQ(error, "");
+
+  // User text stays on one line.
+  const std::string control_bytes = std::string("0\n\x01") + "bad\r\n";
+  EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kIds, "j", control_bytes).ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << error;
+  EXPECT_NE(error.find("\\x01"), std::string::npos) << error;
+
+  EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kResume, "j", "epoch=4294967296\n").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_TRUE(error.starts_with("resume: epoch=4294967296")) << error;
+  ASSERT_TRUE(WriteControl(jobs_.get(), Kind::kResume, "j", "epoch=0\n").ok());
+  ASSERT_TRUE(jobs_->GetError("j", &error).ok());
+  EXPECT_EQ(error, "");
+}
+
+// The record's epoch field has 32 bits: resume names at most its last
+// epoch, which is read whole; then the stream is at its end.
+TEST_F(JobManagerTest, ResumeEpochFitsTheRecordField) {
+  Build();
+  MakeJob("j", "subset=classes:0");
+  EXPECT_EQ(jobs_->Resume("j", kOwner, "epoch=4294967296\n").code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_EQ(JobStatus("j")["epoch"].get<double>(), 0);
+  ASSERT_TRUE(jobs_->Resume("j", kOwner, "epoch=4294967295\n").ok());
+  auto reader = Open("j");
+  const std::vector<Record> last = ParseRecords(ReadToEof(reader, kBig));
+  jobs_->CloseReader(reader);
+  ASSERT_EQ(last.size(), 8u);
+  for (const Record& r : last) EXPECT_EQ(r.header.epoch, 4294967295u);
+  reader = Open("j");
+  EXPECT_EQ(ReadToEof(reader, kBig), "") << "no epoch after the last a record can name";
+  jobs_->CloseReader(reader);
 }
 
 }  // namespace

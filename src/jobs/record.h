@@ -11,6 +11,10 @@
 
 namespace joaderfs {
 
+// The last epoch a record can name: its header's epoch field has 32 bits.
+// Specs and resume writes are held to it (DESIGN.md 2.4).
+inline constexpr uint64_t kMaxRecordEpoch = 0xffffffffu;
+
 inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kRecordAlignment = 64;
 inline constexpr uint32_t kDtypeUint8 = 1;

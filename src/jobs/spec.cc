@@ -7,6 +7,7 @@
 #include "common/hash.h"
 #include "common/parse.h"
 #include "common/random.h"
+#include "jobs/record.h"
 
 namespace joaderfs {
 namespace {
@@ -185,9 +186,11 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
       }
       spec.size = static_cast<uint32_t>(*number);
     } else if (key == "epochs") {
-      if (!number || *number == 0) {
-        return Status::InvalidArgument("epochs=" + std::string(value) +
-                                       ": expected a positive integer");
+      // Epochs 0 to epochs-1 are numbered in records' 32-bit field.
+      if (!number || *number == 0 || *number > kMaxRecordEpoch + 1) {
+        return Status::InvalidArgument("epochs=" + std::string(value) + ": expected 1-" +
+                                       std::to_string(kMaxRecordEpoch + 1) +
+                                       " (records number epochs in 32 bits)");
       }
       spec.epochs = *number;
     } else if (key == "window") {

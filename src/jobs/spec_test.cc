@@ -212,6 +212,16 @@ TEST_F(SpecTest, Epochs) {
   }
 }
 
+// Records number epochs in 32 bits: epochs 0 to 4294967295, no more.
+TEST_F(SpecTest, EpochsFitTheRecordsField) {
+  EXPECT_EQ(Parse("epochs=4294967296").epochs, 4294967296u);
+  for (const char* text : {"epochs=4294967297", "epochs=18446744073709551615"}) {
+    const Status s = ParseStatus(text);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find("32 bits"), std::string::npos) << s.message();
+  }
+}
+
 TEST_F(SpecTest, Window) {
   EXPECT_EQ(Parse("window=1").window, 1u);
   EXPECT_EQ(Parse("window=256").window, 256u);

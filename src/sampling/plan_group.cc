@@ -4,17 +4,7 @@
 #include <cassert>
 #include <string>
 
-#include "loader/decoded_sample.h"
-
 namespace joaderfs {
-
-Status CheckSizeFitsBudget(uint32_t size, uint64_t budget) {
-  const uint64_t bytes = SquareSampleBytes(size);
-  if (bytes <= PlanOverdraft(budget)) return Status::Ok();
-  return Status::InvalidArgument("size=" + std::to_string(size) + ": a sample takes " +
-                                 std::to_string(bytes >> 10) +
-                                 " KiB, more than a quarter of ram_cache");
-}
 
 PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options)
     : size_(size), options_(options), planner_(std::move(planner)) {}

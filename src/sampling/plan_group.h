@@ -38,6 +38,7 @@
 
 #include <roaring/roaring.hh>
 
+#include "cache/budget.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "sampling/planner.h"
@@ -57,16 +58,6 @@ struct BudgetView {
   uint64_t budget = 0;      // the RAM tier's budget
   uint64_t per_sample = 0;  // bytes of one sample of this group
 };
-
-// What all jobs together may plan past a full budget, shared among them,
-// though each job may always plan one pick. It is also the largest sample a
-// job may ask for (the job manager refuses larger sizes with EINVAL), so the
-// one pick stays a bounded part of the budget.
-inline uint64_t PlanOverdraft(uint64_t budget) { return budget / 4; }
-
-// InvalidArgument, saying why, when one delivery of `size` exceeds
-// PlanOverdraft(budget): the mount's size= and every job's spec obey it.
-Status CheckSizeFitsBudget(uint32_t size, uint64_t budget);
 
 class PlanGroup {
  public:

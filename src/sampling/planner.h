@@ -27,10 +27,9 @@
 
 #include <roaring/roaring.hh>
 
-namespace joaderfs {
+#include "common/types.h"
 
-using JobHandle = uint32_t;
-using SampleId = uint32_t;
+namespace joaderfs {
 
 struct Pick {
   JobHandle job;

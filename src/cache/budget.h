@@ -1,0 +1,27 @@
+// The RAM budget's arithmetic that the mount's options, the planners and the
+// jobs share: how far planning may run past the budget, and the largest
+// delivery a job may ask for. Pure functions; thread-safe.
+
+#ifndef JOADERFS_CACHE_BUDGET_H_
+#define JOADERFS_CACHE_BUDGET_H_
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "loader/decoded_sample.h"  // SquareSampleBytes
+
+namespace joaderfs {
+
+// What all jobs together may plan past a full budget, shared among them,
+// though each job may always plan one pick. It is also the largest sample a
+// job may ask for (the job manager refuses larger sizes with EINVAL), so the
+// one pick stays a bounded part of the budget.
+inline uint64_t PlanOverdraft(uint64_t budget) { return budget / 4; }
+
+// InvalidArgument, saying why, when one delivery of `size` exceeds
+// PlanOverdraft(budget): the mount's size= and every job's spec obey it.
+Status CheckSizeFitsBudget(uint32_t size, uint64_t budget);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_CACHE_BUDGET_H_

@@ -1,0 +1,166 @@
+#include "jobs/control_files.h"
+
+#include <fcntl.h>
+
+#include "common/printable.h"
+#include "common/rate_limited_log.h"
+#include "jobs/spec.h"
+
+namespace joaderfs {
+namespace {
+
+class SpecFile : public ControlFile {
+ public:
+  SpecFile(JobManager* jobs, std::string job) : ControlFile(Kind::kSpec, jobs, std::move(job)) {}
+
+ private:
+  Status DoWrite(uint32_t uid, std::string_view data) override {
+    std::string candidate = content_ + std::string(data);
+    Status s = jobs_->SetSpec(job_, uid, candidate);
+    if (s.ok()) content_ = std::move(candidate);
+    return s;
+  }
+};
+
+class IdsFile : public ControlFile {
+ public:
+  IdsFile(JobManager* jobs, std::string job) : ControlFile(Kind::kIds, jobs, std::move(job)) {}
+
+ private:
+  // content_ holds a partial last line; ids_ the complete lines so far.
+  Status DoWrite(uint32_t uid, std::string_view data) override {
+    const size_t end = data.rfind('\n');
+    if (end == std::string_view::npos) {
+      if (content_.size() + data.size() > kMaxIdsLine) {
+        return Status::InvalidArgument("ids: line too long");
+      }
+      content_.append(data);
+      return Status::Ok();
+    }
+    const std::string lines = content_ + std::string(data.substr(0, end + 1));
+    Roaring ids;
+    Status s = ParseIdList(lines, jobs_->catalog(), &ids);
+    if (s.ok()) s = jobs_->CheckWritable(job_, uid);
+    if (s.ok() && data.size() - end - 1 > kMaxIdsLine) {
+      s = Status::InvalidArgument("ids: line too long");
+    }
+    if (!s.ok()) return s;
+    ids_ |= ids;
+    content_.assign(data.substr(end + 1));
+    return Status::Ok();
+  }
+
+  Status DoFlush(uint32_t uid) override {
+    Roaring last;
+    Status s = ParseIdList(content_, jobs_->catalog(), &last);
+    if (!s.ok()) return s;
+    return jobs_->SetIdSubset(job_, uid, ids_ | last);
+  }
+
+  Roaring ids_;
+};
+
+class ResumeFile : public ControlFile {
+ public:
+  ResumeFile(JobManager* jobs, std::string job)
+      : ControlFile(Kind::kResume, jobs, std::move(job)) {}
+
+ private:
+  Status DoWrite(uint32_t, std::string_view data) override {
+    if (content_.size() + data.size() > kMaxResumeBytes) {
+      return Status::InvalidArgument("resume: more than " + std::to_string(kMaxResumeBytes) +
+                                     " bytes");
+    }
+    content_.append(data);
+    return Status::Ok();
+  }
+
+  Status DoFlush(uint32_t uid) override { return jobs_->Resume(job_, uid, content_); }
+};
+
+}  // namespace
+
+const char* ControlFile::Name(Kind kind) {
+  switch (kind) {
+    case Kind::kSpec: return "spec";
+    case Kind::kIds: return "ids";
+    case Kind::kResume: return "resume";
+  }
+  return "?";
+}
+
+Status ControlFile::Open(Kind kind, JobManager* jobs, const std::string& job, uint32_t uid,
+                         int flags, std::unique_ptr<ControlFile>* file) {
+  const bool writing = (flags & O_ACCMODE) != O_RDONLY;
+  Status s;
+  switch (kind) {
+    case Kind::kSpec:
+      file->reset(new SpecFile(jobs, job));
+      // A writer starts from nothing (its writes are the new spec), or from
+      // the current spec when appending.
+      if (writing) s = jobs->CheckWritable(job, uid);
+      if (s.ok() && (!writing || (flags & O_APPEND))) s = jobs->GetSpec(job, &(*file)->content_);
+      break;
+    case Kind::kIds:
+      file->reset(new IdsFile(jobs, job));
+      s = writing ? jobs->CheckWritable(job, uid) : Status::Permission("ids is write-only");
+      break;
+    case Kind::kResume:
+      file->reset(new ResumeFile(jobs, job));
+      s = writing ? jobs->CheckOwner(job, uid) : Status::Permission("resume is write-only");
+      break;
+  }
+  if (!s.ok()) file->reset();
+  return s;
+}
+
+Status ControlFile::CheckTruncate(Kind kind, JobManager* jobs, const std::string& job,
+                                  uint32_t uid) {
+  // resume may be written after the job started; only its owner's writes
+  // (checked at open) count.
+  if (kind == Kind::kResume) return Status::Ok();
+  return jobs->CheckWritable(job, uid);
+}
+
+Status ControlFile::Write(uint32_t uid, std::string_view data) {
+  // Nothing of a rejected write, and nothing after it, reaches the job; the
+  // job's error keeps the first rejection's reason.
+  if (rejected_) {
+    Status s = Status::InvalidArgument("an earlier write to this handle was rejected");
+    Reject(uid, s);
+    return s;
+  }
+  Status s = DoWrite(uid, data);
+  if (!s.ok()) {
+    rejected_ = true;
+    jobs_->NoteWrite(job_, Name(kind_), s);
+    Reject(uid, s);
+    return s;
+  }
+  // A spec write applies at once; ids and resume on flush.
+  if (kind_ == Kind::kSpec) jobs_->NoteWrite(job_, Name(kind_), s);
+  wrote_ = true;
+  return s;
+}
+
+Status ControlFile::Flush(uint32_t uid) {
+  if (!wrote_ || rejected_) return Status::Ok();
+  wrote_ = false;
+  Status s = DoFlush(uid);
+  jobs_->NoteWrite(job_, Name(kind_), s);
+  if (!s.ok()) {
+    rejected_ = true;
+    Reject(uid, s);
+  }
+  return s;
+}
+
+void ControlFile::Reject(uint32_t uid, const Status& s) {
+  // Rate-limited per user and file: a user may repeat a bad write as fast
+  // as FUSE takes it, and must not hide another user's rejection.
+  Warnings().Warn(std::string("rejected write, ") + Name(kind_) + ", uid " + std::to_string(uid),
+                  "write to jobs/{}/{} by uid {}: {}", job_, Name(kind_), uid,
+                  Printable(s.message()));
+}
+
+}  // namespace joaderfs

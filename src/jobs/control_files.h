@@ -1,0 +1,89 @@
+// The protocol of a job's control files, `spec`, `ids` and `resume`, as one
+// open handle sees it: what a write means, how partial lines are buffered,
+// how much a handle may hold, and when the job changes. The fs/ layer only
+// translates: it opens a ControlFile per handle and passes each write and
+// flush through.
+//
+//   spec    each write holds whole key=value pairs and replaces the spec
+//           with everything written through the handle so far;
+//   ids     complete lines are parsed as they come (a line is one id or
+//           path, at most kMaxIdsLine bytes); the subset is set on flush,
+//           a last line without a newline included;
+//   resume  buffered (at most kMaxResumeBytes) and applied whole on flush:
+//           the first line names the epoch.
+//
+// A rejected write or flush leaves the job as it was, and the handle
+// changes nothing any more. Its reason becomes the job's error (its `error`
+// file and status; JobManager::NoteWrite) until a good write to the same
+// file; it is logged, rate-limited per uid and file.
+//
+// Not thread-safe: one per open handle, which the kernel serialises; the
+// JobManager it calls is thread-safe.
+
+#ifndef JOADERFS_JOBS_CONTROL_FILES_H_
+#define JOADERFS_JOBS_CONTROL_FILES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "jobs/job_manager.h"
+
+namespace joaderfs {
+
+// An ids line is one id or path.
+inline constexpr size_t kMaxIdsLine = 4096;
+// A resume file lists the ids of at most one epoch.
+inline constexpr size_t kMaxResumeBytes = 256 << 20;
+
+class ControlFile {
+ public:
+  enum class Kind { kSpec, kIds, kResume };
+
+  // Opens the job's `kind` file for `uid`; `flags` are open(2)'s. spec opens
+  // for reading by anyone and for writing by whoever may change the job;
+  // ids and resume are write-only, for whoever may change the job (resume:
+  // its owner, even once started). `jobs` outlives the file.
+  static Status Open(Kind kind, JobManager* jobs, const std::string& job, uint32_t uid, int flags,
+                     std::unique_ptr<ControlFile>* file);
+  // Whether `uid` may truncate the file (a shell's `>`), which changes
+  // nothing: the content is what gets written.
+  static Status CheckTruncate(Kind kind, JobManager* jobs, const std::string& job, uint32_t uid);
+  // The file's name in the job's folder.
+  static const char* Name(Kind kind);
+
+  virtual ~ControlFile() = default;
+
+  Status Write(uint32_t uid, std::string_view data);
+  Status Flush(uint32_t uid);
+  // What a read of the handle returns: the spec (as opened, then as
+  // written), or the bytes held for a later flush.
+  const std::string& content() const { return content_; }
+
+ protected:
+  ControlFile(Kind kind, JobManager* jobs, std::string job)
+      : kind_(kind), jobs_(jobs), job_(std::move(job)) {}
+
+  virtual Status DoWrite(uint32_t uid, std::string_view data) = 0;
+  // Called once per flush that follows a write.
+  virtual Status DoFlush(uint32_t /*uid*/) { return Status::Ok(); }
+
+  const Kind kind_;
+  JobManager* const jobs_;
+  const std::string job_;
+  std::string content_;
+
+ private:
+  // Logs the rejection of a write or flush by `uid`, rate-limited.
+  void Reject(uint32_t uid, const Status& s);
+
+  bool wrote_ = false;     // since the last flush
+  bool rejected_ = false;  // a write failed: the handle changes nothing any more
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_JOBS_CONTROL_FILES_H_

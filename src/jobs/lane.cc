@@ -1,0 +1,369 @@
+#include "jobs/lane.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cache/budget.h"
+#include "jobs/rank_split.h"
+#include "jobs/record.h"
+
+namespace joaderfs {
+
+Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
+  if (MayUseJob(uid, owner)) return Status::Ok();
+  return Status::Permission("job " + job + " is not yours");
+}
+
+Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
+             uint32_t base, JobStore* store)
+    : catalog_(catalog), cache_(cache), pool_(pool), groups_(groups), base_(base), store_(store) {}
+
+void Lanes::Make(Job* job) {
+  for (const auto& lane : job->lanes) by_serial_.erase(lane->serial);
+  job->lanes.clear();
+  job->splits.clear();
+  const uint32_t n = std::max<uint32_t>(job->spec.ranks, 1);
+  for (uint32_t i = 0; i < n; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->job = job;
+    lane->index = i;
+    lane->serial = next_serial_++;
+    by_serial_[lane->serial] = lane.get();
+    job->lanes.push_back(std::move(lane));
+  }
+}
+
+uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
+  if (lane->group) {
+    lane->group->RemoveJob(lane->handle);
+    planning_.erase({lane->group, lane->handle});
+  }
+  ReleasePins(lane, actions);
+  for (Reader* r : lane->readers) {
+    r->lane = nullptr;
+    if (r->waiting) {
+      r->waiting = false;
+      actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
+    }
+  }
+  by_serial_.erase(lane->serial);
+  return lane->delivered_earlier + (lane->stream ? lane->stream->delivered_total() : 0);
+}
+
+void Lanes::Wake(Lane* lane, Actions* actions) {
+  if (!lane->running()) StartEpoch(lane, actions);
+  if (lane->released) {
+    lane->released = false;
+    lane->group->SetPaused(lane->handle, false);
+    const std::vector<uint64_t> positions = lane->stream->Unrequested();
+    spdlog::info("job {} is read again: fetching its {} planned samples", lane->job->name,
+                 positions.size());
+    for (uint64_t p : positions) RequestPosition(lane, p, actions);
+  }
+}
+
+void Lanes::Release(Lane* lane, Actions* actions) {
+  ReleasePins(lane, actions);
+  lane->released = true;
+  lane->group->SetPaused(lane->handle, true);
+}
+
+// Replies to `r`'s pending read if it can be answered now: with its unread
+// bytes, with records ready in its job's window, with EOF, or with Gone.
+bool Lanes::TryServe(Reader* r, Actions* actions) {
+  Lane* lane = r->lane;
+  if (!lane) {
+    r->waiting = false;
+    actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
+    return true;
+  }
+  if (r->pending.empty()) {
+    if (ReaderAtEof(r)) {
+      r->waiting = false;
+      actions->Add([reply = std::move(r->reply)] { reply(Status::Ok(), {}); });
+      return true;
+    }
+    // Hand ready records to this reader: at least one, then as many as fit.
+    uint64_t bytes = 0;
+    std::vector<SampleId> handed;
+    const uint64_t epoch = lane->epoch();
+    while (lane->running()) {
+      const std::optional<JobStream::Ready> next = lane->stream->PeekReady();
+      if (!next) break;
+      RecordHeader h;
+      h.sample_id = next->id;
+      h.label = catalog_->label(next->id);
+      h.epoch = static_cast<uint32_t>(epoch);
+      h.height = next->sample->height;
+      h.width = next->sample->width;
+      h.channels = next->sample->channels;
+      h.flags = next->sample->record_flags;
+      h.reserved = next->sample->record_box;
+      if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
+      bytes += h.record_bytes();
+      r->pending.Push(lane->stream->TakeReady()->sample, h);
+      handed.push_back(next->id);
+      ++delivered_;
+      AfterDone(lane, actions);
+    }
+    if (r->pending.empty()) return false;
+    // Saved before the reply leaves: a crash of the daemon loses no hand-out.
+    if (store_) {
+      actions->Add(
+          [this, name = lane->job->name, index = lane->index, epoch, handed = std::move(handed)] {
+            store_->AddHandedOut(name, index, epoch, handed);
+          });
+    }
+  }
+  auto data = r->pending.Take(r->max_bytes);
+  r->waiting = false;
+  actions->Add([reply = std::move(r->reply), data] { reply(Status::Ok(), data->iov); });
+  return true;
+}
+
+void Lanes::ServeWaiters(Lane* lane, Actions* actions) {
+  while (!lane->waiting.empty()) {
+    Reader* r = lane->waiting.front();
+    if (!TryServe(r, actions)) return;
+    lane->waiting.pop_front();
+  }
+}
+
+uint64_t Lanes::SampleBytes() const { return cache_->AverageSampleBytes(); }
+
+std::shared_future<std::vector<Roaring>> Lanes::ShardsOf(
+    Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split) {
+  auto it = job->splits.find(epoch);
+  if (it != job->splits.end()) return it->second;
+  *split = std::packaged_task<std::vector<Roaring>()>(
+      [subset = job->subset, epoch, ranks = job->spec.ranks, drop_last = job->spec.drop_last] {
+        return SplitEpoch(subset, epoch, ranks, drop_last);
+      });
+  auto shards = job->splits.emplace(epoch, split->get_future().share()).first->second;
+  // Ranks run epochs near each other: two epochs' shards are plenty (the
+  // one just asked for is kept, even if older: a resume).
+  while (job->splits.size() > 2) {
+    auto oldest = job->splits.begin();
+    if (oldest->first == epoch) ++oldest;
+    job->splits.erase(oldest);
+  }
+  return shards;
+}
+
+Roaring Lanes::EpochSubset(Job* job, const Lane& lane, uint64_t epoch) {
+  if (!job->ranked()) return job->subset;
+  std::packaged_task<std::vector<Roaring>()> split;
+  std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, epoch, &split);
+  // Not made at open: a resume or a restart, or the subset changed since.
+  if (split.valid()) split();
+  return shards.get()[lane.index];
+}
+
+void Lanes::StartEpoch(Lane* lane, Actions* actions) {
+  Job* job = lane->job;
+  uint64_t epoch = lane->epoch();
+  Roaring skip;
+  if (lane->resume_epoch) {
+    skip = std::move(lane->resume_skip);
+    lane->resume_epoch.reset();
+    lane->resume_skip = Roaring();
+    lane->resume_written = false;
+  }
+  Roaring ids = EpochSubset(job, *lane, epoch);
+  ids -= skip;  // not empty: SetResume moves past a fully consumed epoch
+  const bool full = skip.isEmpty();
+  if (!lane->group) {
+    lane->group = groups_->Get(base_, cache_->budget() / SampleBytes());
+    // What each delivery holds besides the shared base image until read.
+    const JobSpec& spec = job->spec;
+    const uint64_t pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
+                                : spec.augment.augmented() ? SampleBytes()
+                                                           : 0;
+    lane->handle = lane->group->AddJob(ids, spec.window, pick_bytes);
+    lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
+    planning_[{lane->group, lane->handle}] = lane;
+  } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
+    // A rank's shard changes every epoch; a resumed epoch is shorter, and
+    // so is the planner's subset for it until the next full epoch.
+    lane->group->StartEpoch(lane->handle, ids);
+  } else {
+    lane->group->StartEpoch(lane->handle);
+  }
+  lane->stream->StartEpoch(ids.cardinality());
+  // Under the lock, so that no hand-out of this epoch is written before it.
+  if (store_) store_->StartEpoch(job->name, lane->index, epoch, skip);
+  if (job->ranked()) {
+    spdlog::info("job {} rank {} starts epoch {} ({} samples)", job->name, lane->index, epoch,
+                 ids.cardinality());
+  } else {
+    spdlog::info("job {} starts epoch {} ({} samples)", job->name, epoch, ids.cardinality());
+  }
+  actions->Add([this] { cache_->RefreshNeeds(); });  // its ids are needed again
+  Plan(lane->group, actions);
+}
+
+void Lanes::SetResume(Lane* lane, uint64_t epoch, Roaring skip) {
+  Roaring epoch_ids = EpochSubset(lane->job, *lane, epoch);
+  skip &= epoch_ids;
+  if (skip.cardinality() == epoch_ids.cardinality()) {
+    // Nothing of it left: the stream goes on with the next epoch (ReaderAtEof
+    // then sees an epochs= limit).
+    ++epoch;
+    skip = Roaring();
+  }
+  lane->resume_epoch = epoch;
+  lane->resume_skip = std::move(skip);
+}
+
+void Lanes::Reset(Lane* lane, Actions* actions) {
+  if (lane->group) {
+    lane->group->RemoveJob(lane->handle);
+    planning_.erase({lane->group, lane->handle});
+    lane->group = nullptr;
+  }
+  ReleasePins(lane, actions);
+  if (lane->stream) lane->delivered_earlier += lane->stream->delivered_total();
+  lane->stream.reset();
+  lane->released = false;
+  // Loads requested for the old stream must not land in the new one.
+  by_serial_.erase(lane->serial);
+  lane->serial = next_serial_++;
+  by_serial_[lane->serial] = lane;
+}
+
+// Tops up the planned queues of the group's jobs; the group decides who
+// plans when (sampling/plan_group.h).
+void Lanes::Plan(PlanGroup* group, Actions* actions) {
+  // Rendered deliveries not yet read hold RAM as well as the pinned base
+  // images they came from.
+  const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
+                          SampleBytes()};
+  std::vector<Pick> picks;
+  group->Plan(budget, &picks);
+  for (const Pick& pick : picks) {
+    Lane* lane = planning_.at({group, pick.job});
+    RequestPosition(lane, lane->stream->Plan(pick.id), actions);
+  }
+}
+
+// Pins the position's sample in the cache (loading it if needed) until the
+// position is done or its pins are given back.
+void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
+  if (lane->released) return;  // requested again when a reader comes back
+  lane->stream->MarkRequested(position);
+  const SampleKey key{base_, lane->stream->IdAt(position)};
+  shared_renders_.Hold(key.id);  // dropped with the pin
+  const JobSpec& spec = lane->job->spec;
+  // A size-0 evaluation job takes the base image as it is.
+  const bool render = spec.size > 0 || spec.augment.augmented();
+  actions->Add([this, key, render, augment = spec.augment, size = spec.size, serial = lane->serial,
+                epoch = lane->epoch(), position] {
+    cache_->Acquire(key, [=, this](const SamplePtr& base) {
+      if (!render || !base) {
+        OnLoaded(serial, epoch, position, base);
+        return;
+      }
+      // A decode's callback runs on the loader thread that decoded it:
+      // render there. A hit's runs on whichever thread planned, maybe a
+      // reader's FUSE thread, where rendering would serialise that reader:
+      // hand it to the loader threads ahead of queued decodes.
+      if (LoaderPool::OnWorkerThread()) {
+        Render(augment, size, serial, epoch, position, key.id, base);
+      } else {
+        pool_->SubmitUrgent(
+            [=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
+      }
+    });
+  });
+}
+
+void Lanes::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
+                   uint64_t position, SampleId id, const SamplePtr& base) {
+  OnLoaded(serial, epoch, position,
+           shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_));
+}
+
+void Lanes::ReleasePins(Lane* lane, Actions* actions) {
+  if (!lane->stream) return;
+  ReleaseIds(lane->stream->ReleasePins(), actions);
+}
+
+void Lanes::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
+  if (ids.empty()) return;
+  actions->Add([this, ids = std::move(ids)] {
+    for (SampleId id : ids) {
+      cache_->Release({base_, id});
+      shared_renders_.Drop(id);
+    }
+  });
+}
+
+void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample) {
+  Actions actions;
+  MutexLock lock(mu);
+  auto it = by_serial_.find(serial);
+  if (it == by_serial_.end()) return;
+  Lane* lane = it->second;
+  if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample)) return;
+  lane->group->Landed(lane->handle);       // the cache's figures count it now
+  if (!sample) AfterDone(lane, &actions);  // skipped
+  ServeWaiters(lane, &actions);
+}
+
+void Lanes::AfterDone(Lane* lane, Actions* actions) {
+  std::vector<SampleId> ids = lane->stream->TakeDoneIds();
+  for (SampleId id : ids) lane->group->Done(lane->handle, id);
+  ReleaseIds(std::move(ids), actions);
+  if (!lane->running()) {
+    // Waiting readers get EOF from the caller's ServeWaiters().
+    const std::string rank =
+        lane->job->ranked() ? " rank " + std::to_string(lane->index) : std::string();
+    spdlog::info("job {}{} ends epoch {}: {} delivered, {} skipped", lane->job->name, rank,
+                 lane->epoch() - 1, lane->stream->delivered(), lane->stream->skipped());
+    return;
+  }
+  Plan(lane->group, actions);
+}
+
+bool Lanes::ReaderAtEof(const Reader* r) const {
+  const Lane* lane = r->lane;
+  if (r->epoch < lane->epoch()) return true;  // its epoch is over
+  if (lane->running()) return false;
+  // No record could name the epoch after the last.
+  if (lane->epoch() > kMaxRecordEpoch) return true;
+  const uint64_t epochs = lane->job->spec.epochs;
+  return epochs != 0 && lane->epoch() >= epochs;
+}
+
+JobStatus Lanes::StatusOf(const Lane& lane) const {
+  JobStatus st;
+  const Job& job = *lane.job;
+  const JobStream* stream = lane.stream.get();
+  const bool between = stream && !stream->running() && !lane.resume_epoch;
+  const uint64_t full =
+      job.ranked() ? RankShardSize(job.subset.cardinality(), job.spec.ranks, job.spec.drop_last)
+                   : job.subset.cardinality();
+  st.subset_size = full;
+  st.epoch = between && stream->epoch() > 0 ? stream->epoch() - 1 : lane.epoch();
+  st.delivered = stream && !lane.resume_epoch ? stream->delivered() : 0;
+  if (lane.resume_epoch) {
+    st.remaining = full - std::min<uint64_t>(full, lane.resume_skip.cardinality());
+  } else if (stream && stream->running()) {
+    st.remaining = stream->epoch_size() - stream->done();
+  } else {
+    st.remaining = between ? 0 : full;
+  }
+  st.readers = lane.readers.size();
+  st.running = lane.running();
+  st.epochs_completed = stream ? stream->epochs_completed() : 0;
+  st.skipped = stream ? stream->skipped() : 0;
+  st.delivered_total = lane.delivered_earlier + (stream ? stream->delivered_total() : 0);
+  st.size = job.spec.size;
+  st.window = job.spec.window;
+  st.shared_picks = lane.group ? lane.group->SharedPicks(lane.handle) : 0;
+  st.owner = job.uid;
+  return st;
+}
+
+}  // namespace joaderfs

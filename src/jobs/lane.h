@@ -1,0 +1,258 @@
+// Lanes: the state machine of every job stream of the mount. A job reads
+// through one stream (`next`), or through one per rank (`next.R`); each is a
+// Lane. Here a lane starts its epochs, takes part in planning, pins and
+// requests the samples planned for it, serves its waiting readers, and
+// gives the pins back once positions are done or the lane is dropped.
+//
+// The registry of jobs, their control writes and status live in JobManager
+// (jobs/job_manager.h), which owns a Lanes and holds its `mu` for every call
+// below that says REQUIRES(mu). Jobs, lanes and readers are reached through
+// the manager's maps and this class's, all guarded by `mu`.
+//
+// Work decided under `mu` that calls out (cache requests, whose callbacks
+// re-enter; replies to readers) is queued on an Actions and runs after the
+// lock is dropped.
+
+#ifndef JOADERFS_JOBS_LANE_H_
+#define JOADERFS_JOBS_LANE_H_
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/sample_cache.h"
+#include "catalog/catalog.h"
+#include "common/ranked_mutex.h"
+#include "common/status.h"
+#include "jobs/job_store.h"
+#include "jobs/job_stream.h"
+#include "jobs/record_queue.h"
+#include "jobs/shared_renders.h"
+#include "jobs/spec.h"
+#include "loader/loader_pool.h"
+#include "sampling/plan_groups.h"
+
+namespace joaderfs {
+
+// The owner rule: a job's files that change or consume it are its owner's,
+// and root's. The one place that says so (fs/ and jobs/ ask here).
+inline bool MayUseJob(uint32_t uid, uint32_t owner) { return uid == 0 || uid == owner; }
+// Permission naming the job unless MayUseJob().
+Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid);
+
+// Called exactly once per read. On success `data` holds the bytes; no bytes
+// means end of stream for that reader.
+using ReadReply = std::function<void(const Status& status, std::span<const iovec> data)>;
+using ReaderId = uint64_t;
+
+// Work decided under the lock and done after it is dropped: cache requests
+// (whose callbacks may re-enter the manager) and replies to readers. Runs
+// them in order when destroyed: declare it before the lock.
+class Actions {
+ public:
+  Actions() = default;
+  Actions(const Actions&) = delete;
+  ~Actions() {
+    for (auto& action : actions_) action();
+  }
+  void Add(std::function<void()> action) { actions_.push_back(std::move(action)); }
+
+ private:
+  std::vector<std::function<void()>> actions_;
+};
+
+// A job's `status` file. Between epochs it describes the epoch that ended.
+struct JobStatus {
+  uint64_t epoch = 0;
+  uint64_t delivered = 0;  // this epoch
+  uint64_t remaining = 0;  // this epoch
+  uint64_t subset_size = 0;
+  uint64_t readers = 0;
+  bool running = false;
+  uint64_t epochs_completed = 0;
+  uint64_t skipped = 0;  // this epoch
+  uint64_t delivered_total = 0;
+  uint32_t size = 0;
+  uint32_t window = 0;
+  uint64_t shared_picks = 0;
+  uint32_t owner = 0;
+  // "<file>: <reason>" of the latest rejected write to spec, ids or resume,
+  // until a good write to that file; empty when none.
+  std::string error;
+  // With ranks=W: each rank's figures (the fields above add them up; epoch
+  // and epochs_completed are the least of the ranks').
+  std::vector<JobStatus> ranks;
+};
+
+struct Job;
+struct Reader;
+
+// One stream of a job: `next`, or `next.R` of rank R.
+struct Lane {
+  Job* job = nullptr;
+  StreamIndex index = 0;  // the rank; 0 for `next`
+  uint64_t serial = 0;    // names the stream's loads; new after a resume
+
+  PlanGroup* group = nullptr;  // set at the first epoch, with the stream
+  JobHandle handle = 0;
+  std::unique_ptr<JobStream> stream;
+
+  std::set<Reader*> readers;
+  std::deque<Reader*> waiting;  // readers with a pending Read, oldest first
+  std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
+  bool released = false;  // idle: planned samples given back
+
+  // Set by `resume` or a restart: the epoch the next read begins, and the
+  // ids of it already consumed (or handed out before the restart).
+  std::optional<uint64_t> resume_epoch;
+  Roaring resume_skip;
+  bool resume_written = false;     // by the resume file, not a restart
+  uint64_t delivered_earlier = 0;  // by streams a resume replaced
+
+  bool running() const { return stream && stream->running(); }
+  // The epoch the stream is in, or begins at its next read.
+  uint64_t epoch() const {
+    if (resume_epoch) return *resume_epoch;
+    return stream ? stream->epoch() : 0;
+  }
+};
+
+struct Job {
+  std::string name;
+  uint32_t uid = 0;
+  JobSpec spec;
+  Roaring subset;
+  bool started = false;                      // read from (or resumed): the spec is fixed
+  std::vector<std::unique_ptr<Lane>> lanes;  // one, or one per rank
+  // The shards of the latest epochs (ranked jobs), by epoch, kept for the
+  // ranks that begin the epoch after the first: splitting costs a sort of
+  // the subset. Made off the lock (Lanes::ShardsOf); a future until then.
+  std::map<uint64_t, std::shared_future<std::vector<Roaring>>> splits;
+  // The latest rejected control write (JobManager::NoteWrite): the file
+  // and the line its `error` file shows.
+  std::string error_file;
+  std::string error;
+
+  bool ranked() const { return spec.ranks > 0; }
+};
+
+struct Reader {
+  ReaderId id = 0;
+  Lane* lane = nullptr;  // null once the job is removed
+  uint64_t epoch = 0;
+  RecordQueue pending;
+  std::optional<uint64_t> interrupted_token;  // of a read not yet issued
+  bool waiting = false;
+  uint64_t token = 0;
+  size_t max_bytes = 0;
+  ReadReply reply;
+};
+
+// Thread-safe through `mu`; see the top of this file.
+class Lanes {
+ public:
+  // All outlive the Lanes; `store` may be null (no persistence). `base` is
+  // the cache's base resolution: every lane pins base images.
+  Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
+        uint32_t base, JobStore* store);
+
+  // The manager's lock: it guards the jobs, lanes and readers. The planning
+  // groups rank below it (common/ranked_mutex.h).
+  mutable RankedMutex<LockRank::kJobManager> mu;
+
+  // (Re)makes the job's lanes for its spec. REQUIRES: none has readers.
+  void Make(Job* job) REQUIRES(mu);
+  // Ends the lane for good (its job is removed): leaves planning, gives
+  // back its pins, and its readers' waiting reads fail with Gone. Returns
+  // what the lane delivered over its life.
+  uint64_t Remove(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Makes the lane begin `epoch` at its next read, without `skip` (those of
+  // its ids consumed or handed out already).
+  void SetResume(Lane* lane, uint64_t epoch, Roaring skip) REQUIRES(mu);
+  // Drops the lane's epoch under way (for `resume`): pins, plan, state.
+  void Reset(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Readies the lane for a read of `reader`: starts its epoch if none runs,
+  // fetches again what an idle release gave back.
+  void Wake(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Gives back the planned samples of a lane without readers (idle).
+  void Release(Lane* lane, Actions* actions) REQUIRES(mu);
+
+  // Replies to `reader`'s pending read if it can be answered now: with its
+  // unread bytes, with records ready in its lane, with EOF, or with Gone.
+  bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
+  void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
+  bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
+
+  // The shards of a ranked job's `epoch`, made or being made; else sets
+  // `split` to the task that makes them (a sort of the subset), for the
+  // caller to run, after dropping the lock where it can.
+  std::shared_future<std::vector<Roaring>> ShardsOf(
+      Job* job, uint64_t epoch, std::packaged_task<std::vector<Roaring>()>* split) REQUIRES(mu);
+
+  // The lane's `status` (JobManager adds up a ranked job's).
+  JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
+
+  uint64_t delivered() const REQUIRES(mu) { return delivered_; }
+  const SharedRenders& shared_renders() const { return shared_renders_; }
+
+ private:
+  // The ids the lane reads in `epoch`: the job's subset, or its shard (made
+  // under the lock if OpenReader did not make it).
+  Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch) REQUIRES(mu);
+  void StartEpoch(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Tops up the planned queues of the group's lanes; the group decides who
+  // plans when (sampling/plan_group.h).
+  void Plan(PlanGroup* group, Actions* actions) REQUIRES(mu);
+  // Pins the position's sample in the cache (loading it if needed) until
+  // the position is done or its pins are given back.
+  void RequestPosition(Lane* lane, uint64_t position, Actions* actions) REQUIRES(mu);
+  void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Gives back the pins (cache and shared renders) of `ids`, after the lock.
+  void ReleaseIds(std::vector<SampleId> ids, Actions* actions);
+  void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample)
+      EXCLUDES(mu);
+  // Releases what the lane finished, reports it to the planner and tops up
+  // the plans.
+  void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Bytes of the planning group's samples: the mean base image.
+  uint64_t SampleBytes() const;
+  // Renders the job's delivery of a loaded base image, then OnLoaded().
+  // Runs on a loader thread, without the lock.
+  void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
+              uint64_t position, SampleId id, const SamplePtr& base);
+
+  const Catalog* catalog_;
+  SampleCache* cache_;
+  LoaderPool* pool_;
+  PlanGroups* groups_;
+  const uint32_t base_;
+  JobStore* const store_;
+  // Bytes of rendered deliveries alive (in streams and readers' queues):
+  // counted down by their pixels' deleter, so shared with them.
+  const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  SharedRenders shared_renders_;
+
+  std::unordered_map<uint64_t, Lane*> by_serial_ GUARDED_BY(mu);
+  // Lanes taking part in planning, by group and handle.
+  std::map<std::pair<const PlanGroup*, JobHandle>, Lane*> planning_ GUARDED_BY(mu);
+  uint64_t next_serial_ GUARDED_BY(mu) = 1;
+  uint64_t delivered_ GUARDED_BY(mu) = 0;
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_JOBS_LANE_H_
