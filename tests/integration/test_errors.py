@@ -20,7 +20,7 @@ import subprocess
 import sys
 import unittest
 
-from mountlib import DatasetMixin, JoaderTestCase, parse_records, read_to_eof
+from harness import DatasetMixin, JoaderTestCase, parse_records, read_to_eof
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
