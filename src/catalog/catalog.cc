@@ -1,9 +1,12 @@
 #include "catalog/catalog.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -47,6 +50,11 @@ bool PathLess(const std::string& a, const std::string& b) {
   return a.size() - std::min(i, a.size()) < b.size() - std::min(j, b.size());
 }
 
+// What the error for a SOURCE without samples names.
+constexpr char kLayouts[] =
+    "expected SOURCE/<class>/<image> (ImageFolder) or a manifest file of relpath<TAB>label "
+    "lines";
+
 }  // namespace
 
 Status Catalog::Open(const std::string& source, std::unique_ptr<Catalog>* out) {
@@ -54,61 +62,195 @@ Status Catalog::Open(const std::string& source, std::unique_ptr<Catalog>* out) {
   std::error_code ec;
   c->source_ = fs::absolute(source, ec).lexically_normal().string();
   if (c->source_.size() > 1 && c->source_.ends_with('/')) c->source_.pop_back();
-  const fs::file_status st = fs::status(c->source_, ec);
-  if (ec || !fs::exists(st)) return Status::NotFound("SOURCE " + source + " does not exist");
+  struct stat st {};
+  if (::stat(c->source_.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("SOURCE " + source + " does not exist");
+    return Status::IOError("SOURCE " + source + ": " + std::strerror(errno));
+  }
   // Reading a FIFO as a manifest would block start-up for good.
-  if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("SOURCE " + source + " is neither a folder nor a manifest file");
   }
-  Status s = fs::is_directory(st) ? c->ScanImageFolder() : c->ReadManifest();
+  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder() : c->ReadManifest();
   if (!s.ok()) return s;
   c->Index();
-  if (c->special_files_ > 0) {
-    spdlog::warn(
-        "SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
-        "folders, broken symlinks)",
-        Printable(c->source_), c->special_files_);
+  c->LogSkips();
+  if (c->entries_.empty()) {
+    if (!S_ISDIR(st.st_mode))
+      return Status::InvalidArgument("manifest " + source + " lists no image");
+    if (c->flat_images_ > 0) {
+      return Status::InvalidArgument("SOURCE " + source + " holds " +
+                                     std::to_string(c->flat_images_) +
+                                     " images but no class folder: " + kLayouts);
+    }
+    return Status::InvalidArgument("SOURCE " + source + " holds no image: " + kLayouts);
   }
-  if (c->entries_.empty()) return Status::InvalidArgument("SOURCE " + source + " holds no image");
   *out = std::move(c);
   return Status::Ok();
 }
 
+void Catalog::LogSkips() const {
+  const std::string where = Printable(source_);
+  if (special_files_ > 0) {
+    spdlog::warn(
+        "SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
+        "folders, broken or looping symlinks)",
+        where, special_files_);
+  }
+  if (scan_skips_.link_loops > 0) {
+    spdlog::warn("SOURCE {}: left out {} symlinks that loop", where, scan_skips_.link_loops);
+  }
+  if (scan_skips_.broken_links > 0) {
+    spdlog::warn("SOURCE {}: left out {} broken symlinks", where, scan_skips_.broken_links);
+  }
+  if (scan_skips_.revisits > 0) {
+    spdlog::warn(
+        "SOURCE {}: did not enter {} folders a second time (a symlink to a parent, a loop of "
+        "links, or two links to one folder)",
+        where, scan_skips_.revisits);
+  }
+  if (scan_skips_.unreadable > 0) {
+    spdlog::warn("SOURCE {}: left out {} entries that could not be examined or listed", where,
+                 scan_skips_.unreadable);
+  }
+}
+
+namespace {
+
+// One entry of a folder: its name and its type as readdir() tells it
+// (DT_UNKNOWN where the filesystem does not).
+struct FolderEntry {
+  std::string name;
+  unsigned char type;
+};
+
+// The entries of `path` but "." and "..", sorted by name so that which of two
+// links to one folder is entered first does not depend on the filesystem.
+// `*dir` gets the open folder, which answers fstatat() for them; the caller
+// closes it (it may be set when listing fails half-way).
+bool ListFolder(const std::string& path, DIR** dir, std::vector<FolderEntry>* out) {
+  out->clear();
+  *dir = ::opendir(path.c_str());
+  if (!*dir) return false;
+  errno = 0;
+  while (const dirent* e = ::readdir(*dir)) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") out->push_back({std::string(name), e->d_type});
+  }
+  if (errno != 0) return false;
+  std::sort(out->begin(), out->end(),
+            [](const FolderEntry& a, const FolderEntry& b) { return a.name < b.name; });
+  return true;
+}
+
+// What an entry is once symlinks are followed.
+enum class EntryKind { kFolder, kFile, kSpecial, kLoop, kBroken, kUnreadable };
+
+EntryKind Examine(DIR* dir, const FolderEntry& e, struct stat* st) {
+  // Plain files need no stat: they are most entries of a dataset.
+  if (e.type == DT_REG) return EntryKind::kFile;
+  if (e.type != DT_DIR && e.type != DT_LNK && e.type != DT_UNKNOWN) return EntryKind::kSpecial;
+  if (::fstatat(::dirfd(dir), e.name.c_str(), st, 0) != 0) {
+    if (errno == ELOOP) return EntryKind::kLoop;
+    if (errno == ENOENT) return EntryKind::kBroken;
+    return EntryKind::kUnreadable;
+  }
+  if (S_ISDIR(st->st_mode)) return EntryKind::kFolder;
+  return S_ISREG(st->st_mode) ? EntryKind::kFile : EntryKind::kSpecial;
+}
+
+}  // namespace
+
 Status Catalog::ScanImageFolder() {
   root_ = source_;
-  std::error_code ec;
-  std::vector<std::string> classes;
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name[0] != '.' && e.is_directory()) classes.push_back(name);
-  }
-  if (ec) return Status::IOError("cannot list " + root_ + ": " + ec.message());
-  std::sort(classes.begin(), classes.end());
-  num_classes_ = static_cast<uint32_t>(classes.size());
-  for (size_t label = 0; label < classes.size(); ++label) {
-    std::vector<std::string> files;
-    const fs::path dir = fs::path(root_) / classes[label];
-    for (auto it = fs::recursive_directory_iterator(
-             dir, fs::directory_options::follow_directory_symlink, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) break;
-      const std::string name = it->path().filename().string();
-      if (name[0] == '.') {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (!IsImageName(name)) continue;
-      if (it->is_regular_file()) {
-        files.push_back(it->path().lexically_relative(root_).string());
-      } else if (!it->is_directory()) {
-        ++special_files_;
+  std::set<std::pair<dev_t, ino_t>> visited;
+  struct stat st {};
+  if (::stat(root_.c_str(), &st) != 0) return Status::IOError("cannot examine " + root_);
+  visited.emplace(st.st_dev, st.st_ino);
+  DIR* dir = nullptr;
+  std::vector<FolderEntry> top;
+  const bool listed = ListFolder(root_, &dir, &top);
+  const int error = errno;
+  std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> classes;
+  if (listed) {
+    for (const FolderEntry& e : top) {
+      if (e.name[0] == '.') continue;
+      switch (Examine(dir, e, &st)) {
+        case EntryKind::kFolder: classes.push_back({e.name, {st.st_dev, st.st_ino}}); break;
+        case EntryKind::kFile: flat_images_ += IsImageName(e.name); break;
+        case EntryKind::kLoop: ++scan_skips_.link_loops; break;
+        case EntryKind::kBroken: ++scan_skips_.broken_links; break;
+        case EntryKind::kUnreadable: ++scan_skips_.unreadable; break;
+        case EntryKind::kSpecial: break;
       }
     }
-    if (ec) return Status::IOError("cannot list " + dir.string() + ": " + ec.message());
+  }
+  if (dir) ::closedir(dir);
+  if (!listed) return Status::IOError("cannot list " + root_ + ": " + std::strerror(error));
+  num_classes_ = static_cast<uint32_t>(classes.size());
+  // Class folders are claimed before any walk, so that a link from one
+  // class into another adds nothing to the first. A class folder that is a
+  // second link to another keeps its label (torchvision's class indices)
+  // but adds no sample.
+  std::vector<bool> claimed(classes.size());
+  for (size_t label = 0; label < classes.size(); ++label) {
+    claimed[label] = visited.insert(classes[label].second).second;
+    scan_skips_.revisits += !claimed[label];
+  }
+  std::vector<std::string> files;
+  for (size_t label = 0; label < classes.size(); ++label) {
+    if (!claimed[label]) continue;
+    files.clear();
+    WalkClass(classes[label].first, &visited, &files);
     std::sort(files.begin(), files.end(), PathLess);
     for (auto& f : files) entries_.push_back({std::move(f), static_cast<int64_t>(label)});
   }
   return Status::Ok();
+}
+
+void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
+                        std::vector<std::string>* files) {
+  // Depth first with a stack of relative paths, children in name order, so
+  // that the first of two links to one folder in path order is the one
+  // entered. Every folder pushed is new to `visited`: the walk lists each
+  // distinct folder once, whatever the links.
+  std::vector<std::string> pending{cls};
+  std::vector<FolderEntry> entries;
+  std::vector<std::string> subfolders;
+  struct stat st {};
+  while (!pending.empty()) {
+    const std::string rel = std::move(pending.back());
+    pending.pop_back();
+    DIR* dir = nullptr;
+    if (!ListFolder(root_ + "/" + rel, &dir, &entries)) {
+      ++scan_skips_.unreadable;
+      entries.clear();
+    }
+    subfolders.clear();
+    for (const FolderEntry& e : entries) {
+      if (e.name[0] == '.') continue;
+      const bool image = IsImageName(e.name);
+      switch (Examine(dir, e, &st)) {
+        case EntryKind::kFolder:
+          if (visited->insert({st.st_dev, st.st_ino}).second) {
+            subfolders.push_back(rel + "/" + e.name);
+          } else {
+            ++scan_skips_.revisits;
+          }
+          break;
+        case EntryKind::kFile:
+          if (image) files->push_back(rel + "/" + e.name);
+          break;
+        case EntryKind::kSpecial: special_files_ += image; break;
+        case EntryKind::kLoop: image ? ++special_files_ : ++scan_skips_.link_loops; break;
+        case EntryKind::kBroken: image ? ++special_files_ : ++scan_skips_.broken_links; break;
+        case EntryKind::kUnreadable: ++scan_skips_.unreadable; break;
+      }
+    }
+    if (dir) ::closedir(dir);
+    pending.insert(pending.end(), std::make_move_iterator(subfolders.rbegin()),
+                   std::make_move_iterator(subfolders.rend()));
+  }
 }
 
 Status Catalog::ReadManifest() {

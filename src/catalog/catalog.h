@@ -11,6 +11,13 @@
 // manifest paths that could leave the manifest's folder are rejected. Both
 // are counted and logged once, at Open(). Ids follow the samples kept.
 //
+// The folder walk cannot be trapped: symlinks to folders are followed, but
+// no folder (by device and inode) is entered twice, so a link to a parent,
+// a loop of links or a second link to a class folder adds nothing and the
+// walk ends after each distinct folder was listed once. No entry it cannot
+// use (a looping or broken link, an unreadable folder) stops it: each is
+// skipped, counted in scan_skips() and logged once per cause at Open().
+//
 // Immutable after Open(); safe for concurrent access.
 
 #ifndef JOADERFS_CATALOG_CATALOG_H_
@@ -19,10 +26,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include <sys/types.h>
 
 #include <roaring/roaring.hh>
 
@@ -31,6 +41,16 @@
 namespace joaderfs {
 
 using SampleId = uint32_t;
+
+// What the ImageFolder walk left out, by cause, beside special_files().
+struct ScanSkips {
+  uint64_t link_loops = 0;    // symlinks that loop (ELOOP), not named as images
+  uint64_t broken_links = 0;  // symlinks to nothing, not named as images
+  uint64_t revisits = 0;      // folders reached a second time (loops, second links)
+  uint64_t unreadable = 0;    // entries that could not be examined, folders not listed
+
+  uint64_t total() const { return link_loops + broken_links + revisits + unreadable; }
+};
 
 class Catalog {
  public:
@@ -41,8 +61,10 @@ class Catalog {
   const std::string& source() const { return source_; }
   size_t size() const { return entries_.size(); }
   // Image names that were not regular files at the scan (FIFOs, devices,
-  // sockets, folders, broken symlinks): left out.
+  // sockets, folders, broken or looping symlinks): left out.
   uint64_t special_files() const { return special_files_; }
+  // Everything else the folder walk could not use (ScanSkips).
+  const ScanSkips& scan_skips() const { return scan_skips_; }
   // Manifest paths that could leave its folder (manifest.h): left out.
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
@@ -73,9 +95,15 @@ class Catalog {
 
   Catalog() = default;
   Status ScanImageFolder();
+  // Lists the image files under the class folder `cls` (relative to root_)
+  // into `files`, entering no folder already in `visited`.
+  void WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
+                 std::vector<std::string>* files);
   Status ReadManifest();
   // Drops the entries that are not regular files, then indexes the rest.
   void Index();
+  // One warning per cause of what the scan left out.
+  void LogSkips() const;
 
   std::string source_;  // as given, made absolute
   std::string root_;    // the folder relative paths start from
@@ -83,6 +111,8 @@ class Catalog {
   uint32_t num_classes_ = 0;
   uint64_t identity_ = 0;
   uint64_t special_files_ = 0;
+  uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
+  ScanSkips scan_skips_;
   uint64_t rejected_paths_ = 0;
   std::unordered_map<std::string_view, SampleId> by_relpath_;
 };

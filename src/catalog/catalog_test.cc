@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catalog/manifest.h"
@@ -21,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::Ids;
+using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
 
@@ -330,6 +334,153 @@ TEST(CatalogTest, SpecialFilesAreLeftOutAndCounted) {
   ASSERT_EQ(::mkfifo((d / "fifo.tsv").c_str(), 0600), 0);
   c.reset();
   EXPECT_EQ(OpenWithin5s(d / "fifo.tsv", &c).code(), Status::Code::kInvalidArgument);
+}
+
+// Catalog::Open(source) within 10 s, or the whole test binary exits 1: a
+// walk trapped in links would not return at all (or only after growing
+// without bound), and a hang must fail the run rather than stall it.
+Status OpenUntrapped(const std::string& source, std::unique_ptr<Catalog>* out) {
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  auto catalog = std::make_shared<std::unique_ptr<Catalog>>();
+  std::thread([source, done, catalog] {
+    done->set_value(Catalog::Open(source, catalog.get()));
+  }).detach();
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: Catalog::Open(%s) still scanning after 10 s\n", source.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  const Status s = result.get();
+  *out = std::move(*catalog);
+  return s;
+}
+
+// Symlink shapes that used to trap the walk (issue 20): each is skipped and
+// counted, and Open() returns within
+// bounded time.
+TEST(CatalogTest, SelfLinksAreSkippedAndCounted) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  ASSERT_EQ(::symlink("self", (d / "a/self").c_str()), 0);
+  ASSERT_EQ(::symlink("loop", (d / "loop").c_str()), 0);  // a class name that loops
+  ASSERT_EQ(::symlink("me.jpg", (d / "a/me.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg"}));
+  EXPECT_EQ(c->num_classes(), 1u);
+  EXPECT_EQ(c->scan_skips().link_loops, 2u);
+  EXPECT_EQ(c->special_files(), 1u);  // me.jpg
+}
+
+TEST(CatalogTest, ClassFolderLinkingToItselfAddsNothing) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "b/y.jpg");
+  ASSERT_EQ(::symlink(".", (d / "a/again").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "b").c_str(), (d / "b/b").c_str()), 0);
+  // A second class linking to the first keeps its label, with no sample.
+  ASSERT_EQ(::symlink("a", (d / "c").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(c->num_classes(), 3u);
+  EXPECT_EQ(c->scan_skips().revisits, 3u);
+}
+
+TEST(CatalogTest, LinkToAParentIsNotEntered) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "a/sub/k.jpg");
+  WriteFile(d / "b/y.jpg");
+  ASSERT_EQ(::symlink("..", (d / "a/up").c_str()), 0);           // SOURCE
+  ASSERT_EQ(::symlink("../..", (d / "a/sub/upup").c_str()), 0);  // SOURCE, from deeper
+  ASSERT_EQ(::symlink("..", (d / "a/sub/back").c_str()), 0);     // its class folder
+  ASSERT_EQ(::symlink("../a/sub", (d / "b/side").c_str()), 0);   // a folder already walked
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/sub/k.jpg", "a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(c->scan_skips().revisits, 4u);
+}
+
+TEST(CatalogTest, LoopOfTwoLinksIsSkipped) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "b/y.jpg");
+  // Folders linking to each other, and two links naming each other.
+  ASSERT_EQ(::symlink("../b", (d / "a/to-b").c_str()), 0);
+  ASSERT_EQ(::symlink("../a", (d / "b/to-a").c_str()), 0);
+  ASSERT_EQ(::symlink("two", (d / "a/one").c_str()), 0);
+  ASSERT_EQ(::symlink("one", (d / "a/two").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(c->scan_skips().revisits, 2u);
+  EXPECT_EQ(c->scan_skips().link_loops, 2u);
+}
+
+TEST(CatalogTest, DanglingLinksAreCounted) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  ASSERT_EQ(::symlink((d / "nowhere").c_str(), (d / "a/gone").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "nowhere").c_str(), (d / "lost-class").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "nowhere.jpg").c_str(), (d / "a/gone.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg"}));
+  EXPECT_EQ(c->scan_skips().broken_links, 2u);
+  EXPECT_EQ(c->special_files(), 1u);
+}
+
+TEST(CatalogTest, LinkToAFileOutsideSourceIsASample) {
+  TempDir d, elsewhere;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(elsewhere / "far.jpg", "far");
+  ASSERT_EQ(::symlink((elsewhere / "far.jpg").c_str(), (d / "a/far.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/far.jpg", "a/x.jpg"}));
+  EXPECT_EQ(ReadFile(c->path(0)), "far");
+  EXPECT_EQ(c->scan_skips().total(), 0u);
+}
+
+// Every folder linking to every folder: without the inode check the walk
+// grows as the number of paths, which is exponential in the depth.
+TEST(CatalogTest, SourceFullOfLoopsScansInBoundedTime) {
+  TempDir d;
+  constexpr int kFolders = 12;
+  for (int i = 0; i < kFolders; ++i) WriteFile(d / ("c" + std::to_string(i) + "/x.jpg"));
+  for (int i = 0; i < kFolders; ++i) {
+    for (int j = 0; j < kFolders; ++j) {
+      const std::string link = d / ("c" + std::to_string(i) + "/to" + std::to_string(j));
+      ASSERT_EQ(::symlink(("../c" + std::to_string(j)).c_str(), link.c_str()), 0);
+    }
+    ASSERT_EQ(::symlink("..", (d / ("c" + std::to_string(i) + "/up")).c_str()), 0);
+  }
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(c->size(), static_cast<size_t>(kFolders));
+  EXPECT_EQ(c->scan_skips().revisits, static_cast<uint64_t>(kFolders * (kFolders + 1)));
+}
+
+TEST(CatalogTest, FlatSourceNamesTheLayouts) {
+  TempDir d;
+  WriteFile(d / "a.jpg");
+  WriteFile(d / "b.jpg");
+  std::unique_ptr<Catalog> c;
+  const Status s = Catalog::Open(d.path(), &c);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("2 images but no class folder"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("SOURCE/<class>/<image>"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("manifest"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+
+  TempDir empty;
+  const Status e = Catalog::Open(empty.path(), &c);
+  EXPECT_EQ(e.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(e.message().find("holds no image: expected SOURCE/<class>/<image>"), std::string::npos)
+      << e.message();
 }
 
 uint64_t IdentityOf(const std::string& source) {
