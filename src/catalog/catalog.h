@@ -4,7 +4,11 @@
 // by name get labels 0..C-1; ids 0..N-1 follow the relative paths sorted
 // component by component, which is torchvision's ImageFolder order) or a
 // manifest file (`relpath<TAB>label` lines, paths relative to the manifest's
-// folder, ids in file order).
+// folder, ids in file order), or a folder of WebDataset shards: a folder with
+// `*.tar` files at its top and no class folder holding an image. Shards are
+// taken in name order, samples in member order (catalog/tar_index.h); a
+// sample's relpath is `<shard>.tar/<image member>`, and its image is read in
+// place at the offset the scan found.
 //
 // Only regular files (symlinks followed: datasets link class folders to
 // other disks) become samples, so that no decode opens a FIFO or a device;
@@ -36,6 +40,7 @@
 
 #include <roaring/roaring.hh>
 
+#include "common/file_range.h"
 #include "common/status.h"
 
 namespace joaderfs {
@@ -52,14 +57,39 @@ struct ScanSkips {
   uint64_t total() const { return link_loops + broken_links + revisits + unreadable; }
 };
 
+struct CatalogOptions {
+  // Shards: the label is the integer in member `<key>.<label_key>`, else the
+  // integer field `label_key` of `<key>.json`, else -1.
+  std::string label_key = "cls";
+};
+
+// What the shard scan left out, beside special_files() (tar_index.h).
+struct ShardSkips {
+  uint64_t damaged = 0;
+  uint64_t no_image = 0;
+  uint64_t unlabeled = 0;  // kept, with label -1
+  uint64_t too_large = 0;
+  uint64_t unreadable_shards = 0;
+};
+
 class Catalog {
  public:
   // Scans SOURCE. Fails with NotFound when it does not exist, and with
   // InvalidArgument when it holds no image or a manifest line is malformed.
-  static Status Open(const std::string& source, std::unique_ptr<Catalog>* out);
+  static Status Open(const std::string& source, const CatalogOptions& options,
+                     std::unique_ptr<Catalog>* out);
+  static Status Open(const std::string& source, std::unique_ptr<Catalog>* out) {
+    return Open(source, CatalogOptions(), out);
+  }
 
   const std::string& source() const { return source_; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return shards_.empty() ? entries_.size() : members_.size(); }
+  // Whether SOURCE is a folder of WebDataset shards.
+  bool is_tar() const { return !shards_.empty(); }
+  size_t num_shards() const { return shards_.size(); }
+  const ShardSkips& shard_skips() const { return shard_skips_; }
+  // Bytes the per-sample index holds (entries, names, lookup table).
+  size_t index_bytes() const;
   // Image names that were not regular files at the scan (FIFOs, devices,
   // sockets, folders, broken or looping symlinks): left out.
   uint64_t special_files() const { return special_files_; }
@@ -69,10 +99,14 @@ class Catalog {
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
 
-  const std::string& relpath(SampleId id) const { return entries_[id].relpath; }
-  int64_t label(SampleId id) const { return entries_[id].label; }
-  // The file to read for `id`.
-  std::string path(SampleId id) const { return root_ + "/" + entries_[id].relpath; }
+  std::string relpath(SampleId id) const;
+  int64_t label(SampleId id) const {
+    return shards_.empty() ? entries_[id].label : members_[id].label;
+  }
+  // The file to read for `id` (for a tar sample, its shard).
+  std::string path(SampleId id) const;
+  // Where the image of `id` lies: its file, or its bytes inside a shard.
+  FileRange location(SampleId id) const;
 
   // Ids whose label lies in [first, last].
   Roaring IdsWithLabels(int64_t first, int64_t last) const;
@@ -80,7 +114,9 @@ class Catalog {
 
   // A digest of the sample's relative path, label, file size, modification
   // time and inode: it changes when that file is replaced or modified.
-  uint64_t fingerprint(SampleId id) const { return entries_[id].fingerprint; }
+  // For a tar sample: its relpath, label, offset, length and the shard's
+  // size, modification time and inode.
+  uint64_t fingerprint(SampleId id) const;
 
   // A digest of every sample's fingerprint: it changes when any file is
   // added, removed, resized or modified.
@@ -93,8 +129,29 @@ class Catalog {
     uint64_t fingerprint = 0;
   };
 
+  // One sample of a shard: 24 bytes plus its member name in names_.
+  struct Member {
+    uint32_t name_at;  // in names_
+    uint32_t name_size;
+    uint32_t shard;
+    uint32_t block;  // the image's offset / 512 (tar data is block-aligned)
+    uint32_t length;
+    int32_t label;
+  };
+  struct Shard {
+    std::string name;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint64_t inode = 0;
+    SampleId first = 0;  // its first sample; its samples run to the next shard's first
+  };
+
   Catalog() = default;
-  Status ScanImageFolder();
+  // Indexes the shards named (relative to root_) in name order.
+  Status ScanShards(std::vector<std::string> names, const std::string& label_key);
+  void IndexShards();
+  // Also lists the `*.tar` files at SOURCE's top into `shards`.
+  Status ScanImageFolder(std::vector<std::string>* shards);
   // Lists the image files under the class folder `cls` (relative to root_)
   // into `files`, entering no folder already in `visited`.
   void WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
@@ -115,6 +172,11 @@ class Catalog {
   ScanSkips scan_skips_;
   uint64_t rejected_paths_ = 0;
   std::unordered_map<std::string_view, SampleId> by_relpath_;
+  // Shards (empty for other sources).
+  std::vector<Shard> shards_;
+  std::vector<Member> members_;
+  std::string names_;
+  ShardSkips shard_skips_;
 };
 
 }  // namespace joaderfs

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -486,6 +488,130 @@ TEST(CatalogTest, FlatSourceNamesTheLayouts) {
 uint64_t IdentityOf(const std::string& source) {
   auto c = OpenOk(source);
   return c ? c->identity() : 0;
+}
+
+// A ustar archive built in memory: one 512-byte header per member, data
+// padded to 512 bytes, two zero blocks at the end.
+class TarBuilder {
+ public:
+  TarBuilder& Add(const std::string& name, const std::string& data) {
+    std::string h(512, '\0');
+    name.copy(h.data(), std::min<size_t>(name.size(), 100));
+    std::snprintf(h.data() + 100, 8, "%07o", 0644);
+    std::snprintf(h.data() + 124, 12, "%011llo", static_cast<unsigned long long>(data.size()));
+    std::snprintf(h.data() + 136, 12, "%011o", 0);
+    h[156] = '0';
+    std::memcpy(h.data() + 257,
+                "ustar\0"
+                "00",
+                8);
+    std::memset(h.data() + 148, ' ', 8);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(h.data() + 148, 8, "%06o", sum);
+    offsets_[name] = bytes_.size() + 512;
+    bytes_ += h + data + std::string((512 - data.size() % 512) % 512, '\0');
+    return *this;
+  }
+  std::string Bytes() const { return bytes_ + std::string(1024, '\0'); }
+  // Where the header of `name` starts.
+  size_t HeaderOf(const std::string& name) const { return offsets_.at(name) - 512; }
+
+ private:
+  std::string bytes_;
+  std::map<std::string, size_t> offsets_;
+};
+
+std::string Slice(const FileRange& r) {
+  const std::string file = ReadFile(r.path);
+  return r.partial ? file.substr(r.offset, r.length) : file;
+}
+
+TEST(CatalogTest, TarShardsInNameThenMemberOrder) {
+  TempDir d;
+  WriteFile(d / "b.tar", TarBuilder().Add("k9.jpg", "nine").Add("k9.cls", "0\n").Bytes());
+  WriteFile(d / "a.tar", TarBuilder()
+                             .Add("k1.jpg", "one")
+                             .Add("k1.cls", " 3 ")
+                             .Add("note.txt", "no image")
+                             .Add("k2.cls", "1")  // the label before the image
+                             .Add("k2.PNG", "two")
+                             .Add("k2.txt", "a caption")
+                             .Add("k3.jpg", "three")
+                             .Add("k3.json", R"({"cls": 2, "cap": "x"})")
+                             .Add("dir/k4.seg.webp", "four")  // not an image extension
+                             .Bytes());
+  WriteFile(d / "notes.md", "ignored");
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->is_tar());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a.tar/k1.jpg", "a.tar/k2.PNG", "a.tar/k3.jpg",
+                                                    "b.tar/k9.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{3, 1, 2, 0}));
+  EXPECT_EQ(c->num_classes(), 4u);
+  EXPECT_EQ(c->shard_skips().no_image, 2u);  // note, dir/k4
+  EXPECT_EQ(c->shard_skips().unlabeled, 0u);
+  EXPECT_EQ(Slice(c->location(0)), "one");
+  EXPECT_EQ(Slice(c->location(1)), "two");
+  EXPECT_EQ(Slice(c->location(3)), "nine");
+  EXPECT_EQ(c->path(3), d / "b.tar");
+  EXPECT_EQ(c->FindRelpath("a.tar/k3.jpg"), 2u);
+  EXPECT_EQ(c->FindRelpath("b.tar/k9.jpg"), 3u);
+  EXPECT_EQ(c->FindRelpath("b.tar/k1.jpg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("c.tar/k1.jpg"), std::nullopt);
+  EXPECT_EQ(Ids(c->IdsWithLabels(1, 2)), (std::vector<uint32_t>{1, 2}));
+}
+
+TEST(CatalogTest, TarLabelKeyAndUnlabeledSamples) {
+  TempDir d;
+  WriteFile(d / "s.tar", TarBuilder()
+                             .Add("a.jpg", "a")
+                             .Add("a.json", R"({"label": 7})")
+                             .Add("b.jpg", "b")
+                             .Add("b.json", R"({"label": "x"})")
+                             .Add("c.jpg", "c")
+                             .Add("c.label", "5")
+                             .Bytes());
+  CatalogOptions options;
+  options.label_key = "label";
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(Catalog::Open(d.path(), options, &c).ok());
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{7, -1, 5}));
+  EXPECT_EQ(c->shard_skips().unlabeled, 1u);
+  EXPECT_EQ(Ids(c->IdsWithLabels(0, 100)), (std::vector<uint32_t>{0, 2}));
+}
+
+TEST(CatalogTest, DamagedShardsCostOnlyTheirBadMembers) {
+  TempDir d;
+  TarBuilder t;
+  for (int i = 0; i < 6; ++i) {
+    t.Add("k" + std::to_string(i) + ".jpg", std::string(700, static_cast<char>('a' + i)))
+        .Add("k" + std::to_string(i) + ".cls", std::to_string(i));
+  }
+  // A header whose checksum fails: k2 is lost, k3 onwards serve again.
+  std::string corrupt = t.Bytes();
+  corrupt[t.HeaderOf("k2.jpg") + 10] ^= 0x55;
+  WriteFile(d / "a.tar", corrupt);
+  // Cut short inside k4's image: k4 and k5 are lost, k0-k3 serve.
+  WriteFile(d / "b.tar", t.Bytes().substr(0, t.HeaderOf("k4.jpg") + 512 + 100));
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"a.tar/k0.jpg", "a.tar/k1.jpg", "a.tar/k3.jpg",
+                                      "a.tar/k4.jpg", "a.tar/k5.jpg", "b.tar/k0.jpg",
+                                      "b.tar/k1.jpg", "b.tar/k2.jpg", "b.tar/k3.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1, 3, 4, 5, 0, 1, 2, 3}));
+  EXPECT_EQ(c->shard_skips().damaged, 2u);
+  EXPECT_EQ(Slice(c->location(2)), std::string(700, 'd'));
+}
+
+TEST(CatalogTest, TarIdentityFollowsTheShards) {
+  TempDir d;
+  WriteFile(d / "a.tar", TarBuilder().Add("k.jpg", "x").Add("k.cls", "1").Bytes());
+  const uint64_t before = IdentityOf(d.path());
+  EXPECT_EQ(IdentityOf(d.path()), before);
+  WriteFile(d / "a.tar", TarBuilder().Add("k.jpg", "y").Add("k.cls", "2").Bytes());
+  EXPECT_NE(IdentityOf(d.path()), before);
 }
 
 TEST(CatalogTest, IdentityStableWhenNothingChanges) {
