@@ -135,6 +135,40 @@ class TarSourceTest(JoaderTestCase):
             key = rel.split("/")[1].split(".")[0]
             self.assertEqual(labels[rel], 1 if key in JSON_LABELLED else -1, rel)
 
+    def test_labels_agree_with_the_webdataset_reader(self):
+        """The mount's stream beside the webdataset package's own reader
+        over the same shards: the same keys with images (the cut-short one
+        aside) and the same label for each."""
+        try:
+            import webdataset as wds
+        except ImportError:
+            self.skipTest("the webdataset package is not installed "
+                          "(scripts/setup.sh installs webdataset==1.0.2)")
+        urls = [os.path.join(self.shards, "shard-%03d.tar" % k)
+                for k in range(SHARDS)]
+        theirs = {}
+        for sample in wds.WebDataset(urls, shardshuffle=False,
+                                     handler=wds.warn_and_continue):
+            if "jpg" not in sample:
+                continue
+            if "cls" in sample:
+                label = int(sample["cls"])
+            elif "json" in sample:
+                label = json.loads(sample["json"])["cls"]
+            else:
+                label = -1
+            theirs[sample["__key__"]] = (label, sample["jpg"])
+        m = self.mount(self.shards)
+        keys = [rel.split("/", 1)[1].rsplit(".", 1)[0]
+                for _, _, rel in m.manifest()]
+        records = [r for rs in read_epoch(m.mkjob("wds", spec="epochs=1 size=0"))
+                   for r in rs]
+        self.assertEqual(len(records), len(keys))
+        for r in records:
+            self.assertEqual(r.label, theirs[keys[r.id]][0], keys[r.id])
+        lost = set(theirs) - set(keys)
+        self.assertLessEqual(len(lost), 1, lost)  # at most the cut member
+
     def test_changed_shard_is_detected(self):
         """A shard rewritten under the mount (its size and time change)
         serves none of its stale offsets: its samples are skipped and
