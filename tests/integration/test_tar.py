@@ -169,6 +169,24 @@ class TarSourceTest(JoaderTestCase):
         lost = set(theirs) - set(keys)
         self.assertLessEqual(len(lost), 1, lost)  # at most the cut member
 
+    def test_disk_tier_and_jobs_survive_a_remount(self):
+        """With a cache_dir, a tar mount's decoded samples and jobs come
+        back after a remount: the second epoch is served from disk, with
+        the same pixels."""
+        cache = os.path.join(self.tempdir(), "cache")
+        opts = {"cache_dir": cache, "ram_cache": "64M"}
+        m = self.mount(self.shards, options=opts)
+        first = {r.id: r.payload for rs in read_epoch(m.mkjob("keep", spec="epochs=2"))
+                 for r in rs}
+        self.assertEqual(len(first), len(self.expected))
+        self.assertEqual(m.unmount(), 0)
+        m = self.mount(self.shards, options=opts)
+        self.assertIn("keep", os.listdir(m.path("jobs")))
+        second = {r.id: r.payload
+                  for rs in read_epoch(m.path("jobs", "keep", "next")) for r in rs}
+        self.assertEqual(second, first)
+        self.assertGreaterEqual(m.stats()["disk_hits"], len(self.expected))
+
     def test_changed_shard_is_detected(self):
         """A shard rewritten under the mount (its size and time change)
         serves none of its stale offsets: its samples are skipped and
