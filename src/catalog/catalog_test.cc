@@ -476,6 +476,7 @@ TEST(CatalogTest, FlatSourceNamesTheLayouts) {
   EXPECT_NE(s.message().find("2 images but no class folder"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("SOURCE/<class>/<image>"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("manifest"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("WebDataset shards SOURCE/*.tar"), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
 
   TempDir empty;

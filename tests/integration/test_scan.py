@@ -162,7 +162,7 @@ class LayoutErrorTest(JoaderTestCase):
     """A SOURCE with no sample: exit 1 before mounting, with one line that
     names the layouts it expects."""
 
-    LAYOUT_WORDS = ("SOURCE/<class>/<image>", "manifest")
+    LAYOUT_WORDS = ("SOURCE/<class>/<image>", "manifest", "SOURCE/*.tar")
 
     def setUp(self):
         mountlib.require_binary()
