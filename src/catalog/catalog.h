@@ -2,7 +2,7 @@
 //
 // SOURCE is an ImageFolder tree (SOURCE/<class>/.../<image>; classes sorted
 // by name get labels 0..C-1; ids 0..N-1 follow the relative paths sorted
-// component by component, which is torchvision's ImageFolder order) or a
+// component by component, which is torchvision's ImageFolder order), a
 // manifest file (`relpath<TAB>label` lines, paths relative to the manifest's
 // folder, ids in file order), or a folder of WebDataset shards: a folder with
 // `*.tar` files at its top and no class folder holding an image. Shards are
@@ -63,13 +63,14 @@ struct CatalogOptions {
   std::string label_key = "cls";
 };
 
-// What the shard scan left out, beside special_files() (tar_index.h).
+// What the shard scan left out or could not label (tar_index.h ShardCounts),
+// logged once per cause at Open().
 struct ShardSkips {
-  uint64_t damaged = 0;
-  uint64_t no_image = 0;
-  uint64_t unlabeled = 0;  // kept, with label -1
-  uint64_t too_large = 0;
-  uint64_t unreadable_shards = 0;
+  uint64_t damaged = 0;            // bad headers; samples of cut-short shards
+  uint64_t no_image = 0;           // keys with no image member
+  uint64_t unlabeled = 0;          // kept, with label -1
+  uint64_t too_large = 0;          // images over 4 GiB or past 2 TiB into a shard
+  uint64_t unreadable_shards = 0;  // shards that could not be opened or read
 };
 
 class Catalog {
@@ -86,9 +87,9 @@ class Catalog {
   size_t size() const { return shards_.empty() ? entries_.size() : members_.size(); }
   // Whether SOURCE is a folder of WebDataset shards.
   bool is_tar() const { return !shards_.empty(); }
-  size_t num_shards() const { return shards_.size(); }
   const ShardSkips& shard_skips() const { return shard_skips_; }
-  // Bytes the per-sample index holds (entries, names, lookup table).
+  // Bytes the per-sample index holds (entries, names, the relpath lookup
+  // table), for the benchmarks.
   size_t index_bytes() const;
   // Image names that were not regular files at the scan (FIFOs, devices,
   // sockets, folders, broken or looping symlinks): left out.
@@ -99,6 +100,7 @@ class Catalog {
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
 
+  // Built on each call for tar samples (`<shard>/<member>`).
   std::string relpath(SampleId id) const;
   int64_t label(SampleId id) const {
     return shards_.empty() ? entries_[id].label : members_[id].label;
@@ -110,6 +112,8 @@ class Catalog {
 
   // Ids whose label lies in [first, last].
   Roaring IdsWithLabels(int64_t first, int64_t last) const;
+  // A hash lookup for files; for tar samples, a binary search of the shard
+  // then a pass over its members (no per-sample table is kept for them).
   std::optional<SampleId> FindRelpath(std::string_view relpath) const;
 
   // A digest of the sample's relative path, label, file size, modification
