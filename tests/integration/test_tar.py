@@ -187,6 +187,24 @@ class TarSourceTest(JoaderTestCase):
         self.assertEqual(second, first)
         self.assertGreaterEqual(m.stats()["disk_hits"], len(self.expected))
 
+    def test_ranks_augmentation_and_resume_by_relpath(self):
+        """Ranks, random crops and flips, and a resume naming tar relpaths
+        work on shards as on files."""
+        m = self.mount(self.shards)
+        n = len(self.expected)
+        m.mkjob("r", spec="ranks=2 crop=random flip=0.5 epochs=1")
+        ranks = [[r for rs in read_epoch(m.path("jobs", "r", "next.%d" % k))
+                  for r in rs] for k in range(2)]
+        self.assertEqual([len(rs) for rs in ranks], [(n + 1) // 2] * 2)
+        self.assertEqual(sorted({r.id for rs in ranks for r in rs}),
+                         list(range(n)))
+        consumed = [rel for rel, _, _ in self.expected[3:8]]
+        m.mkjob("s", spec="epochs=1")
+        m.write_file("s", "resume", "epoch=0\n" + "".join(r + "\n" for r in consumed))
+        rest = sorted(r.id for rs in read_epoch(m.path("jobs", "s", "next"))
+                      for r in rs)
+        self.assertEqual(rest, [i for i in range(n) if not 3 <= i < 8])
+
     def test_changed_shard_is_detected(self):
         """A shard rewritten under the mount (its size and time change)
         serves none of its stale offsets: its samples are skipped and
