@@ -55,6 +55,7 @@ commands=(
   "planner|micro joaderfs-planner-bench|the dependent planner's insert time, planning rate and memory against issue 3's targets"
   "sample-cost|micro joaderfs-sample-cost-bench|CPU per sample of a decode vs a disk-tier hit vs a crop of a cached base image"
   "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
+  "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
 )
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }

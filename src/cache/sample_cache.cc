@@ -94,7 +94,7 @@ void SampleCache::Load(SampleKey key) {
     s = disk_->Get(key.size, key.id, loaded.get());
     from_disk = s.ok();
   }
-  if (!from_disk) s = DecodeBase(catalog_->path(key.id), key.size, loaded.get());
+  if (!from_disk) s = DecodeBase(catalog_->location(key.id), key.size, loaded.get());
   SamplePtr sample;
   if (s.ok()) sample = std::move(loaded);
   // Written through: a later epoch, a later job or a restarted daemon may

@@ -1,9 +1,14 @@
 #include "catalog/catalog.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -12,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "catalog/manifest.h"
+#include "catalog/tar_index.h"
 #include "common/hash.h"
 #include "common/printable.h"
 
@@ -32,6 +38,10 @@ bool IsImageName(const std::string& name) {
   return false;
 }
 
+bool IsTarName(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".tar") == 0;
+}
+
 // Component-wise comparison, so that "a/x.jpg" sorts before "a-b/y.jpg" as
 // the class "a" sorts before "a-b".
 bool PathLess(const std::string& a, const std::string& b) {
@@ -47,68 +57,238 @@ bool PathLess(const std::string& a, const std::string& b) {
   return a.size() - std::min(i, a.size()) < b.size() - std::min(j, b.size());
 }
 
+// What the error for a SOURCE without samples names.
+constexpr char kLayouts[] =
+    "expected SOURCE/<class>/<image> (ImageFolder), a manifest file of relpath<TAB>label "
+    "lines, or a folder of WebDataset shards SOURCE/*.tar";
+
 }  // namespace
 
-Status Catalog::Open(const std::string& source, std::unique_ptr<Catalog>* out) {
+Status Catalog::Open(const std::string& source, const CatalogOptions& options,
+                     std::unique_ptr<Catalog>* out) {
   std::unique_ptr<Catalog> c(new Catalog());
   std::error_code ec;
   c->source_ = fs::absolute(source, ec).lexically_normal().string();
   if (c->source_.size() > 1 && c->source_.ends_with('/')) c->source_.pop_back();
-  const fs::file_status st = fs::status(c->source_, ec);
-  if (ec || !fs::exists(st)) return Status::NotFound("SOURCE " + source + " does not exist");
+  struct stat st {};
+  if (::stat(c->source_.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("SOURCE " + source + " does not exist");
+    return Status::IOError("SOURCE " + source + ": " + std::strerror(errno));
+  }
   // Reading a FIFO as a manifest would block start-up for good.
-  if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("SOURCE " + source + " is neither a folder nor a manifest file");
   }
-  Status s = fs::is_directory(st) ? c->ScanImageFolder() : c->ReadManifest();
+  std::vector<std::string> shards;
+  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder(&shards) : c->ReadManifest();
   if (!s.ok()) return s;
-  c->Index();
-  if (c->special_files_ > 0) {
-    spdlog::warn(
-        "SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
-        "folders, broken symlinks)",
-        Printable(c->source_), c->special_files_);
+  if (c->entries_.empty() && !shards.empty()) {
+    s = c->ScanShards(std::move(shards), options.label_key);
+    if (!s.ok()) return s;
+    c->IndexShards();
+  } else {
+    c->Index();
   }
-  if (c->entries_.empty()) return Status::InvalidArgument("SOURCE " + source + " holds no image");
+  c->LogSkips();
+  if (c->size() == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return Status::InvalidArgument("manifest " + source + " lists no image");
+    if (c->flat_images_ > 0) {
+      return Status::InvalidArgument("SOURCE " + source + " holds " +
+                                     std::to_string(c->flat_images_) +
+                                     " images but no class folder: " + kLayouts);
+    }
+    return Status::InvalidArgument("SOURCE " + source + " holds no image: " + kLayouts);
+  }
   *out = std::move(c);
   return Status::Ok();
 }
 
-Status Catalog::ScanImageFolder() {
-  root_ = source_;
-  std::error_code ec;
-  std::vector<std::string> classes;
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name[0] != '.' && e.is_directory()) classes.push_back(name);
+void Catalog::LogSkips() const {
+  const std::string where = Printable(source_);
+  if (special_files_ > 0) {
+    spdlog::warn(
+        "SOURCE {}: left out {} image names that are not regular files (FIFOs, devices, "
+        "folders, broken or looping symlinks)",
+        where, special_files_);
   }
-  if (ec) return Status::IOError("cannot list " + root_ + ": " + ec.message());
-  std::sort(classes.begin(), classes.end());
-  num_classes_ = static_cast<uint32_t>(classes.size());
-  for (size_t label = 0; label < classes.size(); ++label) {
-    std::vector<std::string> files;
-    const fs::path dir = fs::path(root_) / classes[label];
-    for (auto it = fs::recursive_directory_iterator(
-             dir, fs::directory_options::follow_directory_symlink, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) break;
-      const std::string name = it->path().filename().string();
-      if (name[0] == '.') {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (!IsImageName(name)) continue;
-      if (it->is_regular_file()) {
-        files.push_back(it->path().lexically_relative(root_).string());
-      } else if (!it->is_directory()) {
-        ++special_files_;
+  if (scan_skips_.link_loops > 0) {
+    spdlog::warn("SOURCE {}: left out {} symlinks that loop", where, scan_skips_.link_loops);
+  }
+  if (scan_skips_.broken_links > 0) {
+    spdlog::warn("SOURCE {}: left out {} broken symlinks", where, scan_skips_.broken_links);
+  }
+  if (scan_skips_.revisits > 0) {
+    spdlog::warn(
+        "SOURCE {}: did not enter {} folders a second time (a symlink to a parent, a loop of "
+        "links, or two links to one folder)",
+        where, scan_skips_.revisits);
+  }
+  const ShardSkips& t = shard_skips_;
+  if (t.damaged > 0) {
+    spdlog::warn("SOURCE {}: left out {} samples of damaged or cut-short shards", where, t.damaged);
+  }
+  if (t.no_image > 0) {
+    spdlog::warn("SOURCE {}: left out {} shard keys with no jpg, jpeg, png or webp member", where,
+                 t.no_image);
+  }
+  if (t.unlabeled > 0) {
+    spdlog::warn("SOURCE {}: {} samples have no label (no integer .cls or .json field): label -1",
+                 where, t.unlabeled);
+  }
+  if (t.too_large > 0) {
+    spdlog::warn("SOURCE {}: left out {} image members over 4 GiB or beyond 2 TiB of a shard",
+                 where, t.too_large);
+  }
+  if (t.unreadable_shards > 0) {
+    spdlog::warn("SOURCE {}: left out {} shards that could not be read", where,
+                 t.unreadable_shards);
+  }
+  if (scan_skips_.unreadable > 0) {
+    spdlog::warn("SOURCE {}: left out {} entries that could not be examined or listed", where,
+                 scan_skips_.unreadable);
+  }
+}
+
+namespace {
+
+// One entry of a folder: its name and its type as readdir() tells it
+// (DT_UNKNOWN where the filesystem does not).
+struct FolderEntry {
+  std::string name;
+  unsigned char type;
+};
+
+// The entries of `path` but "." and "..", sorted by name so that which of two
+// links to one folder is entered first does not depend on the filesystem.
+// `*dir` gets the open folder, which answers fstatat() for them; the caller
+// closes it (it may be set when listing fails half-way).
+bool ListFolder(const std::string& path, DIR** dir, std::vector<FolderEntry>* out) {
+  out->clear();
+  *dir = ::opendir(path.c_str());
+  if (!*dir) return false;
+  errno = 0;
+  while (const dirent* e = ::readdir(*dir)) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") out->push_back({std::string(name), e->d_type});
+  }
+  if (errno != 0) return false;
+  std::sort(out->begin(), out->end(),
+            [](const FolderEntry& a, const FolderEntry& b) { return a.name < b.name; });
+  return true;
+}
+
+// What an entry is once symlinks are followed.
+enum class EntryKind { kFolder, kFile, kSpecial, kLoop, kBroken, kUnreadable };
+
+EntryKind Examine(DIR* dir, const FolderEntry& e, struct stat* st) {
+  // Plain files need no stat: they are most entries of a dataset.
+  if (e.type == DT_REG) return EntryKind::kFile;
+  if (e.type != DT_DIR && e.type != DT_LNK && e.type != DT_UNKNOWN) return EntryKind::kSpecial;
+  if (::fstatat(::dirfd(dir), e.name.c_str(), st, 0) != 0) {
+    if (errno == ELOOP) return EntryKind::kLoop;
+    if (errno == ENOENT) return EntryKind::kBroken;
+    return EntryKind::kUnreadable;
+  }
+  if (S_ISDIR(st->st_mode)) return EntryKind::kFolder;
+  return S_ISREG(st->st_mode) ? EntryKind::kFile : EntryKind::kSpecial;
+}
+
+}  // namespace
+
+Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
+  root_ = source_;
+  std::set<std::pair<dev_t, ino_t>> visited;
+  struct stat st {};
+  if (::stat(root_.c_str(), &st) != 0) return Status::IOError("cannot examine " + root_);
+  visited.emplace(st.st_dev, st.st_ino);
+  DIR* dir = nullptr;
+  std::vector<FolderEntry> top;
+  const bool listed = ListFolder(root_, &dir, &top);
+  const int error = errno;
+  std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> classes;
+  if (listed) {
+    for (const FolderEntry& e : top) {
+      if (e.name[0] == '.') continue;
+      switch (Examine(dir, e, &st)) {
+        case EntryKind::kFolder: classes.push_back({e.name, {st.st_dev, st.st_ino}}); break;
+        case EntryKind::kFile:
+          flat_images_ += IsImageName(e.name);
+          if (IsTarName(e.name)) shards->push_back(e.name);
+          break;
+        case EntryKind::kLoop: ++scan_skips_.link_loops; break;
+        case EntryKind::kBroken: ++scan_skips_.broken_links; break;
+        case EntryKind::kUnreadable: ++scan_skips_.unreadable; break;
+        case EntryKind::kSpecial: break;
       }
     }
-    if (ec) return Status::IOError("cannot list " + dir.string() + ": " + ec.message());
+  }
+  if (dir) ::closedir(dir);
+  if (!listed) return Status::IOError("cannot list " + root_ + ": " + std::strerror(error));
+  num_classes_ = static_cast<uint32_t>(classes.size());
+  // Class folders are claimed before any walk, so that a link from one
+  // class into another adds nothing to the first. A class folder that is a
+  // second link to another keeps its label (torchvision's class indices)
+  // but adds no sample.
+  std::vector<bool> claimed(classes.size());
+  for (size_t label = 0; label < classes.size(); ++label) {
+    claimed[label] = visited.insert(classes[label].second).second;
+    scan_skips_.revisits += !claimed[label];
+  }
+  std::vector<std::string> files;
+  for (size_t label = 0; label < classes.size(); ++label) {
+    if (!claimed[label]) continue;
+    files.clear();
+    WalkClass(classes[label].first, &visited, &files);
     std::sort(files.begin(), files.end(), PathLess);
     for (auto& f : files) entries_.push_back({std::move(f), static_cast<int64_t>(label)});
   }
   return Status::Ok();
+}
+
+void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
+                        std::vector<std::string>* files) {
+  // Depth first with a stack of relative paths, children in name order, so
+  // that the first of two links to one folder in path order is the one
+  // entered. Every folder pushed is new to `visited`: the walk lists each
+  // distinct folder once, whatever the links.
+  std::vector<std::string> pending{cls};
+  std::vector<FolderEntry> entries;
+  std::vector<std::string> subfolders;
+  struct stat st {};
+  while (!pending.empty()) {
+    const std::string rel = std::move(pending.back());
+    pending.pop_back();
+    DIR* dir = nullptr;
+    if (!ListFolder(root_ + "/" + rel, &dir, &entries)) {
+      ++scan_skips_.unreadable;
+      entries.clear();
+    }
+    subfolders.clear();
+    for (const FolderEntry& e : entries) {
+      if (e.name[0] == '.') continue;
+      const bool image = IsImageName(e.name);
+      switch (Examine(dir, e, &st)) {
+        case EntryKind::kFolder:
+          if (visited->insert({st.st_dev, st.st_ino}).second) {
+            subfolders.push_back(rel + "/" + e.name);
+          } else {
+            ++scan_skips_.revisits;
+          }
+          break;
+        case EntryKind::kFile:
+          if (image) files->push_back(rel + "/" + e.name);
+          break;
+        case EntryKind::kSpecial: special_files_ += image; break;
+        case EntryKind::kLoop: image ? ++special_files_ : ++scan_skips_.link_loops; break;
+        case EntryKind::kBroken: image ? ++special_files_ : ++scan_skips_.broken_links; break;
+        case EntryKind::kUnreadable: ++scan_skips_.unreadable; break;
+      }
+    }
+    if (dir) ::closedir(dir);
+    pending.insert(pending.end(), std::make_move_iterator(subfolders.rbegin()),
+                   std::make_move_iterator(subfolders.rend()));
+  }
 }
 
 Status Catalog::ReadManifest() {
@@ -162,15 +342,156 @@ void Catalog::Index() {
   identity_ = h;
 }
 
+Status Catalog::ScanShards(std::vector<std::string> names, const std::string& label_key) {
+  std::sort(names.begin(), names.end());
+  num_classes_ = 0;
+  int64_t max_label = -1;
+  ShardCounts counts;
+  for (std::string& name : names) {
+    const std::string path = root_ + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      if (fd >= 0) ::close(fd);
+      ++shard_skips_.unreadable_shards;
+      continue;
+    }
+    Shard shard;
+    shard.name = std::move(name);
+    shard.size = static_cast<uint64_t>(st.st_size);
+    shard.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
+    shard.inode = st.st_ino;
+    shard.first = static_cast<SampleId>(members_.size());
+    const uint32_t index = static_cast<uint32_t>(shards_.size());
+    const Status s =
+        ScanShard(fd, shard.size, label_key, &counts,
+                  [&](std::string_view member, uint64_t offset, uint64_t length, int64_t label) {
+                    // Offsets past 2 TiB, labels past 32 bits and 4 GiB of names are
+                    // beyond what a 24-byte entry holds.
+                    if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
+                        members_.size() >= UINT32_MAX) {
+                      ++counts.too_large;
+                      return;
+                    }
+                    if (label < INT32_MIN || label > INT32_MAX) {
+                      ++counts.unlabeled;
+                      label = -1;
+                    }
+                    members_.push_back(
+                        {static_cast<uint32_t>(names_.size()), static_cast<uint32_t>(member.size()),
+                         index, static_cast<uint32_t>(offset / 512), static_cast<uint32_t>(length),
+                         static_cast<int32_t>(label)});
+                    names_.append(member);
+                    max_label = std::max(max_label, label);
+                  });
+    ::close(fd);
+    if (!s.ok()) {
+      ++shard_skips_.unreadable_shards;
+      members_.resize(shard.first);
+      continue;
+    }
+    shards_.push_back(std::move(shard));
+  }
+  shard_skips_.damaged = counts.damaged;
+  shard_skips_.no_image = counts.no_image;
+  shard_skips_.unlabeled = counts.unlabeled;
+  shard_skips_.too_large = counts.too_large;
+  num_classes_ = static_cast<uint32_t>(max_label + 1);
+  members_.shrink_to_fit();
+  names_.shrink_to_fit();
+  if (members_.empty()) shards_.clear();
+  return Status::Ok();
+}
+
+void Catalog::IndexShards() {
+  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
+  for (SampleId id = 0; id < members_.size(); ++id) {
+    const uint64_t f = fingerprint(id);
+    h = Fnv1a(h, &f, sizeof f);
+  }
+  identity_ = h;
+}
+
+std::string Catalog::relpath(SampleId id) const {
+  if (shards_.empty()) return entries_[id].relpath;
+  const Member& m = members_[id];
+  std::string out = shards_[m.shard].name;
+  out += '/';
+  out.append(names_, m.name_at, m.name_size);
+  return out;
+}
+
+std::string Catalog::path(SampleId id) const {
+  if (shards_.empty()) return root_ + "/" + entries_[id].relpath;
+  return root_ + "/" + shards_[members_[id].shard].name;
+}
+
+FileRange Catalog::location(SampleId id) const {
+  if (shards_.empty()) return FileRange::WholeFile(path(id));
+  const Member& m = members_[id];
+  const Shard& shard = shards_[m.shard];
+  FileRange r;
+  r.path = root_ + "/" + shard.name;
+  r.partial = true;
+  r.offset = uint64_t{m.block} * 512;
+  r.length = m.length;
+  r.file_size = shard.size;
+  r.mtime_ns = shard.mtime_ns;
+  r.inode = shard.inode;
+  return r;
+}
+
+uint64_t Catalog::fingerprint(SampleId id) const {
+  if (shards_.empty()) return entries_[id].fingerprint;
+  const Member& m = members_[id];
+  const Shard& shard = shards_[m.shard];
+  const std::string rel = relpath(id);
+  const uint64_t parts[] = {static_cast<uint64_t>(static_cast<int64_t>(m.label)),
+                            uint64_t{m.block},
+                            uint64_t{m.length},
+                            shard.size,
+                            static_cast<uint64_t>(shard.mtime_ns),
+                            shard.inode};
+  return Fnv1a(Fnv1a(kFnv1aBasis, rel.data(), rel.size() + 1), parts, sizeof parts);
+}
+
+size_t Catalog::index_bytes() const {
+  size_t bytes = members_.capacity() * sizeof(Member) + names_.capacity();
+  for (const Shard& s : shards_) bytes += sizeof(Shard) + s.name.capacity();
+  bytes += entries_.capacity() * sizeof(Entry);
+  for (const Entry& e : entries_) bytes += e.relpath.capacity() > 15 ? e.relpath.capacity() : 0;
+  // by_relpath_: one node (next, key, value, cached hash) and one bucket per entry.
+  bytes += by_relpath_.size() * (sizeof(void*) * 2 + sizeof(std::string_view) + sizeof(SampleId)) +
+           by_relpath_.bucket_count() * sizeof(void*);
+  return bytes;
+}
+
 Roaring Catalog::IdsWithLabels(int64_t first, int64_t last) const {
   Roaring ids;
-  for (SampleId id = 0; id < entries_.size(); ++id) {
-    if (entries_[id].label >= first && entries_[id].label <= last) ids.add(id);
+  for (SampleId id = 0; id < size(); ++id) {
+    if (label(id) >= first && label(id) <= last) ids.add(id);
   }
   return ids;
 }
 
 std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {
+  if (!shards_.empty()) {
+    // `<shard>/<member>`: the shard by binary search, then its members in
+    // order (a shard holds ~1000; no per-sample table is kept).
+    const size_t slash = relpath.find('/');
+    if (slash == std::string_view::npos) return {};
+    const std::string_view shard = relpath.substr(0, slash), member = relpath.substr(slash + 1);
+    auto it = std::lower_bound(shards_.begin(), shards_.end(), shard,
+                               [](const Shard& s, std::string_view n) { return s.name < n; });
+    if (it == shards_.end() || it->name != shard) return {};
+    const SampleId end =
+        it + 1 == shards_.end() ? static_cast<SampleId>(members_.size()) : (it + 1)->first;
+    for (SampleId id = it->first; id < end; ++id) {
+      const Member& m = members_[id];
+      if (std::string_view(names_).substr(m.name_at, m.name_size) == member) return id;
+    }
+    return {};
+  }
   auto it = by_relpath_.find(relpath);
   if (it == by_relpath_.end()) return {};
   return it->second;

@@ -2,14 +2,25 @@
 //
 // SOURCE is an ImageFolder tree (SOURCE/<class>/.../<image>; classes sorted
 // by name get labels 0..C-1; ids 0..N-1 follow the relative paths sorted
-// component by component, which is torchvision's ImageFolder order) or a
+// component by component, which is torchvision's ImageFolder order), a
 // manifest file (`relpath<TAB>label` lines, paths relative to the manifest's
-// folder, ids in file order).
+// folder, ids in file order), or a folder of WebDataset shards: a folder with
+// `*.tar` files at its top and no class folder holding an image. Shards are
+// taken in name order, samples in member order (catalog/tar_index.h); a
+// sample's relpath is `<shard>.tar/<image member>`, and its image is read in
+// place at the offset the scan found.
 //
 // Only regular files (symlinks followed: datasets link class folders to
 // other disks) become samples, so that no decode opens a FIFO or a device;
 // manifest paths that could leave the manifest's folder are rejected. Both
 // are counted and logged once, at Open(). Ids follow the samples kept.
+//
+// The folder walk cannot be trapped: symlinks to folders are followed, but
+// no folder (by device and inode) is entered twice, so a link to a parent,
+// a loop of links or a second link to a class folder adds nothing and the
+// walk ends after each distinct folder was listed once. No entry it cannot
+// use (a looping or broken link, an unreadable folder) stops it: each is
+// skipped, counted in scan_skips() and logged once per cause at Open().
 //
 // Immutable after Open(); safe for concurrent access.
 
@@ -19,13 +30,17 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include <sys/types.h>
+
 #include <roaring/roaring.hh>
 
+#include "common/file_range.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -33,33 +48,80 @@ namespace joaderfs {
 
 using SampleId = uint32_t;
 
+// What the ImageFolder walk left out, by cause, beside special_files().
+struct ScanSkips {
+  uint64_t link_loops = 0;    // symlinks that loop (ELOOP), not named as images
+  uint64_t broken_links = 0;  // symlinks to nothing, not named as images
+  uint64_t revisits = 0;      // folders reached a second time (loops, second links)
+  uint64_t unreadable = 0;    // entries that could not be examined, folders not listed
+
+  uint64_t total() const { return link_loops + broken_links + revisits + unreadable; }
+};
+
+struct CatalogOptions {
+  // Shards: the label is the integer in member `<key>.<label_key>`, else the
+  // integer field `label_key` of `<key>.json`, else -1.
+  std::string label_key = "cls";
+};
+
+// What the shard scan left out or could not label (tar_index.h ShardCounts),
+// logged once per cause at Open().
+struct ShardSkips {
+  uint64_t damaged = 0;            // bad headers; samples of cut-short shards
+  uint64_t no_image = 0;           // keys with no image member
+  uint64_t unlabeled = 0;          // kept, with label -1
+  uint64_t too_large = 0;          // images over 4 GiB or past 2 TiB into a shard
+  uint64_t unreadable_shards = 0;  // shards that could not be opened or read
+};
+
 class Catalog {
  public:
   // Scans SOURCE. Fails with NotFound when it does not exist, and with
   // InvalidArgument when it holds no image or a manifest line is malformed.
-  static Status Open(const std::string& source, std::unique_ptr<Catalog>* out);
+  static Status Open(const std::string& source, const CatalogOptions& options,
+                     std::unique_ptr<Catalog>* out);
+  static Status Open(const std::string& source, std::unique_ptr<Catalog>* out) {
+    return Open(source, CatalogOptions(), out);
+  }
 
   const std::string& source() const { return source_; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return shards_.empty() ? entries_.size() : members_.size(); }
+  // Whether SOURCE is a folder of WebDataset shards.
+  bool is_tar() const { return !shards_.empty(); }
+  const ShardSkips& shard_skips() const { return shard_skips_; }
+  // Bytes the per-sample index holds (entries, names, the relpath lookup
+  // table), for the benchmarks.
+  size_t index_bytes() const;
   // Image names that were not regular files at the scan (FIFOs, devices,
-  // sockets, folders, broken symlinks): left out.
+  // sockets, folders, broken or looping symlinks): left out.
   uint64_t special_files() const { return special_files_; }
+  // Everything else the folder walk could not use (ScanSkips).
+  const ScanSkips& scan_skips() const { return scan_skips_; }
   // Manifest paths that could leave its folder (manifest.h): left out.
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
 
-  const std::string& relpath(SampleId id) const { return entries_[id].relpath; }
-  int64_t label(SampleId id) const { return entries_[id].label; }
-  // The file to read for `id`.
-  std::string path(SampleId id) const { return root_ + "/" + entries_[id].relpath; }
+  // Built on each call for tar samples (`<shard>/<member>`).
+  std::string relpath(SampleId id) const;
+  int64_t label(SampleId id) const {
+    return shards_.empty() ? entries_[id].label : members_[id].label;
+  }
+  // The file to read for `id` (for a tar sample, its shard).
+  std::string path(SampleId id) const;
+  // Where the image of `id` lies: its file, or its bytes inside a shard.
+  FileRange location(SampleId id) const;
 
   // Ids whose label lies in [first, last].
   Roaring IdsWithLabels(int64_t first, int64_t last) const;
+  // A hash lookup for files; for tar samples, a binary search of the shard
+  // then a pass over its members (no per-sample table is kept for them).
   std::optional<SampleId> FindRelpath(std::string_view relpath) const;
 
   // A digest of the sample's relative path, label, file size, modification
   // time and inode: it changes when that file is replaced or modified.
-  uint64_t fingerprint(SampleId id) const { return entries_[id].fingerprint; }
+  // For a tar sample: its relpath, label, offset, length and the shard's
+  // size, modification time and inode.
+  uint64_t fingerprint(SampleId id) const;
 
   // A digest of every sample's fingerprint: it changes when any file is
   // added, removed, resized or modified.
@@ -72,11 +134,38 @@ class Catalog {
     uint64_t fingerprint = 0;
   };
 
+  // One sample of a shard: 24 bytes plus its member name in names_.
+  struct Member {
+    uint32_t name_at;  // in names_
+    uint32_t name_size;
+    uint32_t shard;
+    uint32_t block;  // the image's offset / 512 (tar data is block-aligned)
+    uint32_t length;
+    int32_t label;
+  };
+  struct Shard {
+    std::string name;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint64_t inode = 0;
+    SampleId first = 0;  // its first sample; its samples run to the next shard's first
+  };
+
   Catalog() = default;
-  Status ScanImageFolder();
+  // Indexes the shards named (relative to root_) in name order.
+  Status ScanShards(std::vector<std::string> names, const std::string& label_key);
+  void IndexShards();
+  // Also lists the `*.tar` files at SOURCE's top into `shards`.
+  Status ScanImageFolder(std::vector<std::string>* shards);
+  // Lists the image files under the class folder `cls` (relative to root_)
+  // into `files`, entering no folder already in `visited`.
+  void WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
+                 std::vector<std::string>* files);
   Status ReadManifest();
   // Drops the entries that are not regular files, then indexes the rest.
   void Index();
+  // One warning per cause of what the scan left out.
+  void LogSkips() const;
 
   std::string source_;  // as given, made absolute
   std::string root_;    // the folder relative paths start from
@@ -84,8 +173,15 @@ class Catalog {
   uint32_t num_classes_ = 0;
   uint64_t identity_ = 0;
   uint64_t special_files_ = 0;
+  uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
+  ScanSkips scan_skips_;
   uint64_t rejected_paths_ = 0;
   std::unordered_map<std::string_view, SampleId> by_relpath_;
+  // Shards (empty for other sources).
+  std::vector<Shard> shards_;
+  std::vector<Member> members_;
+  std::string names_;
+  ShardSkips shard_skips_;
 };
 
 }  // namespace joaderfs

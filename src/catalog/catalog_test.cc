@@ -6,11 +6,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catalog/manifest.h"
@@ -21,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::Ids;
+using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
 
@@ -332,9 +338,281 @@ TEST(CatalogTest, SpecialFilesAreLeftOutAndCounted) {
   EXPECT_EQ(OpenWithin5s(d / "fifo.tsv", &c).code(), Status::Code::kInvalidArgument);
 }
 
+// Catalog::Open(source) within 10 s, or the whole test binary exits 1: a
+// walk trapped in links would not return at all (or only after growing
+// without bound), and a hang must fail the run rather than stall it.
+Status OpenUntrapped(const std::string& source, std::unique_ptr<Catalog>* out) {
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  auto catalog = std::make_shared<std::unique_ptr<Catalog>>();
+  std::thread([source, done, catalog] {
+    done->set_value(Catalog::Open(source, catalog.get()));
+  }).detach();
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: Catalog::Open(%s) still scanning after 10 s\n", source.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  const Status s = result.get();
+  *out = std::move(*catalog);
+  return s;
+}
+
+// Symlink shapes that used to trap the walk (issue 20): each is skipped and
+// counted, and Open() returns within
+// bounded time.
+TEST(CatalogTest, SelfLinksAreSkippedAndCounted) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  ASSERT_EQ(::symlink("self", (d / "a/self").c_str()), 0);
+  ASSERT_EQ(::symlink("loop", (d / "loop").c_str()), 0);  // a class name that loops
+  ASSERT_EQ(::symlink("me.jpg", (d / "a/me.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg"}));
+  EXPECT_EQ(c->num_classes(), 1u);
+  EXPECT_EQ(c->scan_skips().link_loops, 2u);
+  EXPECT_EQ(c->special_files(), 1u);  // me.jpg
+}
+
+TEST(CatalogTest, ClassFolderLinkingToItselfAddsNothing) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "b/y.jpg");
+  ASSERT_EQ(::symlink(".", (d / "a/again").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "b").c_str(), (d / "b/b").c_str()), 0);
+  // A second class linking to the first keeps its label, with no sample.
+  ASSERT_EQ(::symlink("a", (d / "c").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(c->num_classes(), 3u);
+  EXPECT_EQ(c->scan_skips().revisits, 3u);
+}
+
+TEST(CatalogTest, LinkToAParentIsNotEntered) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "a/sub/k.jpg");
+  WriteFile(d / "b/y.jpg");
+  ASSERT_EQ(::symlink("..", (d / "a/up").c_str()), 0);           // SOURCE
+  ASSERT_EQ(::symlink("../..", (d / "a/sub/upup").c_str()), 0);  // SOURCE, from deeper
+  ASSERT_EQ(::symlink("..", (d / "a/sub/back").c_str()), 0);     // its class folder
+  ASSERT_EQ(::symlink("../a/sub", (d / "b/side").c_str()), 0);   // a folder already walked
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/sub/k.jpg", "a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(c->scan_skips().revisits, 4u);
+}
+
+TEST(CatalogTest, LoopOfTwoLinksIsSkipped) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(d / "b/y.jpg");
+  // Folders linking to each other, and two links naming each other.
+  ASSERT_EQ(::symlink("../b", (d / "a/to-b").c_str()), 0);
+  ASSERT_EQ(::symlink("../a", (d / "b/to-a").c_str()), 0);
+  ASSERT_EQ(::symlink("two", (d / "a/one").c_str()), 0);
+  ASSERT_EQ(::symlink("one", (d / "a/two").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg", "b/y.jpg"}));
+  EXPECT_EQ(c->scan_skips().revisits, 2u);
+  EXPECT_EQ(c->scan_skips().link_loops, 2u);
+}
+
+TEST(CatalogTest, DanglingLinksAreCounted) {
+  TempDir d;
+  WriteFile(d / "a/x.jpg");
+  ASSERT_EQ(::symlink((d / "nowhere").c_str(), (d / "a/gone").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "nowhere").c_str(), (d / "lost-class").c_str()), 0);
+  ASSERT_EQ(::symlink((d / "nowhere.jpg").c_str(), (d / "a/gone.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/x.jpg"}));
+  EXPECT_EQ(c->scan_skips().broken_links, 2u);
+  EXPECT_EQ(c->special_files(), 1u);
+}
+
+TEST(CatalogTest, LinkToAFileOutsideSourceIsASample) {
+  TempDir d, elsewhere;
+  WriteFile(d / "a/x.jpg");
+  WriteFile(elsewhere / "far.jpg", "far");
+  ASSERT_EQ(::symlink((elsewhere / "far.jpg").c_str(), (d / "a/far.jpg").c_str()), 0);
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/far.jpg", "a/x.jpg"}));
+  EXPECT_EQ(ReadFile(c->path(0)), "far");
+  EXPECT_EQ(c->scan_skips().total(), 0u);
+}
+
+// Every folder linking to every folder: without the inode check the walk
+// grows as the number of paths, which is exponential in the depth.
+TEST(CatalogTest, SourceFullOfLoopsScansInBoundedTime) {
+  TempDir d;
+  constexpr int kFolders = 12;
+  for (int i = 0; i < kFolders; ++i) WriteFile(d / ("c" + std::to_string(i) + "/x.jpg"));
+  for (int i = 0; i < kFolders; ++i) {
+    for (int j = 0; j < kFolders; ++j) {
+      const std::string link = d / ("c" + std::to_string(i) + "/to" + std::to_string(j));
+      ASSERT_EQ(::symlink(("../c" + std::to_string(j)).c_str(), link.c_str()), 0);
+    }
+    ASSERT_EQ(::symlink("..", (d / ("c" + std::to_string(i) + "/up")).c_str()), 0);
+  }
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(OpenUntrapped(d.path(), &c).ok());
+  EXPECT_EQ(c->size(), static_cast<size_t>(kFolders));
+  EXPECT_EQ(c->scan_skips().revisits, static_cast<uint64_t>(kFolders * (kFolders + 1)));
+}
+
+TEST(CatalogTest, FlatSourceNamesTheLayouts) {
+  TempDir d;
+  WriteFile(d / "a.jpg");
+  WriteFile(d / "b.jpg");
+  std::unique_ptr<Catalog> c;
+  const Status s = Catalog::Open(d.path(), &c);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("2 images but no class folder"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("SOURCE/<class>/<image>"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("manifest"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("WebDataset shards SOURCE/*.tar"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+
+  TempDir empty;
+  const Status e = Catalog::Open(empty.path(), &c);
+  EXPECT_EQ(e.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(e.message().find("holds no image: expected SOURCE/<class>/<image>"), std::string::npos)
+      << e.message();
+}
+
 uint64_t IdentityOf(const std::string& source) {
   auto c = OpenOk(source);
   return c ? c->identity() : 0;
+}
+
+// A ustar archive built in memory: one 512-byte header per member, data
+// padded to 512 bytes, two zero blocks at the end.
+class TarBuilder {
+ public:
+  TarBuilder& Add(const std::string& name, const std::string& data) {
+    std::string h(512, '\0');
+    name.copy(h.data(), std::min<size_t>(name.size(), 100));
+    std::snprintf(h.data() + 100, 8, "%07o", 0644);
+    std::snprintf(h.data() + 124, 12, "%011llo", static_cast<unsigned long long>(data.size()));
+    std::snprintf(h.data() + 136, 12, "%011o", 0);
+    h[156] = '0';
+    std::memcpy(h.data() + 257,
+                "ustar\0"
+                "00",
+                8);
+    std::memset(h.data() + 148, ' ', 8);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(h.data() + 148, 8, "%06o", sum);
+    offsets_[name] = bytes_.size() + 512;
+    bytes_ += h + data + std::string((512 - data.size() % 512) % 512, '\0');
+    return *this;
+  }
+  std::string Bytes() const { return bytes_ + std::string(1024, '\0'); }
+  // Where the header of `name` starts.
+  size_t HeaderOf(const std::string& name) const { return offsets_.at(name) - 512; }
+
+ private:
+  std::string bytes_;
+  std::map<std::string, size_t> offsets_;
+};
+
+std::string Slice(const FileRange& r) {
+  const std::string file = ReadFile(r.path);
+  return r.partial ? file.substr(r.offset, r.length) : file;
+}
+
+TEST(CatalogTest, TarShardsInNameThenMemberOrder) {
+  TempDir d;
+  WriteFile(d / "b.tar", TarBuilder().Add("k9.jpg", "nine").Add("k9.cls", "0\n").Bytes());
+  WriteFile(d / "a.tar", TarBuilder()
+                             .Add("k1.jpg", "one")
+                             .Add("k1.cls", " 3 ")
+                             .Add("note.txt", "no image")
+                             .Add("k2.cls", "1")  // the label before the image
+                             .Add("k2.PNG", "two")
+                             .Add("k2.txt", "a caption")
+                             .Add("k3.jpg", "three")
+                             .Add("k3.json", R"({"cls": 2, "cap": "x"})")
+                             .Add("dir/k4.seg.webp", "four")  // not an image extension
+                             .Bytes());
+  WriteFile(d / "notes.md", "ignored");
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->is_tar());
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a.tar/k1.jpg", "a.tar/k2.PNG", "a.tar/k3.jpg",
+                                                    "b.tar/k9.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{3, 1, 2, 0}));
+  EXPECT_EQ(c->num_classes(), 4u);
+  EXPECT_EQ(c->shard_skips().no_image, 2u);  // note, dir/k4
+  EXPECT_EQ(c->shard_skips().unlabeled, 0u);
+  EXPECT_EQ(Slice(c->location(0)), "one");
+  EXPECT_EQ(Slice(c->location(1)), "two");
+  EXPECT_EQ(Slice(c->location(3)), "nine");
+  EXPECT_EQ(c->path(3), d / "b.tar");
+  EXPECT_EQ(c->FindRelpath("a.tar/k3.jpg"), 2u);
+  EXPECT_EQ(c->FindRelpath("b.tar/k9.jpg"), 3u);
+  EXPECT_EQ(c->FindRelpath("b.tar/k1.jpg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("c.tar/k1.jpg"), std::nullopt);
+  EXPECT_EQ(Ids(c->IdsWithLabels(1, 2)), (std::vector<uint32_t>{1, 2}));
+}
+
+TEST(CatalogTest, TarLabelKeyAndUnlabeledSamples) {
+  TempDir d;
+  WriteFile(d / "s.tar", TarBuilder()
+                             .Add("a.jpg", "a")
+                             .Add("a.json", R"({"label": 7})")
+                             .Add("b.jpg", "b")
+                             .Add("b.json", R"({"label": "x"})")
+                             .Add("c.jpg", "c")
+                             .Add("c.label", "5")
+                             .Bytes());
+  CatalogOptions options;
+  options.label_key = "label";
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(Catalog::Open(d.path(), options, &c).ok());
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{7, -1, 5}));
+  EXPECT_EQ(c->shard_skips().unlabeled, 1u);
+  EXPECT_EQ(Ids(c->IdsWithLabels(0, 100)), (std::vector<uint32_t>{0, 2}));
+}
+
+TEST(CatalogTest, DamagedShardsCostOnlyTheirBadMembers) {
+  TempDir d;
+  TarBuilder t;
+  for (int i = 0; i < 6; ++i) {
+    t.Add("k" + std::to_string(i) + ".jpg", std::string(700, static_cast<char>('a' + i)))
+        .Add("k" + std::to_string(i) + ".cls", std::to_string(i));
+  }
+  // A header whose checksum fails: k2 is lost, k3 onwards serve again.
+  std::string corrupt = t.Bytes();
+  corrupt[t.HeaderOf("k2.jpg") + 10] ^= 0x55;
+  WriteFile(d / "a.tar", corrupt);
+  // Cut short inside k4's image: k4 and k5 are lost, k0-k3 serve.
+  WriteFile(d / "b.tar", t.Bytes().substr(0, t.HeaderOf("k4.jpg") + 512 + 100));
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"a.tar/k0.jpg", "a.tar/k1.jpg", "a.tar/k3.jpg",
+                                      "a.tar/k4.jpg", "a.tar/k5.jpg", "b.tar/k0.jpg",
+                                      "b.tar/k1.jpg", "b.tar/k2.jpg", "b.tar/k3.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1, 3, 4, 5, 0, 1, 2, 3}));
+  EXPECT_EQ(c->shard_skips().damaged, 2u);
+  EXPECT_EQ(Slice(c->location(2)), std::string(700, 'd'));
+}
+
+TEST(CatalogTest, TarIdentityFollowsTheShards) {
+  TempDir d;
+  WriteFile(d / "a.tar", TarBuilder().Add("k.jpg", "x").Add("k.cls", "1").Bytes());
+  const uint64_t before = IdentityOf(d.path());
+  EXPECT_EQ(IdentityOf(d.path()), before);
+  WriteFile(d / "a.tar", TarBuilder().Add("k.jpg", "y").Add("k.cls", "2").Bytes());
+  EXPECT_NE(IdentityOf(d.path()), before);
 }
 
 TEST(CatalogTest, IdentityStableWhenNothingChanges) {

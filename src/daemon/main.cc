@@ -211,7 +211,9 @@ int Run(int argc, char** argv) {
   if (!InitDecoder(argv[0], &error)) return Fail("cannot start libvips: " + error);
   SetMaxPixels(o.max_pixels);
   std::unique_ptr<Catalog> catalog;
-  s = Catalog::Open(o.source, &catalog);
+  CatalogOptions catalog_options;
+  catalog_options.label_key = o.label_key;
+  s = Catalog::Open(o.source, catalog_options, &catalog);
   if (!s.ok()) return Fail(s.message());
 
   // The planning groups answer both tiers' RefCounts: made first, gone last.

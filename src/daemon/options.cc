@@ -36,6 +36,7 @@ enum Key {
   kLookahead,
   kIdleTimeout,
   kMaxPixels,
+  kLabelKey,
   kSampler,
   kLog,
   kLogLevel,
@@ -56,6 +57,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
     FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
+    FUSE_OPT_KEY("label_key=%s", kLabelKey),
     FUSE_OPT_KEY("sampler=%s", kSampler),
     FUSE_OPT_KEY("log=%s", kLog),
     FUSE_OPT_KEY("log_level=%s", kLogLevel),
@@ -139,6 +141,14 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
       o.max_pixels = *number;
+      break;
+    case kLabelKey:
+      // A member extension and a JSON key: no dot, no slash, short.
+      if (value.empty() || value.size() > 64 ||
+          value.find_first_of("./") != std::string_view::npos) {
+        return bad("a member extension / JSON field name, 1-64 characters, no '.' or '/'");
+      }
+      o.label_key = std::string(value);
       break;
     case kSampler:
       if (value != "dsa" && value != "isa") return bad("dsa or isa");
@@ -388,6 +398,8 @@ options:
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
+    -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,
+                             else field NAME of <key>.json, else -1 (default cls)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
     -o log=FILE|syslog       log sink (default stderr with -f, else syslog;
                              without a /dev/log, CACHE_DIR/joaderfs.log)

@@ -30,6 +30,7 @@ struct DaemonOptions {
   uint32_t lookahead = 128;
   uint64_t job_idle_timeout = 600;
   uint64_t max_pixels = kDefaultMaxPixels;
+  std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   std::string log;                 // a file, "syslog", or empty for the default
   std::string log_level = "info";

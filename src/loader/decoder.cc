@@ -92,6 +92,50 @@ Status ReadFile(const std::string& path, uint64_t max_bytes, std::string* out) {
   return Status::Ok();
 }
 
+// Reads the `range.length` bytes at `range.offset` of `range.path` with
+// one pread() (continued only when a signal cuts it short), after checking
+// the file is the one the scan indexed.
+Status ReadRange(const FileRange& range, uint64_t max_bytes, std::string* out) {
+  const std::string& path = range.path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
+  struct stat st {};
+  Status s;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = Status::IOError(path + ": not a regular file");
+  } else if (static_cast<uint64_t>(st.st_size) != range.file_size ||
+             st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec != range.mtime_ns ||
+             st.st_ino != range.inode) {
+    s = Status::IOError(path +
+                        ": changed since the scan (size, time or inode); remount to "
+                        "index it again");
+  } else if (range.length > max_bytes) {
+    s = Status::Corruption(path + ": member of " + std::to_string(range.length) +
+                           " bytes, over the " + std::to_string(max_bytes) +
+                           " an image within max_pixels may take");
+  }
+  if (s.ok()) {
+    out->resize(range.length);
+    size_t done = 0;
+    while (done < out->size()) {
+      const ssize_t n = ::pread(fd, out->data() + done, out->size() - done,
+                                static_cast<off_t>(range.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        s = Status::IOError(path + ": " + std::strerror(errno));
+        break;
+      }
+      if (n == 0) {
+        s = Status::IOError(path + ": ends inside a member");
+        break;
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  return s;
+}
+
 }  // namespace
 
 void SetMaxPixels(uint64_t limit) { max_pixels.store(limit, std::memory_order_relaxed); }
@@ -172,13 +216,16 @@ namespace {
 
 // The picture at the smallest JPEG IDCT scale whose shorter side is at least
 // `min_shorter` (0: full size), or at full size for other formats.
-Status DecodeRgb(const std::string& path, uint32_t min_shorter, RgbImage* rgb) {
+Status DecodeRgb(const FileRange& range, uint32_t min_shorter, RgbImage* rgb) {
   const uint64_t limit = MaxPixels();
   // The file is read once into memory and decoded from there: opening it by
   // name makes libvips probe every loader and reopen the file. An allowed
   // picture stored raw takes at most 8 bytes a pixel (16-bit RGBA).
+  const std::string path =
+      range.partial ? range.path + "@" + std::to_string(range.offset) : range.path;
   std::string file;
-  Status s = ReadFile(path, limit * 8 + kMetadataBytes, &file);
+  Status s = range.partial ? ReadRange(range, limit * 8 + kMetadataBytes, &file)
+                           : ReadFile(range.path, limit * 8 + kMetadataBytes, &file);
   if (!s.ok()) return s;
   s = Status::InvalidArgument("not a JPEG");
   if (IsJpeg(file)) {
@@ -201,7 +248,7 @@ void TakePixels(RgbImage* rgb, DecodedSample* out) {
 
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
   RgbImage rgb;
-  Status s = DecodeRgb(path, size, &rgb);
+  Status s = DecodeRgb(FileRange::WholeFile(path), size, &rgb);
   if (!s.ok()) return s;
   if (size == 0) {
     TakePixels(&rgb, out);
@@ -218,8 +265,12 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
 }
 
 Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out) {
+  return DecodeBase(FileRange::WholeFile(path), base, out);
+}
+
+Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out) {
   RgbImage rgb;
-  Status s = DecodeRgb(path, base, &rgb);
+  Status s = DecodeRgb(range, base, &rgb);
   if (!s.ok()) return s;
   TakePixels(&rgb, out);
   return Status::Ok();

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/file_range.h"
 #include "common/status.h"
 #include "loader/decoded_sample.h"
 
@@ -54,6 +55,10 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out);
 // full size too. Uncropped and unresized beyond the IDCT's scaling. Fails as
 // DecodeImage() does.
 Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out);
+// The same for the image at `range`: a whole file, or a member of a tar
+// shard read with one pread() at its offset. A member whose file changed
+// since the scan (size, modification time or inode) fails with IOError.
+Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out);
 
 }  // namespace joaderfs
 
