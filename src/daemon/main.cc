@@ -188,7 +188,8 @@ int Run(int argc, char** argv) {
   // Decode threads call into the tiers: the pool is stopped first at
   // shutdown (see below).
   auto pool = std::make_unique<LoaderPool>(o.threads);
-  SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache);
+  SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache,
+                    FailureRetryFrom(std::chrono::seconds(o.retry_failed)));
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.base = o.base;

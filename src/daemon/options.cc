@@ -26,6 +26,7 @@ enum Key {
   kSeed,
   kLookahead,
   kIdleTimeout,
+  kRetryFailed,
   kMaxPixels,
   kSampler,
   kLog,
@@ -46,6 +47,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("seed=%s", kSeed),
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
+    FUSE_OPT_KEY("retry_failed=%s", kRetryFailed),
     FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
     FUSE_OPT_KEY("sampler=%s", kSampler),
     FUSE_OPT_KEY("log=%s", kLog),
@@ -126,6 +128,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kIdleTimeout:
       if (!number || *number > kMaxIdleTimeout) return bad("seconds, at most 315360000");
       o.job_idle_timeout = *number;
+      break;
+    case kRetryFailed:
+      if (!number || *number > kMaxRetryFailed) return bad("seconds, at most 86400");
+      o.retry_failed = *number;
       break;
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
@@ -270,6 +276,9 @@ options:
                              each job's augmentation seed
     -o lookahead=N           samples each job's plan runs ahead (default 128)
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
+    -o retry_failed=SEC      try an image that failed again after SEC, doubling
+                             per failure to 60 x SEC, or once its size or
+                             mtime changes (default 30)
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles

@@ -29,6 +29,9 @@ struct DaemonOptions {
   uint64_t seed = 0;
   uint32_t lookahead = 128;
   uint64_t job_idle_timeout = 600;
+  // The first back-off of a sample that failed to load (cache/sample_cache.h
+  // FailureRetry), in seconds.
+  uint64_t retry_failed = 30;
   uint64_t max_pixels = kDefaultMaxPixels;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   std::string log;                 // a file, "syslog", or empty for the default
@@ -41,6 +44,8 @@ struct DaemonOptions {
 
 // The longest job_idle_timeout: ten years, far from overflowing the clock.
 inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
+// The longest retry_failed: a day (a cap of 60 days).
+inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
 
 // Parses argv into `options` and leaves libfuse's options in `fuse_args`
 // (free them with fuse_opt_free_args). Checks each value on its own and

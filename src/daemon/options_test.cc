@@ -61,6 +61,21 @@ TEST(OptionsTest, GoodValues) {
   EXPECT_EQ(o.job_idle_timeout, kMaxIdleTimeout);
 }
 
+TEST(OptionsTest, RetryFailed) {
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_EQ(o.retry_failed, 30u);
+  ASSERT_TRUE(ParseLine("retry_failed=0", &o).ok());
+  EXPECT_EQ(o.retry_failed, 0u);
+  ASSERT_TRUE(ParseLine("retry_failed=86400", &o).ok());
+  EXPECT_EQ(o.retry_failed, kMaxRetryFailed);
+  for (const char* bad : {"retry_failed=86401", "retry_failed=-1", "retry_failed=", "retry_failed=1s"}) {
+    const Status s = ParseLine(bad, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("retry_failed"), std::string::npos) << s.message();
+  }
+}
+
 // Each bad value is a one-line InvalidArgument that names the option.
 TEST(OptionsTest, EdgeValuesAreRefused) {
   for (const char* bad : {"ram_cache=0",
