@@ -182,6 +182,16 @@ int Run(int argc, char** argv) {
   if (!o.cache_dir.empty()) {
     s = CacheDirLock::Acquire(o.cache_dir, &cache_dir_lock);
     if (!s.ok()) return Fail(s.message());
+    if (o.disk_cache == 0) {  // not given: sized for the data and the disk
+      const DiskCacheSizing d =
+          DefaultDiskCache(catalog->size(), o.base, CacheDirRoom(o.cache_dir));
+      o.disk_cache = d.budget;
+      if (d.decoded_estimate > d.budget) {
+        spdlog::warn("disk tier: {} MiB in {} of ~{} MiB of decoded samples; later epochs decode "
+                     "the rest (free space there or set disk_cache)",
+                     d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20);
+      }
+    }
     s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);
     if (!s.ok()) return Fail(s.message());
   }
