@@ -33,6 +33,7 @@
 #include "cache/disk_cache.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/memory_trim.h"
 #include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/options.h"
@@ -116,7 +117,8 @@ void ReportMounted(int fd) {
   close(fd);
 }
 
-// Calls JobManager::ReleaseIdleJobs() every second until stopped.
+// Calls JobManager::ReleaseIdleJobs() every second until stopped, and
+// gives freed memory back (common/memory_trim.h).
 class IdleReaper {
  public:
   explicit IdleReaper(JobManager* jobs)
@@ -126,6 +128,7 @@ class IdleReaper {
             wake_.wait_for(lock, std::chrono::seconds(1));
             lock.unlock();
             jobs->ReleaseIdleJobs();
+            TrimFreeMemory(kKeepFreeBytes);
             lock.lock();
           }
         }) {}
