@@ -87,8 +87,8 @@ struct CacheStats {
 // When a bad sample is tried again (see above).
 struct FailureRetry {
   using Duration = std::chrono::steady_clock::duration;
-  Duration backoff = std::chrono::seconds(30);  // after the first failure; doubles per retry
-  Duration cap = std::chrono::minutes(30);      // the longest back-off
+  Duration backoff = std::chrono::seconds(30);        // after the first failure; doubles per retry
+  Duration cap = std::chrono::minutes(30);            // the longest back-off
   Duration check_interval = std::chrono::seconds(2);  // between stats of its file
 };
 // The mount's retry_failed=SECONDS: a back-off from SECONDS doubling to 60 x

@@ -190,9 +190,10 @@ int Run(int argc, char** argv) {
           DefaultDiskCache(catalog->size(), o.base, CacheDirRoom(o.cache_dir));
       o.disk_cache = d.budget;
       if (d.decoded_estimate > d.budget) {
-        spdlog::warn("disk tier: {} MiB in {} of ~{} MiB of decoded samples; later epochs decode "
-                     "the rest (free space there or set disk_cache)",
-                     d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20);
+        spdlog::warn(
+            "disk tier: {} MiB in {} of ~{} MiB of decoded samples; later epochs decode "
+            "the rest (free space there or set disk_cache)",
+            d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20);
       }
     }
     s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);

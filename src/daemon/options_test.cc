@@ -2,11 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <optional>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,7 +72,8 @@ TEST(OptionsTest, RetryFailed) {
   EXPECT_EQ(o.retry_failed, 0u);
   ASSERT_TRUE(ParseLine("retry_failed=86400", &o).ok());
   EXPECT_EQ(o.retry_failed, kMaxRetryFailed);
-  for (const char* bad : {"retry_failed=86401", "retry_failed=-1", "retry_failed=", "retry_failed=1s"}) {
+  for (const char* bad :
+       {"retry_failed=86401", "retry_failed=-1", "retry_failed=", "retry_failed=1s"}) {
     const Status s = ParseLine(bad, &o);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("retry_failed"), std::string::npos) << s.message();
