@@ -51,6 +51,7 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
     }
     if (answer_bad) {
       ++stats_.hits;
+      ++owed_releases_[key];
     } else if (auto it = entries_.find(key); it != entries_.end()) {
       ++stats_.hits;
       Entry& e = it->second;
@@ -84,8 +85,12 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
 
 void SampleCache::Release(SampleKey key) {
   MutexLock lock(mu_);
+  if (auto owed = owed_releases_.find(key); owed != owed_releases_.end()) {
+    if (--owed->second == 0) owed_releases_.erase(owed);
+    return;
+  }
   auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.pins == 0) return;  // a bad sample, or extra
+  if (it == entries_.end() || it->second.pins == 0) return;  // an extra one
   Entry& e = it->second;
   if (--e.pins == 0 && e.sample) {
     AddEvictable(key);
@@ -178,6 +183,7 @@ void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
       }
       EvictLocked();
     } else {
+      if (e.pins > 0) owed_releases_[key] += e.pins;
       entries_.erase(it);
       if (!unchanged) {
         // A first failure waits the first back-off; a failed retry twice

@@ -174,6 +174,9 @@ class SampleCache {
   std::unordered_map<SampleKey, Entry, KeyHash> entries_ GUARDED_BY(mu_);
   std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_ GUARDED_BY(mu_);
   std::unordered_map<SampleKey, Bad, KeyHash> bad_ GUARDED_BY(mu_);
+  // Release()s still to come for Acquire()s answered null, which pinned
+  // nothing: they must not unpin a later load of the same key (a retry).
+  std::unordered_map<SampleKey, uint32_t, KeyHash> owed_releases_ GUARDED_BY(mu_);
   CacheStats stats_ GUARDED_BY(mu_);
   uint64_t loading_bytes_ GUARDED_BY(mu_) = 0;  // the entries loading will hold
 };

@@ -497,6 +497,28 @@ TEST_F(SampleCacheTest, BadSampleIsRetriedOnlyAfterItsBackoff) {
   EXPECT_EQ(cache.Stats().failed, 0u);
 }
 
+// The Release() of an Acquire() answered null comes after it; when a retry
+// of the same sample is loading by then, it must not unpin the retry.
+TEST_F(SampleCacheTest, ReleaseOfANullAnswerLeavesARetryPinned) {
+  LoaderPool pool(1);
+  pool.Start();
+  FailureRetry retry;
+  retry.backoff = retry.cap = std::chrono::hours(1);
+  retry.check_interval = std::chrono::seconds(0);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
+  EXPECT_EQ(AcquireSync(&cache, {kSize, kBad}), nullptr);  // job 1: failed load
+  EXPECT_EQ(AcquireSync(&cache, {kSize, kBad}), nullptr);  // job 2: unchanged file
+  testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);
+  const SamplePtr healed = AcquireSync(&cache, {kSize, kBad});  // job 3: healed, pinned
+  ASSERT_NE(healed, nullptr);
+  cache.Release({kSize, kBad});  // jobs 1 and 2 are done with their skips
+  cache.Release({kSize, kBad});
+  EXPECT_EQ(cache.Stats().pinned_bytes, healed->bytes());
+  cache.Release({kSize, kBad});  // job 3
+  EXPECT_EQ(cache.Stats().pinned_bytes, 0u);
+  EXPECT_EQ(cache.CommittedBytes(), 0u);
+}
+
 TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
   LoaderPool pool(4);
   pool.Start();
