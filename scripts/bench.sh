@@ -56,6 +56,7 @@ commands=(
   "sample-cost|micro joaderfs-sample-cost-bench|CPU per sample of a decode vs a disk-tier hit vs a crop of a cached base image"
   "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
   "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
+  "memory|python bench.memory.rss|the daemon's RSS before, at peak and after the loads of issue 20 (a second uid's 200 ranks=4096 jobs, 300 readers of a huge sample, 6 jobs, job churn): freed memory goes back"
 )
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }

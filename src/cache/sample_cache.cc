@@ -1,15 +1,32 @@
 #include "cache/sample_cache.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
 #include "loader/decoder.h"
 
 namespace joaderfs {
+
+FailureRetry FailureRetryFrom(std::chrono::seconds start) {
+  FailureRetry r;
+  r.backoff = start;
+  r.cap = 60 * start;
+  r.check_interval = std::min<FailureRetry::Duration>(std::chrono::seconds(2), start);
+  return r;
+}
+
 SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk,
-                         const RefCounts* counts, uint64_t budget_bytes)
-    : catalog_(catalog), pool_(pool), disk_(disk), ref_counts_(counts), budget_(budget_bytes) {
+                         const RefCounts* counts, uint64_t budget_bytes, FailureRetry retry)
+    : catalog_(catalog),
+      pool_(pool),
+      disk_(disk),
+      ref_counts_(counts),
+      budget_(budget_bytes),
+      retry_(retry) {
   stats_.budget = budget_bytes;
 }
 
@@ -17,8 +34,24 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
   SamplePtr ready;
   {
     MutexLock lock(mu_);
-    if (bad_.count(key)) {
+    // A bad sample with no load under way is answered null at once, unless
+    // it may have healed.
+    bool answer_bad = false;
+    std::optional<FileIdentity> unless_same;
+    if (auto bad = bad_.find(key); bad != bad_.end() && !entries_.count(key)) {
+      Bad& b = bad->second;
+      const Clock::time_point now = Clock::now();
+      const bool backoff_over = now >= b.retry_at;
+      if (!backoff_over && now < b.checked_at + retry_.check_interval) {
+        answer_bad = true;
+      } else {
+        b.checked_at = now;
+        if (!backoff_over) unless_same = b.file;
+      }
+    }
+    if (answer_bad) {
       ++stats_.hits;
+      ++owed_releases_[key];
     } else if (auto it = entries_.find(key); it != entries_.end()) {
       ++stats_.hits;
       Entry& e = it->second;
@@ -43,7 +76,7 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
       loading_bytes_ += e.loading_bytes;
       e.waiters.push_back(std::move(done));
       UpdateCommitted();
-      pool_->Submit([this, key] { Load(key); });
+      pool_->Submit([this, key, unless_same] { Load(key, unless_same); });
       return;
     }
   }
@@ -52,8 +85,12 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
 
 void SampleCache::Release(SampleKey key) {
   MutexLock lock(mu_);
+  if (auto owed = owed_releases_.find(key); owed != owed_releases_.end()) {
+    if (--owed->second == 0) owed_releases_.erase(owed);
+    return;
+  }
   auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.pins == 0) return;  // a bad sample
+  if (it == entries_.end() || it->second.pins == 0) return;  // an extra one
   Entry& e = it->second;
   if (--e.pins == 0 && e.sample) {
     AddEvictable(key);
@@ -86,22 +123,38 @@ void SampleCache::RefreshNeeds() {
 
 void SampleCache::UpdateCommitted() { committed_ = stats_.pinned_bytes + loading_bytes_; }
 
-void SampleCache::Load(SampleKey key) {
+SampleCache::FileIdentity SampleCache::Identify(SampleId id) const {
+  struct stat st;
+  if (::stat(catalog_->path(id).c_str(), &st) != 0) return {};
+  return {static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
   auto loaded = std::make_shared<DecodedSample>();
   bool from_disk = false;
+  bool unchanged = false;  // a bad sample whose file is as it was: not tried again
   Status s = Status::NotFound("no disk tier");
-  if (disk_) {
-    s = disk_->Get(key.size, key.id, loaded.get());
-    from_disk = s.ok();
+  if (unless_same && Identify(key.id) == *unless_same) {
+    unchanged = true;
+  } else {
+    if (disk_) {
+      s = disk_->Get(key.size, key.id, loaded.get());
+      from_disk = s.ok();
+    }
+    if (!from_disk) s = DecodeBase(catalog_->location(key.id), key.size, loaded.get());
   }
-  if (!from_disk) s = DecodeBase(catalog_->location(key.id), key.size, loaded.get());
   SamplePtr sample;
-  if (s.ok()) sample = std::move(loaded);
+  if (!unchanged && s.ok()) sample = std::move(loaded);
   // Written through: a later epoch, a later job or a restarted daemon may
   // want it, and its pixels are at hand now.
   if (sample && !from_disk && disk_) disk_->PutAsync(key.size, key.id, sample);
+  // Taken after the attempt, so that a file rewritten during it counts as
+  // changed at the next look.
+  const FileIdentity file = sample || unchanged ? FileIdentity{} : Identify(key.id);
 
   std::vector<Callback> waiters;
+  bool healed = false;
   {
     MutexLock lock(mu_);
     auto it = entries_.find(key);
@@ -109,8 +162,16 @@ void SampleCache::Load(SampleKey key) {
     waiters = std::move(e.waiters);
     --stats_.loading;
     loading_bytes_ -= e.loading_bytes;
+    auto bad = bad_.find(key);
+    if (bad != bad_.end() && !unchanged) ++stats_.retries;
     if (sample) {
       if (!from_disk) ++stats_.decoded;
+      if (bad != bad_.end()) {
+        bad_.erase(bad);
+        --stats_.failed;
+        ++stats_.healed;
+        healed = true;
+      }
       e.sample = sample;
       stats_.bytes += sample->bytes();
       ++stats_.entries;
@@ -122,13 +183,28 @@ void SampleCache::Load(SampleKey key) {
       }
       EvictLocked();
     } else {
-      ++stats_.failed;
+      if (e.pins > 0) owed_releases_[key] += e.pins;
       entries_.erase(it);
-      bad_.insert(key);
+      if (!unchanged) {
+        // A first failure waits the first back-off; a failed retry twice
+        // the last one, up to the cap.
+        const Clock::time_point now = Clock::now();
+        Bad& b = bad_[key];
+        if (bad == bad_.end()) {
+          ++stats_.failed;
+          b.backoff = retry_.backoff;
+        } else {
+          b.backoff = std::min(2 * b.backoff, retry_.cap);
+        }
+        b.file = file;
+        b.retry_at = now + b.backoff;
+        b.checked_at = now;
+      }
     }
     UpdateCommitted();
   }
-  if (!sample) {
+  if (healed) spdlog::debug("sample {} loads again", key.id);
+  if (!sample && !unchanged) {
     Warnings().Warn(s.code() == Status::Code::kIOError ? "skip: unreadable" : "skip: undecodable",
                     "skipping sample {} ({}): {}", key.id, Printable(catalog_->relpath(key.id)),
                     Printable(s.message(), 1024));

@@ -23,7 +23,16 @@
 // it, and its pixels are at hand now), and an evicted sample that a job
 // still needs is queued again in case its first write was dropped.
 //
-// A sample that fails to decode is remembered as bad and never tried again.
+// A sample that fails to load is remembered as bad and answered null at
+// once, without touching its file, until it may heal: once the back-off
+// since its last failure has passed (FailureRetry: doubling to a cap), or
+// once its file's size or mtime differs from what they were at the failure,
+// whichever comes first. The file is looked at (a stat, on a loader thread
+// like the decode, never under the lock) at most once per check interval,
+// by the first Acquire() after it; that Acquire() waits for the stat, and
+// for the decode when the file changed. A bad sample is thus decoded again
+// only when the back-off allows or its file changed, and a job that skipped
+// it in one epoch gets it in a later one once it heals.
 //
 // Thread-safe. Callbacks run without the cache's lock: at once on the
 // caller's thread when the sample is ready, else on a loader thread.
@@ -34,13 +43,14 @@
 #define JOADERFS_CACHE_SAMPLE_CACHE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "cache/disk_cache.h"
@@ -63,7 +73,9 @@ struct CacheStats {
   uint64_t hits = 0;     // Acquire() found the sample ready or loading
   uint64_t misses = 0;   // Acquire() started a load
   uint64_t decoded = 0;  // successful decodes
-  uint64_t failed = 0;   // distinct samples that could not be decoded
+  uint64_t failed = 0;   // distinct samples now remembered as bad
+  uint64_t retries = 0;  // loads tried again of samples remembered as bad
+  uint64_t healed = 0;   // bad samples that later loaded
   uint64_t evictions = 0;
   uint64_t bytes = 0;  // pixels of ready entries
   uint64_t pinned_bytes = 0;
@@ -72,13 +84,24 @@ struct CacheStats {
   uint64_t loading = 0;  // entries being loaded
 };
 
+// When a bad sample is tried again (see above).
+struct FailureRetry {
+  using Duration = std::chrono::steady_clock::duration;
+  Duration backoff = std::chrono::seconds(30);        // after the first failure; doubles per retry
+  Duration cap = std::chrono::minutes(30);            // the longest back-off
+  Duration check_interval = std::chrono::seconds(2);  // between stats of its file
+};
+// The mount's retry_failed=SECONDS: a back-off from SECONDS doubling to 60 x
+// SECONDS, the file looked at every min(2 s, SECONDS).
+FailureRetry FailureRetryFrom(std::chrono::seconds start);
+
 class SampleCache {
  public:
   // `sample` is null when the image could not be decoded.
   using Callback = std::function<void(const SamplePtr& sample)>;
   // `disk` may be null (cache_dir=none). `counts` outlives the cache.
   SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, const RefCounts* counts,
-              uint64_t budget_bytes);
+              uint64_t budget_bytes, FailureRetry retry = {});
 
   // Pins the entry for `key` and calls `done` exactly once with its sample.
   void Acquire(SampleKey key, Callback done);
@@ -115,7 +138,23 @@ class SampleCache {
     uint64_t loading_bytes = 0;     // while loading: the bytes it is expected to hold
   };
 
-  void Load(SampleKey key);
+  using Clock = std::chrono::steady_clock;
+  // What a failed sample's file looked like: a change means it may heal.
+  struct FileIdentity {
+    int64_t size = -1;  // -1: it could not be stat'ed
+    int64_t mtime_ns = -1;
+    bool operator==(const FileIdentity&) const = default;
+  };
+  struct Bad {
+    FileIdentity file;             // at the last failure
+    Clock::time_point retry_at;    // the back-off ends
+    Clock::time_point checked_at;  // the file was last looked at
+    Clock::duration backoff{};     // the wait that ends at retry_at
+  };
+  FileIdentity Identify(SampleId id) const;
+  // `unless_same`: a bad sample whose back-off has not ended: load it only
+  // if its file no longer has this identity, else answer null again.
+  void Load(SampleKey key, std::optional<FileIdentity> unless_same);
   EvictionPolicy* Policy(uint32_t size) REQUIRES(mu_);  // one per output size
   void AddEvictable(const SampleKey& key) REQUIRES(mu_);
   void RemoveEvictable(const SampleKey& key) REQUIRES(mu_);
@@ -127,13 +166,17 @@ class SampleCache {
   DiskCache* disk_;
   const RefCounts* ref_counts_;
   const uint64_t budget_;
+  const FailureRetry retry_;
   std::atomic<uint64_t> committed_{0};
   std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 
   mutable RankedMutex<LockRank::kSampleCache> mu_;
   std::unordered_map<SampleKey, Entry, KeyHash> entries_ GUARDED_BY(mu_);
   std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_ GUARDED_BY(mu_);
-  std::unordered_set<SampleKey, KeyHash> bad_ GUARDED_BY(mu_);
+  std::unordered_map<SampleKey, Bad, KeyHash> bad_ GUARDED_BY(mu_);
+  // Release()s still to come for Acquire()s answered null, which pinned
+  // nothing: they must not unpin a later load of the same key (a retry).
+  std::unordered_map<SampleKey, uint32_t, KeyHash> owed_releases_ GUARDED_BY(mu_);
   CacheStats stats_ GUARDED_BY(mu_);
   uint64_t loading_bytes_ GUARDED_BY(mu_) = 0;  // the entries loading will hold
 };

@@ -439,6 +439,86 @@ TEST_F(SampleCacheTest, BadImageIsRemembered) {
   EXPECT_NE(AcquireSync(&cache, {kSize, 0}), nullptr);
 }
 
+// A bad sample is tried again as soon as its file changes, and its file is
+// looked at, not decoded, while it stays as it was.
+TEST_F(SampleCacheTest, BadSampleHealsWhenItsFileChanges) {
+  LoaderPool pool(1);
+  pool.Start();
+  FailureRetry retry;
+  retry.backoff = retry.cap = std::chrono::hours(1);
+  retry.check_interval = std::chrono::seconds(0);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);  // stat'ed, unchanged
+  CacheStats st = cache.Stats();
+  EXPECT_EQ(st.failed, 1u);
+  EXPECT_EQ(st.healed, 0u);
+  EXPECT_EQ(st.retries, 0u);
+  EXPECT_EQ(st.decoded, 0u);
+
+  testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);  // repaired in place
+  const SamplePtr healed = Touch(&cache, {kSize, kBad});
+  ASSERT_NE(healed, nullptr);
+  EXPECT_EQ(healed->width, kSize);
+  st = cache.Stats();
+  EXPECT_EQ(st.failed, 0u);
+  EXPECT_EQ(st.healed, 1u);
+  EXPECT_EQ(st.retries, 1u);
+  EXPECT_EQ(st.decoded, 1u);
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), healed);  // now an ordinary entry
+}
+
+// Without a change to its file, a bad sample is decoded again only when its
+// back-off has passed, and each failed retry doubles the back-off.
+TEST_F(SampleCacheTest, BadSampleIsRetriedOnlyAfterItsBackoff) {
+  LoaderPool pool(1);
+  pool.Start();
+  FailureRetry retry;
+  retry.backoff = std::chrono::seconds(1);
+  retry.cap = std::chrono::seconds(2);
+  retry.check_interval = std::chrono::hours(1);  // never looks at the file
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
+  // Every load of the bad sample is a miss: misses count its tries.
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(cache.Stats().misses, 1u);
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(cache.Stats().misses, 1u);  // within 1 s: not tried
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(cache.Stats().misses, 2u);  // tried, failed: 2 s now
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(cache.Stats().misses, 2u);  // within 2 s: not tried
+  std::this_thread::sleep_for(1200ms);
+  // Repaired with the back-off over: loads at this try.
+  testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);
+  EXPECT_NE(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(cache.Stats().misses, 3u);
+  EXPECT_EQ(cache.Stats().failed, 0u);
+}
+
+// The Release() of an Acquire() answered null comes after it; when a retry
+// of the same sample is loading by then, it must not unpin the retry.
+TEST_F(SampleCacheTest, ReleaseOfANullAnswerLeavesARetryPinned) {
+  LoaderPool pool(1);
+  pool.Start();
+  FailureRetry retry;
+  retry.backoff = retry.cap = std::chrono::hours(1);
+  retry.check_interval = std::chrono::seconds(0);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
+  EXPECT_EQ(AcquireSync(&cache, {kSize, kBad}), nullptr);  // job 1: failed load
+  EXPECT_EQ(AcquireSync(&cache, {kSize, kBad}), nullptr);  // job 2: unchanged file
+  testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);
+  const SamplePtr healed = AcquireSync(&cache, {kSize, kBad});  // job 3: healed, pinned
+  ASSERT_NE(healed, nullptr);
+  cache.Release({kSize, kBad});  // jobs 1 and 2 are done with their skips
+  cache.Release({kSize, kBad});
+  EXPECT_EQ(cache.Stats().pinned_bytes, healed->bytes());
+  cache.Release({kSize, kBad});  // job 3
+  EXPECT_EQ(cache.Stats().pinned_bytes, 0u);
+  EXPECT_EQ(cache.CommittedBytes(), 0u);
+}
+
 TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
   LoaderPool pool(4);
   pool.Start();

@@ -37,6 +37,7 @@
 #include "cache/disk_cache.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/memory_trim.h"
 #include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/options.h"
@@ -159,7 +160,8 @@ void ReportMounted(int fd) {
   close(fd);
 }
 
-// Calls JobManager::ReleaseIdleJobs() every second until stopped.
+// Calls JobManager::ReleaseIdleJobs() every second until stopped, and
+// gives freed memory back (common/memory_trim.h).
 class IdleReaper {
  public:
   explicit IdleReaper(JobManager* jobs)
@@ -169,6 +171,7 @@ class IdleReaper {
             wake_.wait_for(lock, std::chrono::seconds(1));
             lock.unlock();
             jobs->ReleaseIdleJobs();
+            TrimFreeMemory(kKeepFreeBytes);
             lock.lock();
           }
         }) {}
@@ -228,13 +231,25 @@ int Run(int argc, char** argv) {
   if (!o.cache_dir.empty()) {
     s = CacheDirLock::Acquire(o.cache_dir, &cache_dir_lock);
     if (!s.ok()) return Fail(s.message());
+    if (o.disk_cache == 0) {  // not given: sized for the data and the disk
+      const DiskCacheSizing d =
+          DefaultDiskCache(catalog->size(), o.base, CacheDirRoom(o.cache_dir));
+      o.disk_cache = d.budget;
+      if (d.decoded_estimate > d.budget) {
+        spdlog::warn(
+            "disk tier: {} MiB in {} of ~{} MiB of decoded samples; later epochs decode "
+            "the rest (free space there or set disk_cache)",
+            d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20);
+      }
+    }
     s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);
     if (!s.ok()) return Fail(s.message());
   }
   // Decode threads call into the tiers: the pool is stopped first at
   // shutdown (see below).
   auto pool = std::make_unique<LoaderPool>(o.threads);
-  SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache);
+  SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache,
+                    FailureRetryFrom(std::chrono::seconds(o.retry_failed)));
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.base = o.base;

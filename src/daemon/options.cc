@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <string_view>
@@ -35,6 +37,7 @@ enum Key {
   kSeed,
   kLookahead,
   kIdleTimeout,
+  kRetryFailed,
   kMaxPixels,
   kLabelKey,
   kSampler,
@@ -56,6 +59,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("seed=%s", kSeed),
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
+    FUSE_OPT_KEY("retry_failed=%s", kRetryFailed),
     FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
     FUSE_OPT_KEY("label_key=%s", kLabelKey),
     FUSE_OPT_KEY("sampler=%s", kSampler),
@@ -137,6 +141,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kIdleTimeout:
       if (!number || *number > kMaxIdleTimeout) return bad("seconds, at most 315360000");
       o.job_idle_timeout = *number;
+      break;
+    case kRetryFailed:
+      if (!number || *number > kMaxRetryFailed) return bad("seconds, at most 86400");
+      o.retry_failed = *number;
       break;
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
@@ -302,6 +310,25 @@ bool IsInside(std::string path, std::string dir) {
   return path == dir || dir == "/" || path.starts_with(dir + "/");
 }
 
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A cgroup limit file's value: a number of bytes, or nullopt for "max",
+// v1's "unlimited" (a page-rounded 2^63 - 1) and anything unreadable.
+std::optional<uint64_t> ParseLimit(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  std::string value = *text;
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) value.pop_back();
+  auto number = ParseUint(value);
+  if (!number || *number >= (1ULL << 62)) return std::nullopt;
+  return number;
+}
+
 Status CheckCacheDir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -356,7 +383,10 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
                                    o.mountpoint);
   }
   const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  if (o.ram_cache == 0) o.ram_cache = ram / 4;
+  if (o.ram_cache == 0) {
+    o.ram_cache = DefaultRamCache(
+        ram, CgroupMemoryLimit(ReadSmallFile("/proc/self/cgroup").value_or(""), ReadSmallFile));
+  }
   if (o.ram_cache > ram) {
     return Status::InvalidArgument("ram_cache=" + std::to_string(o.ram_cache >> 20) +
                                    "M is more than this machine's " + std::to_string(ram >> 20) +
@@ -374,6 +404,78 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
   return CheckCacheDir(o.cache_dir);
 }
 
+std::optional<uint64_t> CgroupMemoryLimit(
+    std::string_view proc_self_cgroup,
+    const std::function<std::optional<std::string>(const std::string& path)>& read_file) {
+  std::optional<uint64_t> lowest;
+  auto consider = [&](const std::string& path) {
+    if (auto limit = ParseLimit(read_file(path)); limit && (!lowest || *limit < *lowest)) {
+      lowest = limit;
+    }
+  };
+  // Lines are "ID:CONTROLLERS:PATH": "0::PATH" for v2, a list holding
+  // "memory" for v1's memory hierarchy.
+  std::istringstream lines{std::string(proc_self_cgroup)};
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (path.empty() || path[0] != '/' || path.find("..") != std::string::npos) continue;
+    std::string root, file;
+    if (controllers.empty() && line.compare(0, first, "0") == 0) {
+      root = "/sys/fs/cgroup";
+      file = "/memory.max";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      root = "/sys/fs/cgroup/memory";
+      file = "/memory.limit_in_bytes";
+    } else {
+      continue;
+    }
+    // A parent's limit binds its children too: walk up to the root.
+    while (true) {
+      if (path.size() > 1 && path.back() == '/') path.pop_back();
+      consider(root + (path == "/" ? "" : path) + file);
+      if (path == "/") break;
+      path = path.substr(0, std::max<size_t>(1, path.rfind('/')));
+    }
+  }
+  return lowest;
+}
+
+uint64_t DefaultRamCache(uint64_t ram, std::optional<uint64_t> cgroup_limit) {
+  return std::min(ram, cgroup_limit.value_or(ram)) / 4;
+}
+
+uint64_t DecodedSampleEstimate(uint32_t base) {
+  if (base == 0) return 1ULL << 20;
+  const uint64_t pixels = uint64_t{base} * base * 4 / 3;
+  return pixels * 3 * 9 / 8;
+}
+
+DiskCacheSizing DefaultDiskCache(uint64_t samples, uint32_t base, uint64_t room) {
+  // The floor covers an estimate that errs low on a small set; the room
+  // bounds both, and a full disk still gets a tier that works (and evicts).
+  constexpr uint64_t kFloor = 64ULL << 20, kLeast = 1ULL << 20;
+  DiskCacheSizing d;
+  d.decoded_estimate = samples * DecodedSampleEstimate(base);
+  d.budget = std::max(kLeast, std::min(std::max(kFloor, d.decoded_estimate), room / 10 * 8));
+  return d;
+}
+
+uint64_t CacheDirRoom(const std::string& dir) {
+  std::error_code ec;
+  const fs::space_info space = fs::space(dir, ec);
+  uint64_t room = ec ? 0 : space.available;
+  // What the tier holds already is room it may keep using.
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) room += it->file_size(ec);
+  }
+  return room;
+}
+
 std::string UsageText(const char* program) {
   return std::string("usage: ") + program + " [options] SOURCE MOUNTPOINT\n" +
          R"(
@@ -382,9 +484,11 @@ SOURCE is an ImageFolder tree (SOURCE/<class>/<image>) or a manifest file
 MOUNTPOINT/README and joaderfs(8).
 
 options:
-    -o ram_cache=SIZE        RAM budget for decoded samples (default 1/4 of RAM)
+    -o ram_cache=SIZE        RAM budget for decoded samples (default 1/4 of RAM,
+                             or of the cgroup's memory limit if lower)
     -o cache_dir=DIR|none    on-disk cache folder (default per user)
-    -o disk_cache=SIZE       on-disk budget (default 10G)
+    -o disk_cache=SIZE       on-disk budget (default: the decoded set's size,
+                             at most 80% of cache_dir's free space)
     -o threads=N             decode threads (default: number of cores)
     -o size=N                output size: shorter side N, centre crop N x N
                              (default 224); 0 resizes nothing: the image as
@@ -396,6 +500,9 @@ options:
                              each job's augmentation seed
     -o lookahead=N           samples each job's plan runs ahead (default 128)
     -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
+    -o retry_failed=SEC      try an image that failed again after SEC, doubling
+                             per failure to 60 x SEC, or once its size or
+                             mtime changes (default 30)
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
     -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,

@@ -8,7 +8,10 @@
 #include <fuse_opt.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "loader/decoder.h"
@@ -20,7 +23,9 @@ struct DaemonOptions {
   std::string mountpoint;
   uint64_t ram_cache = 0;
   std::string cache_dir;  // empty when the disk tier is off (cache_dir=none)
-  uint64_t disk_cache = 10ULL << 30;
+  // 0 until sized from the data and cache_dir's free space (DefaultDiskCache),
+  // when not given.
+  uint64_t disk_cache = 0;
   unsigned threads = 0;
   uint32_t size = 224;
   // The cache's base resolution (loader/decoder.h DecodeBase); 256 by
@@ -29,6 +34,9 @@ struct DaemonOptions {
   uint64_t seed = 0;
   uint32_t lookahead = 128;
   uint64_t job_idle_timeout = 600;
+  // The first back-off of a sample that failed to load (cache/sample_cache.h
+  // FailureRetry), in seconds.
+  uint64_t retry_failed = 30;
   uint64_t max_pixels = kDefaultMaxPixels;
   std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
@@ -42,6 +50,8 @@ struct DaemonOptions {
 
 // The longest job_idle_timeout: ten years, far from overflowing the clock.
 inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
+// The longest retry_failed: a day (a cap of 60 days).
+inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
 
 // Parses argv into `options` and leaves libfuse's options in `fuse_args`
 // (free them with fuse_opt_free_args). Checks each value on its own, and
@@ -59,6 +69,35 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
 // The cache_dir when none is given: /var/cache/joaderfs for root, else
 // $XDG_CACHE_HOME/joaderfs or ~/.cache/joaderfs.
 std::string DefaultCacheDir();
+
+// The memory limit of the cgroup this process runs in: the lowest limit on
+// its path to the root, of cgroup v2 (memory.max) and v1
+// (memory.limit_in_bytes), or nullopt when none. `proc_self_cgroup` is the
+// text of /proc/self/cgroup; `read_file` returns a file's text, or nullopt.
+std::optional<uint64_t> CgroupMemoryLimit(
+    std::string_view proc_self_cgroup,
+    const std::function<std::optional<std::string>(const std::string& path)>& read_file);
+
+// ram_cache's default: a quarter of the machine's RAM or of the cgroup's
+// limit, whichever is lower.
+uint64_t DefaultRamCache(uint64_t ram, std::optional<uint64_t> cgroup_limit);
+
+// The disk tier's size when disk_cache is not given: the decoded set's
+// estimate (`samples` x DecodedSampleEstimate(base)), at most 80% of
+// `room` (cache_dir's free space plus what the tier holds already); at
+// least 64 MiB where the room allows, for an estimate that errs low.
+struct DiskCacheSizing {
+  uint64_t budget = 0;
+  uint64_t decoded_estimate = 0;  // the set's bytes: more than `budget` when it cannot fit
+};
+DiskCacheSizing DefaultDiskCache(uint64_t samples, uint32_t base, uint64_t room);
+// A decoded sample's bytes on disk at `base`: a 4:3 RGB image whose shorter
+// side is `base`, plus 1/8 for the slot and the index; 1 MiB for base 0
+// (full size: unknown before decoding).
+uint64_t DecodedSampleEstimate(uint32_t base);
+
+// cache_dir's free space plus the bytes of the files in it.
+uint64_t CacheDirRoom(const std::string& dir);
 
 // The text of --help.
 std::string UsageText(const char* program);

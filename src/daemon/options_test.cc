@@ -1,9 +1,12 @@
 #include "daemon/options.h"
 
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,79 @@ TEST(OptionsTest, GoodValues) {
   ASSERT_TRUE(ParseLine("max_pixels=4294967296,job_idle_timeout=315360000", &o).ok());
   EXPECT_EQ(o.max_pixels, kMaxMaxPixels);
   EXPECT_EQ(o.job_idle_timeout, kMaxIdleTimeout);
+}
+
+TEST(OptionsTest, RetryFailed) {
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_EQ(o.retry_failed, 30u);
+  ASSERT_TRUE(ParseLine("retry_failed=0", &o).ok());
+  EXPECT_EQ(o.retry_failed, 0u);
+  ASSERT_TRUE(ParseLine("retry_failed=86400", &o).ok());
+  EXPECT_EQ(o.retry_failed, kMaxRetryFailed);
+  for (const char* bad :
+       {"retry_failed=86401", "retry_failed=-1", "retry_failed=", "retry_failed=1s"}) {
+    const Status s = ParseLine(bad, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("retry_failed"), std::string::npos) << s.message();
+  }
+}
+
+// /proc/self/cgroup and the limit files, as the kernel writes them.
+TEST(OptionsTest, CgroupMemoryLimit) {
+  std::map<std::string, std::string> files;
+  auto read = [&](const std::string& path) -> std::optional<std::string> {
+    auto it = files.find(path);
+    if (it == files.end()) return std::nullopt;
+    return it->second;
+  };
+  // v2: the lowest limit on the path to the root; "max" is none.
+  files = {{"/sys/fs/cgroup/user.slice/memory.max", "8589934592\n"},
+           {"/sys/fs/cgroup/user.slice/job/memory.max", "max\n"}};
+  EXPECT_EQ(CgroupMemoryLimit("0::/user.slice/job\n", read), 8ULL << 30);
+  files["/sys/fs/cgroup/user.slice/job/memory.max"] = "2147483648\n";
+  EXPECT_EQ(CgroupMemoryLimit("0::/user.slice/job\n", read), 2ULL << 30);
+  // A container: its own cgroup is the root of its namespace.
+  files = {{"/sys/fs/cgroup/memory.max", "1073741824\n"}};
+  EXPECT_EQ(CgroupMemoryLimit("0::/\n", read), 1ULL << 30);
+  // v1, memory alone or among other controllers; v1's "unlimited".
+  const std::string v1 = "5:cpu,cpuacct:/\n4:memory:/docker/abc\n0::/\n";
+  files = {{"/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "536870912\n"},
+           {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"}};
+  EXPECT_EQ(CgroupMemoryLimit(v1, read), 512ULL << 20);
+  EXPECT_EQ(CgroupMemoryLimit("4:blkio,memory:/docker/abc\n", read), 512ULL << 20);
+  files.erase("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes");
+  EXPECT_EQ(CgroupMemoryLimit(v1, read), std::nullopt);
+  // No cgroup, nothing readable, or nonsense: no limit.
+  EXPECT_EQ(CgroupMemoryLimit("", read), std::nullopt);
+  EXPECT_EQ(CgroupMemoryLimit("garbage\n1:name=systemd:/x\n", read), std::nullopt);
+  files = {{"/sys/fs/cgroup/a/memory.max", "lots\n"}};
+  EXPECT_EQ(CgroupMemoryLimit("0::/a\n", read), std::nullopt);
+
+  EXPECT_EQ(DefaultRamCache(24ULL << 30, std::nullopt), 6ULL << 30);
+  EXPECT_EQ(DefaultRamCache(24ULL << 30, 2ULL << 30), 512ULL << 20);
+  EXPECT_EQ(DefaultRamCache(24ULL << 30, 64ULL << 30), 6ULL << 30);
+}
+
+TEST(OptionsTest, DefaultDiskCache) {
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_EQ(o.disk_cache, 0u);  // sized at mount
+  // 256 x 341 x 3 bytes, plus 1/8.
+  EXPECT_EQ(DecodedSampleEstimate(256), uint64_t{256} * 256 * 4 / 3 * 3 * 9 / 8);
+  EXPECT_EQ(DecodedSampleEstimate(0), 1u << 20);
+  const uint64_t set = 10000 * DecodedSampleEstimate(256);
+  DiskCacheSizing d = DefaultDiskCache(10000, 256, 1ULL << 40);  // room to spare
+  EXPECT_EQ(d.budget, set);
+  EXPECT_EQ(d.decoded_estimate, set);
+  d = DefaultDiskCache(10000, 256, 1ULL << 30);  // 80% of the room
+  EXPECT_EQ(d.budget, (1ULL << 30) / 10 * 8);
+  EXPECT_EQ(d.decoded_estimate, set);
+  d = DefaultDiskCache(10, 64, 1ULL << 40);  // a floor for tiny sets
+  EXPECT_EQ(d.budget, 64ULL << 20);
+  d = DefaultDiskCache(10, 64, 10ULL << 20);  // but never past the room
+  EXPECT_EQ(d.budget, (10ULL << 20) / 10 * 8);
+  EXPECT_EQ(DefaultDiskCache(10, 64, 0).budget, 1u << 20);
 }
 
 // Each bad value is a one-line InvalidArgument that names the option.
