@@ -1,4 +1,4 @@
-// Job specs as users write them to /jobs/<id>/spec (DESIGN.md 2.3). Besides
+// Job specs as users write them to /jobs/<id>/spec (docs/design.md 2.3). Besides
 // crashes and UB, checks that a parsed spec stays within its bounds and that
 // what the spec file shows parses back to the same spec.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What keeping jobs across restarts costs the read path (DESIGN.md 2.7).
+"""What keeping jobs across restarts costs the read path (docs/design.md 2.7).
 
 With a cache_dir the daemon writes the ids of every read reply to its job
 store (RocksDB, WAL, no fsync) before the reply leaves. This reads epochs of

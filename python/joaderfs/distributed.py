@@ -2,7 +2,7 @@
 or JAX's process index (``jax_rank``).
 
 A job with ``ranks=W`` has one stream file per rank, ``next.0`` ...
-``next.<W-1>`` (DESIGN.md 2.6).  In a torch.distributed program each
+``next.<W-1>`` (docs/design.md 2.6).  In a torch.distributed program each
 process reads the stream of its own rank: ``default_rank`` returns it when a
 process group exists and the caller gave none.  Imports torch only if it is
 already imported (a program without it has no process group).

@@ -1,4 +1,4 @@
-"""Exact mid-epoch resume (DESIGN.md 2.7): what the training process has
+"""Exact mid-epoch resume (docs/design.md 2.7): what the training process has
 received, as a ``state_dict`` for its checkpoints, and the ``resume`` file::
 
     import os

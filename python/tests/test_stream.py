@@ -21,7 +21,7 @@ def make_record(sample_id: int, label: int, image: np.ndarray,
                 header_size: int = 64, dtype: int = 1,
                 channels: int | None = None,
                 payload_bytes: int | None = None) -> bytes:
-    """One record as the daemon writes it (DESIGN.md 2.4), fields overridable
+    """One record as the daemon writes it (docs/design.md 2.4), fields overridable
     to build malformed ones."""
     height, width = image.shape[:2]
     payload = image.tobytes()

@@ -1,4 +1,4 @@
-// One daemon per cache_dir (DESIGN.md 2.1). The daemon holds a POSIX record
+// One daemon per cache_dir (docs/design.md 2.1). The daemon holds a POSIX record
 // lock on cache_dir/joaderfs.lock for as long as it runs, and writes its pid
 // there for people. The kernel drops the lock when the process ends, however
 // it ends, so a crashed daemon never blocks the next one.

@@ -8,7 +8,7 @@
 // everything that can fail with a user error before mounting (a one-line
 // message on the caller's stderr and exit status 1), and only then detaches
 // from the terminal and the caller's session. So daemonized and -f run the
-// same code with the same threads (DESIGN.md 2.1).
+// same code with the same threads (docs/design.md 2.1).
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -255,7 +255,7 @@ int Run(int argc, char** argv) {
   jo.base = o.base;
   jo.seed = o.seed;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
-  // Jobs survive restarts in the cache_dir (DESIGN.md 2.7); a damaged store
+  // Jobs survive restarts in the cache_dir (docs/design.md 2.7); a damaged store
   // is left as it is and not used.
   std::unique_ptr<JobStore> job_store;
   std::vector<StoredJob> stored_jobs;

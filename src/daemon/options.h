@@ -1,4 +1,4 @@
-// The daemon's command line (DESIGN.md 2.1): `joaderfs [options] SOURCE
+// The daemon's command line (docs/design.md 2.1): `joaderfs [options] SOURCE
 // MOUNTPOINT` with `-o key=value,...` so that fstab and autofs work. Our
 // keys are taken out; the rest (allow_other, -d, ...) is left for libfuse.
 

@@ -1,4 +1,4 @@
-// The FUSE front end: the tree of DESIGN.md 2.2 over the low-level API.
+// The FUSE front end: the tree of docs/design.md 2.2 over the low-level API.
 //
 //   /README  /stats  /dataset/{info,manifest}
 //   /jobs/<id>/{spec,ids,next,status,resume,error}, or next.0 ... next.<W-1>

@@ -1,6 +1,6 @@
 // The small files of the tree, rendered from snapshots: /README,
 // /dataset/info, /dataset/manifest, /stats and /jobs/<id>/status
-// (DESIGN.md 2.2, 2.5). JSON through nlohmann-json, keys in a fixed order.
+// (docs/design.md 2.2, 2.5). JSON through nlohmann-json, keys in a fixed order.
 //
 // Pure functions of their arguments; no FUSE, so tests render without a
 // mount.

@@ -134,7 +134,7 @@ class JobManager {
   // Busy or Permission as SetSpec would fail, else Ok.
   Status CheckWritable(const std::string& name, uint32_t uid) const;
 
-  // Sets the rest of an epoch (DESIGN.md 2.7): `text` is `epoch=E`, an
+  // Sets the rest of an epoch (docs/design.md 2.7): `text` is `epoch=E`, an
   // optional `rank=R`, then the ids consumed (the ids file's syntax). The
   // streams named (rank R, else all) next deliver exactly the rest of epoch
   // E, then go on to E+1. Writes with the same E before the epoch is read

@@ -1,5 +1,5 @@
 // JobManager driven without FUSE over a small dataset of real JPEGs: the
-// stream contract of DESIGN.md 2.4, job rules of 2.2/2.3 and the status
+// stream contract of docs/design.md 2.4, job rules of 2.2/2.3 and the status
 // fields, with the loader pool gated where a test needs reads to wait.
 
 #include "jobs/job_manager.h"
@@ -70,7 +70,7 @@ struct Record {
 };
 
 // Splits a reader's bytes into records, checking each is well formed
-// (DESIGN.md 2.4): a v1 header, flags 0, 3 channels of uint8, reserved 0,
+// (docs/design.md 2.4): a v1 header, flags 0, 3 channels of uint8, reserved 0,
 // payload, zero padding to 64.
 std::vector<Record> ParseRecords(const std::string& bytes) {
   std::vector<Record> out;
@@ -1071,7 +1071,7 @@ Status WriteControl(JobManager* jobs, ControlFile::Kind kind, const std::string&
   return s.ok() ? flushed : s;
 }
 
-// DESIGN.md 2.5: a rejected write leaves its reason in the job's error
+// docs/design.md 2.5: a rejected write leaves its reason in the job's error
 // file and status, until a good write to the same file.
 TEST_F(JobManagerTest, RejectedControlWritesLeaveTheirReasonUntilAGoodWrite) {
   Build();

@@ -1,5 +1,5 @@
 // JobStore: the jobs of a mount kept in RocksDB in the cache_dir, so that
-// they survive a restart of the daemon, clean or kill -9 (DESIGN.md 2.7).
+// they survive a restart of the daemon, clean or kill -9 (docs/design.md 2.7).
 //
 // Per job it keeps the owner, the spec text (and the ids of an ids-file
 // subset), whether the spec is fixed, and per stream (`next`, or each rank's

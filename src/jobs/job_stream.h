@@ -29,7 +29,7 @@ class JobStream {
  public:
   // `epoch_size`: positions per epoch (the subset's size, > 0); `window`:
   // the RINAS window (>= 1); `first_epoch`: the number of the first epoch
-  // (a resumed job's, DESIGN.md 2.7).
+  // (a resumed job's, docs/design.md 2.7).
   JobStream(uint64_t epoch_size, uint64_t window, uint64_t first_epoch = 0);
 
   // A sample ready to hand to a reader.

@@ -1,4 +1,4 @@
-// The split of one epoch of a data-parallel job among its ranks (DESIGN.md
+// The split of one epoch of a data-parallel job among its ranks (docs/design.md
 // 2.6): which rank gets which sample.
 //
 // The subset is ordered by a keyed hash of (epoch, id) whose key is a

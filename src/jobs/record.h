@@ -1,4 +1,4 @@
-// Record v1 of the sample stream (DESIGN.md 2.4, joaderfs-stream(5)): a
+// Record v1 of the sample stream (docs/design.md 2.4, joaderfs-stream(5)): a
 // 64-byte little-endian header, the HWC uint8 payload, zero padding to a
 // multiple of 64 bytes.
 
@@ -12,7 +12,7 @@
 namespace joaderfs {
 
 // The last epoch a record can name: its header's epoch field has 32 bits.
-// Specs and resume writes are held to it (DESIGN.md 2.4).
+// Specs and resume writes are held to it (docs/design.md 2.4).
 inline constexpr uint64_t kMaxRecordEpoch = 0xffffffffu;
 
 inline constexpr size_t kRecordHeaderSize = 64;

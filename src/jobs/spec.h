@@ -1,4 +1,4 @@
-// The job spec of DESIGN.md 2.3: which samples a job reads, at what size
+// The job spec of docs/design.md 2.3: which samples a job reads, at what size
 // and with which crop and flip, for how many epochs, and how far delivery
 // may reorder them.
 
@@ -33,7 +33,7 @@ struct JobSpec {
   uint32_t size = 224;  // 0 keeps the original size
   uint64_t epochs = 0;  // 0 = unlimited
   uint32_t window = 64;
-  // Data-parallel ranks (DESIGN.md 2.6): 0 = none (the job reads `next`),
+  // Data-parallel ranks (docs/design.md 2.6): 0 = none (the job reads `next`),
   // else files next.0 ... next.<ranks-1>.
   uint32_t ranks = 0;
   bool drop_last = false;

@@ -1,4 +1,4 @@
-// Per-job augmentation of a shared base image (DESIGN.md 2.3): every job
+// Per-job augmentation of a shared base image (docs/design.md 2.3): every job
 // receives its own crop, resize and flip of the one image the cache decoded
 // at the mount's `base` resolution, so jobs share the decode whatever their
 // size, crop and flip.

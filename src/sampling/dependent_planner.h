@@ -3,7 +3,7 @@
 //
 // State. For every job j the planner keeps R_j, the ids j still needs in its
 // current epoch, as a roaring bitmap, plus |R_j ∩ R_k| for every pair of
-// jobs. This is the partition of DESIGN.md 3.1 seen column-wise: the mask of
+// jobs. This is the partition of docs/design.md 3.1 seen column-wise: the mask of
 // an id is {j : id ∈ R_j}, its RefCnt is the mask's popcount, and "job j
 // takes e" (mask M -> M \ {j}) is "remove e from R_j". The parts are not
 // materialised because jobs with random subsets make up to min(2^n, N) of
@@ -44,7 +44,7 @@
 // probability |R_1| / |R_n|, again the optimum. With arbitrary overlaps each
 // participant matches its best-overlapping predecessor optimally.
 //
-// Coupling across rounds (DESIGN.md 3.1). Rounds alone make sharing depend
+// Coupling across rounds (docs/design.md 3.1). Rounds alone make sharing depend
 // on timing: a job that plans a pick alone (its reader was a moment faster)
 // takes an id its twin draws at some random later time, long after
 // eviction, and their remaining sets drift apart. So a participant may

@@ -1,4 +1,4 @@
-// Locality of dependent sampling (property P3 of DESIGN.md 3.1): how often
+// Locality of dependent sampling (property P3 of docs/design.md 3.1): how often
 // jobs pick the same id in a round, against the paper's optimum.
 
 #include "sampling/dependent_planner.h"

@@ -1,5 +1,5 @@
 // Uniformity of every job's order under dependent sampling (properties P2 and
-// P4 of DESIGN.md 3.1), with the DPFlow test (papers/DPFLOW-NOTES.md).
+// P4 of docs/design.md 3.1), with the DPFlow test (docs/planner.md).
 //
 // Per-position test: for each position of a job's order, the counts of the
 // ids seen there over E epochs must fit the uniform distribution (Pearson
@@ -217,7 +217,7 @@ TEST(DependentPlannerRandomness, FourRandomJobsWithJitterAtSpeedsOneToFour) {
   ExpectUniformOrders(jobs, 23, /*jitter=*/true);
 }
 
-// Data-parallel ranks (DESIGN.md 2.6): each rank is a participant whose
+// Data-parallel ranks (docs/design.md 2.6): each rank is a participant whose
 // subset is a new shard every epoch (StartEpoch with a subset). Two jobs of
 // two ranks each get the same shards (as the daemon gives jobs with the same
 // W), a third job reads all ids, every job at a jittered pace. Each rank's

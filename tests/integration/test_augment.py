@@ -1,4 +1,4 @@
-"""Per-job augmentation on shared decodes (DESIGN.md 2.3, 2.4): crop=,
+"""Per-job augmentation on shared decodes (docs/design.md 2.3, 2.4): crop=,
 flip= and seed= checked against torchvision, record flags and crop boxes,
 and one decode per image for jobs of different size, crop and flip.
 

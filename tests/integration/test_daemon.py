@@ -1,5 +1,5 @@
 """The daemon's life: start-up errors, fstab mounts, unmount and signals,
-bad samples, interrupted reads (DESIGN.md 2.1, 2.4)."""
+bad samples, interrupted reads (docs/design.md 2.1, 2.4)."""
 
 import json
 import os
@@ -369,7 +369,7 @@ class DaemonizedDiskTierTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(stats["disk_hits"], n, stats)
 
     def test_second_daemon_on_the_cache_dir_exits_1(self):
-        """One daemon per cache_dir (DESIGN.md 2.1), whatever its SOURCE:
+        """One daemon per cache_dir (docs/design.md 2.1), whatever its SOURCE:
         they would share one disk budget."""
         cache = self.tempdir()
         first = self.disk_mount(cache)

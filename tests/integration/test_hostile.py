@@ -1,4 +1,4 @@
-"""Hostile and unlucky users of one shared mount (issue 9, DESIGN.md 2.2).
+"""Hostile and unlucky users of one shared mount (issue 9, docs/design.md 2.2).
 
 Every mount is daemonized with allow_other; the other user is uid 65534,
 run through `setpriv`, and does what the issue's probes did: huge sizes read

@@ -1,5 +1,5 @@
 """Jobs: /jobs mkdir/rmdir rules, spec and ids, subsets, status, /stats,
-/README (DESIGN.md 2.2, 2.3, 2.5)."""
+/README (docs/design.md 2.2, 2.3, 2.5)."""
 
 import errno
 import json
@@ -381,7 +381,7 @@ print(json.dumps(out))
             self.assertIn(word, text)
 
     def test_readme_lists_every_spec_key(self):
-        """/README names each key the spec takes (DESIGN.md 2.3), and the
+        """/README names each key the spec takes (docs/design.md 2.3), and the
         values it shows are taken."""
         m = self.mount(self.source)
         text = m.read_text("README")

@@ -1,5 +1,5 @@
 """Issue 11, parts 2-3: data-parallel ranks, resume, jobs that survive a
-restart of the daemon (DESIGN.md 2.6, 2.7), checked from outside.
+restart of the daemon (docs/design.md 2.6, 2.7), checked from outside.
 
 - ranks=W for W = 1..8 over a subset of 23 samples (divisible by none of
   them but 1), drop_last both ways, two readers on every rank: each rank

@@ -128,7 +128,7 @@ def load_json(path):
 class TorchRanksTest(DatasetMixin, JoaderTestCase):
     # Enough samples that a DataLoader's second worker opens its stream
     # before the first has emptied the epoch (a later open would start the
-    # next epoch, DESIGN.md 2.4).
+    # next epoch, docs/design.md 2.4).
     LAYOUT = {"c%d" % c: ["i%02d.jpg" % i for i in range(30)] for c in range(4)}
 
     def run_python(self, script, args, timeout=240):

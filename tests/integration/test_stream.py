@@ -1,5 +1,5 @@
 """The sample stream /jobs/<id>/next: record format, delivery, pixels,
-epochs (DESIGN.md 2.1, 2.2, 2.4)."""
+epochs (docs/design.md 2.1, 2.2, 2.4)."""
 
 import collections
 import errno

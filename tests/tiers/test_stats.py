@@ -26,7 +26,7 @@ RAM_SAMPLES = 10             # ram_cache holds 10 of the 60 samples
 DISK_SAMPLES = 30            # disk_cache holds 30
 READ_DELAY = 0.02            # seconds per record
 # What planned-but-undelivered (pinned) samples may add to the RAM budget:
-# DESIGN.md 3 says that when pinned samples fill the budget, jobs plan only
+# docs/design.md 3 says that when pinned samples fill the budget, jobs plan only
 # "a minimum ahead (enough to keep the decode threads busy)". Allowed here:
 # 8 samples per decode thread per job (twice the daemon's own minimum).
 PIN_ALLOWANCE = JOBS * 8 * THREADS * PIXELS

@@ -1,4 +1,4 @@
-"""Issue 4, test 4: window reordering (DESIGN.md 2.3 `window`).
+"""Issue 4, test 4: window reordering (docs/design.md 2.3 `window`).
 
 A dataset of 60 small JPEGs and one 6000x6000 JPEG that is costly to
 decode. The job's order is fixed by the seed ("same seed + same job
