@@ -145,6 +145,13 @@ std::string RenderReadme(const Catalog& catalog) {
          "size, sample id, label, epoch, flags, height, width, channels, dtype (1 = uint8),\n"
          "payload bytes - then HWC RGB uint8 pixels, zero-padded to a multiple of 64 bytes.\n"
          "\n"
+         "A rejected write to spec, ids or resume fails with EINVAL; jobs/<id>/error says why\n"
+         "(empty when the last write was good).\n"
+         "\n"
+         "SOURCE may also be a folder of WebDataset shards (*.tar): a sample is a key with a\n"
+         "jpg/jpeg/png/webp member, labelled by key.cls or the label_key field of key.json\n"
+         "(else -1); its path in dataset/manifest is <shard>.tar/<member>.\n"
+         "\n"
          "Other files: stats (JSON counters), dataset/info, dataset/manifest (id, label, path),\n"
          "jobs/<id>/status (JSON). See joaderfs(8).\n";
 }

@@ -143,7 +143,7 @@ class TarSourceTest(JoaderTestCase):
             import webdataset as wds
         except ImportError:
             self.skipTest("the webdataset package is not installed "
-                          "(scripts/setup.sh installs webdataset==1.0.2)")
+                          "(scripts/setup.sh installs webdataset==1.0.2 in .venv-test)")
         urls = [os.path.join(self.shards, "shard-%03d.tar" % k)
                 for k in range(SHARDS)]
         theirs = {}
