@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/parse.h"
 #include "cache/budget.h"
+#include "common/parse.h"
 
 namespace joaderfs {
 namespace {
