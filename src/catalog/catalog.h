@@ -46,8 +46,6 @@
 
 namespace joaderfs {
 
-using SampleId = uint32_t;
-
 // What the ImageFolder walk left out, by cause, beside special_files().
 struct ScanSkips {
   uint64_t link_loops = 0;    // symlinks that loop (ELOOP), not named as images

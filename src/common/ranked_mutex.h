@@ -4,7 +4,7 @@
 // with both ranks named, in every build, instead of deadlocking rarely: the
 // check is a thread-local array lookup.
 //
-// The order follows the data path downwards (docs/design.md 3, STYLE.md): the
+// The order follows the data path downwards (docs/design.md 3): the
 // job manager may call the RAM tier, the RAM tier the disk tier, any of
 // them the planning groups, and the planning groups nothing.
 //

@@ -479,8 +479,9 @@ uint64_t CacheDirRoom(const std::string& dir) {
 std::string UsageText(const char* program) {
   return std::string("usage: ") + program + " [options] SOURCE MOUNTPOINT\n" +
          R"(
-SOURCE is an ImageFolder tree (SOURCE/<class>/<image>) or a manifest file
-(relpath<TAB>label lines). Jobs read MOUNTPOINT/jobs/<id>/next; see
+SOURCE is an ImageFolder tree (SOURCE/<class>/<image>), a manifest file
+(relpath<TAB>label lines) or a folder of WebDataset shards (SOURCE/*.tar:
+key.jpg with key.cls or key.json). Jobs read MOUNTPOINT/jobs/<id>/next; see
 MOUNTPOINT/README and joaderfs(8).
 
 options:
