@@ -116,19 +116,17 @@ def train(args) -> None:
     mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
 
-    pairs = []  # (epoch, id) of every joaderfs sample trained on
-
     def batches():
+        """(epoch, images, labels, ids or None) until the steps are done."""
         epoch = 0
-        while True:  # epochs follow each other until the steps are done
+        while True:
             if loader is None:
-                yield batch
+                yield epoch, *batch, None
             else:
                 for images, labels, *ids in loader:
-                    if ids:
-                        pairs.extend((epoch, i) for i in ids[0].tolist())
-                    yield (images.to(device, non_blocking=True),
-                           labels.to(device, non_blocking=True))
+                    yield (epoch, images.to(device, non_blocking=True),
+                           labels.to(device, non_blocking=True),
+                           ids[0] if ids else None)
                 epoch += 1
 
     print("ready", flush=True)
@@ -136,9 +134,13 @@ def train(args) -> None:
     go = time.monotonic()
     times = []
     images_done = 0
-    for step, (images, labels) in enumerate(batches()):
+    images_all = 0
+    pairs = []  # (epoch, id) of every joaderfs sample trained on
+    for step, (epoch, images, labels, ids) in enumerate(batches()):
         if step == args.steps:
             break
+        if ids is not None:
+            pairs.extend((epoch, i) for i in ids.tolist())
         x = ((images.float() - mean) / std).contiguous(
             memory_format=torch.channels_last)
         loss = torch.nn.functional.cross_entropy(model(x), labels)
@@ -148,12 +150,13 @@ def train(args) -> None:
         if on_gpu:
             torch.cuda.synchronize()
         times.append(time.monotonic())
+        images_all += len(labels)
         if step >= args.warmup:
             images_done += len(labels)
     measured = times[args.warmup:]
     span = measured[-1] - times[args.warmup - 1] if len(measured) else 0.0
     print(json.dumps({"system": args.system, "go": go,
-                      "images_all": args.steps * args.batch,
+                      "images_all": images_all,
                       "end": times[-1] if times else 0.0,
                       "images_per_s": images_done / span if span else 0.0,
                       "pairs": pairs, "loss": float(loss)}), flush=True)
