@@ -39,7 +39,9 @@ The aggregate is all jobs' images over the span from the barrier's release
 user's wall clock sees it; a sum of per-job rates is not an aggregate.  Each
 job's own images/s leave out its first --warmup steps (start-up, cuDNN
 autotuning).  "decodes per distinct" is /stats `decoded` over the distinct
-(epoch, id) pairs the jobs consumed.
+(epoch, id) pairs the jobs trained on; the daemon's and the loaders'
+read-ahead is decoded but not trained on, so a run of a few steps shows
+well above 1 (use steps covering epochs to compare it).
 """
 
 from __future__ import annotations

@@ -13,8 +13,12 @@ fake GPU has two modes:
         the jobs reach over a Unix socket; the GPU goes to the job that asked
         first (jobs take turns, so they stay close to each other)
   lock  a plain lock (flock(2) on one file): whichever waiting process the OS
-        wakes runs next; the job that just released it often takes it again,
-        so identical jobs drift apart, as processes time-sliced by a real GPU
+        wakes runs next; the job that just released it may take it again,
+        so identical jobs can drift apart, as processes time-sliced by a real
+        GPU do
+  own   no sharing: each job has a GPU of its own (a plain sleep per step),
+        so jobs of different step times run at their own paces and drift
+        apart for good
 
 Each job has its own step time (--step-ms 180,360 models two models at 1:2).
 All jobs start together at a barrier (each prints "ready", then waits for
@@ -26,7 +30,8 @@ The table (one row per mode, then per job):
 
   ceiling    images/s with the GPU never idle: all jobs' images over the GPU
              time their steps take (sum over jobs of batches x step time);
-             for equal steps this is batch / step
+             for equal steps this is batch / step.  In `own` mode, all
+             jobs' images over the longest job's GPU time
   aggregate  all jobs' images over the span from the first job's start to
              the last one's end, and its fraction of the ceiling
   job rates  each job's images over its own span; "alone" is its batch /
@@ -112,6 +117,8 @@ class GpuClient:
 
     def __init__(self, mode: str, path: str) -> None:
         self.mode = mode
+        if mode == "own":
+            return
         if mode == "fifo":
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.connect(path)
@@ -125,6 +132,8 @@ class GpuClient:
                 raise RuntimeError("fake GPU server went away")
             time.sleep(seconds)
             self.sock.sendall(b"r")
+        elif self.mode == "own":
+            time.sleep(seconds)
         else:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             time.sleep(seconds)
@@ -237,15 +246,17 @@ def run_case(args, source: str, decoded_set: int, mode: str, steps: list[float],
             if server:
                 server.close()
     pairs = set()
-    gpu_seconds = 0.0
+    gpu_seconds = []  # each job's
     for r, step in zip(results, steps):
+        gpu_seconds.append(0.0)
         for epoch, ids in enumerate(r["ids"]):
             pairs.update((epoch, i) for i in ids)
-            gpu_seconds += -(-len(ids) // args.batch) * step / 1000.0
+            gpu_seconds[-1] += -(-len(ids) // args.batch) * step / 1000.0
+    busy = max(gpu_seconds) if mode == "own" else sum(gpu_seconds)
     images = sum(r["images"] for r in results)
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     return {
-        "mode": mode, "ram": ram, "ceiling": images / gpu_seconds,
+        "mode": mode, "ram": ram, "ceiling": images / busy,
         "aggregate": images / span,
         "jobs": [r["images"] / (r["end"] - r["start"]) for r in results],
         "alone": [args.batch * 1000.0 / s for s in steps],
@@ -259,7 +270,8 @@ def main() -> None:
     p.add_argument("--images", type=int, default=10000,
                    help="generated images (cached under build/bench-data)")
     p.add_argument("--data", help="an ImageFolder to use instead")
-    p.add_argument("--modes", default="lock,fifo", help="fake GPU modes: lock, fifo")
+    p.add_argument("--modes", default="lock,fifo",
+                   help="fake GPU modes: lock, fifo (one shared GPU), own (one per job)")
     p.add_argument("--step-ms", default="180,180,180,180",
                    help="one step time per job, in ms (e.g. 180,360 for 1:2)")
     p.add_argument("--ram-frac", default="0.1",
@@ -286,8 +298,8 @@ def main() -> None:
         job_main(args)
         return
     for mode in args.modes.split(","):
-        if mode not in ("lock", "fifo"):
-            p.error(f"unknown mode {mode!r} (lock, fifo)")
+        if mode not in ("lock", "fifo", "own"):
+            p.error(f"unknown mode {mode!r} (lock, fifo, own)")
     steps = [float(s) for s in args.step_ms.split(",")]
     source = os.path.abspath(args.data) if args.data else dataset(args.images)
     images = sum(len(files) for _, _, files in os.walk(source))
