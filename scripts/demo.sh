@@ -16,6 +16,8 @@ if [[ ${1:-} != --no-setup ]]; then
 fi
 
 build=${BUILD_DIR:-$repo/build}
+# The jobs use the client of this checkout, installed or not.
+export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
 joaderfs=$build/joaderfs
 gendata=$build/joaderfs-gendata
 for binary in "$joaderfs" "$gendata"; do

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-# The client of this checkout (python/joaderfs), installed or not.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-import joaderfs  # noqa: E402
+import joaderfs  # this checkout's python/ (demo.sh sets PYTHONPATH)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -27,7 +24,8 @@ def run(args: argparse.Namespace) -> None:
     job = joaderfs.make_job(args.mount, args.job_id, args.spec)
     # Whole batches read by the dataset; the DataLoader only runs workers.
     loader = DataLoader(joaderfs.JobDataset(job, batch_size=args.batch),
-                        batch_size=None, num_workers=args.workers)
+                        batch_size=None, num_workers=args.workers,
+                        persistent_workers=True)
     start = time.monotonic()
     ids: list[int] = []
     for images, _labels, batch_ids in loader:
