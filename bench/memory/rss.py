@@ -19,19 +19,11 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 import harness
+from harness import rss_bytes
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 MIB = 1 << 20
-
-
-def rss(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 class Peak(threading.Thread):
@@ -39,12 +31,12 @@ class Peak(threading.Thread):
 
     def __init__(self, pid):
         super().__init__(daemon=True)
-        self.pid, self.peak, self._done = pid, rss(pid), threading.Event()
+        self.pid, self.peak, self._done = pid, rss_bytes(pid), threading.Event()
         self.start()
 
     def run(self):
         while not self._done.wait(0.02):
-            self.peak = max(self.peak, rss(self.pid))
+            self.peak = max(self.peak, rss_bytes(self.pid))
 
     def stop(self):
         self._done.set()
@@ -55,14 +47,15 @@ class Peak(threading.Thread):
 def settle(pid, seconds=3.0):
     """RSS once the daemon has had `seconds` to give memory back."""
     time.sleep(seconds)
-    return rss(pid)
+    return rss_bytes(pid)
 
 
-def nobody(script, mnt):
-    r = subprocess.run(NOBODY + [sys.executable, "-c", script, mnt],
+def nobody(attack, mnt):
+    """Runs one of bench.memory.attacks as uid 65534."""
+    r = subprocess.run(NOBODY + [sys.executable, "-m", "bench.memory.attacks", attack, mnt],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
-        raise AssertionError("uid 65534's script failed: %s" % r.stderr)
+        raise AssertionError("uid 65534's %s failed: %s" % (attack, r.stderr))
 
 
 def mount(binary, source, workdir, options):
@@ -80,17 +73,7 @@ def case_ranks(binary, source, tmp):
     try:
         pid = m.proc.pid
         before, peak = settle(pid, 1), Peak(pid)
-        nobody(r"""
-import os, sys
-jobs = os.path.join(sys.argv[1], "jobs")
-for i in range(200):
-    os.mkdir(os.path.join(jobs, "r%d" % i))
-    fd = os.open(os.path.join(jobs, "r%d" % i, "spec"), os.O_WRONLY | os.O_TRUNC)
-    os.write(fd, b"ranks=4096")
-    os.close(fd)
-for i in range(200):
-    os.rmdir(os.path.join(jobs, "r%d" % i))
-""", m.mnt)
+        nobody("ranked-jobs", m.mnt)
         return before, peak.stop(), settle(pid)
     finally:
         m.unmount()
@@ -104,17 +87,7 @@ def case_readers(binary, source, tmp):
     try:
         pid = m.proc.pid
         before, peak = settle(pid, 1), Peak(pid)
-        nobody(r"""
-import os, sys
-job = os.path.join(sys.argv[1], "jobs", "big")
-os.mkdir(job)
-fds = [os.open(os.path.join(job, "next"), os.O_RDONLY) for _ in range(300)]
-for fd in fds:
-    os.read(fd, 1)
-for fd in fds:
-    os.close(fd)
-os.rmdir(job)
-""", m.mnt)
+        nobody("huge-readers", m.mnt)
         return before, peak.stop(), settle(pid)
     finally:
         m.unmount()

@@ -36,7 +36,7 @@ from .datasets import (DEFAULT_LAYOUT, SIZES, TEXTURE_CLASSES, _image,
                        imagefolder_order, make_dataset, make_imagefolder,
                        make_textures, reference_pixels, rewrite_image,
                        small_layout, texture_image)
-from .procfs import (CLK_TCK, MemoryMonitor, group_alive, proc_cpu,
+from .procfs import (CLK_TCK, MemoryMonitor, group_alive, proc_cpu, rss_bytes,
                      proc_stat_fields, proc_status_kib)
 from .records import (EPOCH_TIMEOUT, HEADER, MAGIC, RECORD, PacedReader,
                       Record, StreamError, digests, ids_of, parse_records,

@@ -35,6 +35,14 @@ def proc_status_kib(pid, key):
     return None
 
 
+def rss_bytes(pid):
+    """The resident set of a live process, in bytes."""
+    kib = proc_status_kib(pid, "VmRSS")
+    if kib is None:
+        raise AssertionError("no VmRSS for %s" % pid)
+    return kib * 1024
+
+
 def all_stat_fields():
     """(pid, stat_fields) of every process still there when read."""
     for name in os.listdir("/proc"):

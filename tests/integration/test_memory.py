@@ -16,17 +16,9 @@ import subprocess
 import time
 import unittest
 
-from harness import BIN, DatasetMixin, JoaderTestCase, wait_for
+from harness import BIN, DatasetMixin, JoaderTestCase, rss_bytes, wait_for
 
 MIB = 1 << 20
-
-
-def rss(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS for %d" % pid)
 
 
 def decoded_estimate(base):
@@ -61,17 +53,17 @@ class MemoryTest(DatasetMixin, JoaderTestCase):
         m = self.mount(self.source)
         pid = m.proc.pid
         time.sleep(1.5)
-        before = rss(pid)
+        before = rss_bytes(pid)
         for i in range(100):
             m.mkjob("r%d" % i, spec="ranks=4096")
-        grown = rss(pid)
+        grown = rss_bytes(pid)
         self.assertGreater(grown - before, 128 * MIB,
                            "the jobs took too little memory to tell")
         for i in range(100):
             os.rmdir(m.path("jobs", "r%d" % i))
-        returned = wait_for(lambda: rss(pid) < before + (grown - before) // 2,
+        returned = wait_for(lambda: rss_bytes(pid) < before + (grown - before) // 2,
                             10.0)
-        after = rss(pid)
+        after = rss_bytes(pid)
         self.assertTrue(returned, "RSS %d MiB before, %d MiB with the jobs, "
                         "%d MiB 10 s after removing them"
                         % (before // MIB, grown // MIB, after // MIB))
