@@ -4,6 +4,7 @@ digests of the pixels.  The header layout is the client's own
 (joaderfs.stream.HEADER)."""
 
 import hashlib
+import itertools
 import os
 import threading
 import time
@@ -80,15 +81,17 @@ def record_size(payload_bytes):
     return 64 + (payload_bytes + 63) // 64 * 64
 
 
-def read_exact(fd, nbytes, timeout=EPOCH_TIMEOUT):
-    """Reads exactly nbytes (or up to EOF) from a stream fd in a thread."""
+def _read_in_thread(fd, more, timeout, stuck):
+    """Reads fd in a thread while more(bytes so far) gives a read size (0:
+    stop), up to EOF; raises AssertionError(stuck) past `timeout`, or the
+    read's own OSError."""
     box = {}
 
     def run():
         buf = bytearray()
         try:
-            while len(buf) < nbytes:
-                chunk = os.read(fd, nbytes - len(buf))
+            while (n := more(buf)) > 0:
+                chunk = os.read(fd, n)
                 if not chunk:
                     break
                 buf += chunk
@@ -100,39 +103,24 @@ def read_exact(fd, nbytes, timeout=EPOCH_TIMEOUT):
     t.start()
     t.join(timeout)
     if t.is_alive():
-        raise AssertionError("read of %d bytes still blocked after %.0fs"
-                             % (nbytes, timeout))
+        raise AssertionError(stuck)
     if "error" in box:
         raise box["error"]
     return box["data"]
+
+
+def read_exact(fd, nbytes, timeout=EPOCH_TIMEOUT):
+    """Reads exactly nbytes (or up to EOF) from a stream fd in a thread."""
+    return _read_in_thread(fd, lambda buf: nbytes - len(buf), timeout,
+                           "read of %d bytes still blocked after %.0fs"
+                           % (nbytes, timeout))
 
 
 def read_to_eof(fd, sizes=(1 << 20,), timeout=EPOCH_TIMEOUT):
     """Reads fd until EOF with read() sizes cycling through `sizes`."""
-    box = {}
-
-    def run():
-        buf = bytearray()
-        k = 0
-        try:
-            while True:
-                chunk = os.read(fd, sizes[k % len(sizes)])
-                k += 1
-                if not chunk:
-                    break
-                buf += chunk
-        except OSError as e:
-            box["error"] = e
-        box["data"] = bytes(buf)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        raise AssertionError("no EOF after %.0fs" % timeout)
-    if "error" in box:
-        raise box["error"]
-    return box["data"]
+    reads = itertools.count()
+    return _read_in_thread(fd, lambda buf: sizes[next(reads) % len(sizes)],
+                           timeout, "no EOF after %.0fs" % timeout)
 
 
 class _Reader(threading.Thread):
