@@ -22,6 +22,8 @@ class Status {
     kInterrupted,  // a blocked read was interrupted
     kIOError,
     kCorruption,
+    kQuota,    // a per-user limit on jobs or streams (EDQUOT)
+    kTooMany,  // a per-user limit on open readers (EMFILE)
   };
 
   Status() = default;
@@ -35,6 +37,8 @@ class Status {
   static Status Interrupted() { return {Code::kInterrupted, "interrupted"}; }
   static Status IOError(std::string m) { return {Code::kIOError, std::move(m)}; }
   static Status Corruption(std::string m) { return {Code::kCorruption, std::move(m)}; }
+  static Status Quota(std::string m) { return {Code::kQuota, std::move(m)}; }
+  static Status TooMany(std::string m) { return {Code::kTooMany, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

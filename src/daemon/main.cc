@@ -255,6 +255,10 @@ int Run(int argc, char** argv) {
   jo.base = o.base;
   jo.seed = o.seed;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
+  jo.limits.max_jobs = o.max_jobs_per_user;
+  jo.limits.max_streams = o.max_streams_per_user;
+  jo.limits.max_readers = o.max_readers_per_user;
+  jo.limits.limit_root = o.limit_root;
   // Jobs survive restarts in the cache_dir (docs/design.md 2.7); a damaged store
   // is left as it is and not used.
   std::unique_ptr<JobStore> job_store;

@@ -39,6 +39,10 @@ enum Key {
   kIdleTimeout,
   kRetryFailed,
   kMaxPixels,
+  kMaxJobsPerUser,
+  kMaxStreamsPerUser,
+  kMaxReadersPerUser,
+  kLimitRoot,
   kLabelKey,
   kSampler,
   kLog,
@@ -61,6 +65,10 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
     FUSE_OPT_KEY("retry_failed=%s", kRetryFailed),
     FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
+    FUSE_OPT_KEY("max_jobs_per_user=%s", kMaxJobsPerUser),
+    FUSE_OPT_KEY("max_streams_per_user=%s", kMaxStreamsPerUser),
+    FUSE_OPT_KEY("max_readers_per_user=%s", kMaxReadersPerUser),
+    FUSE_OPT_KEY("limit_root=%s", kLimitRoot),
     FUSE_OPT_KEY("label_key=%s", kLabelKey),
     FUSE_OPT_KEY("sampler=%s", kSampler),
     FUSE_OPT_KEY("log=%s", kLog),
@@ -149,6 +157,20 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
       o.max_pixels = *number;
+      break;
+    case kMaxJobsPerUser:
+    case kMaxStreamsPerUser:
+    case kMaxReadersPerUser: {
+      if (!number || *number == 0 || *number > kMaxPerUserLimit) return bad("1-1048576");
+      const uint32_t limit = static_cast<uint32_t>(*number);
+      (key == kMaxJobsPerUser      ? o.max_jobs_per_user
+       : key == kMaxStreamsPerUser ? o.max_streams_per_user
+                                   : o.max_readers_per_user) = limit;
+      break;
+    }
+    case kLimitRoot:
+      if (value != "0" && value != "1") return bad("0 or 1");
+      o.limit_root = value == "1";
       break;
     case kLabelKey:
       // A member extension and a JSON key: no dot, no slash, short.
@@ -506,6 +528,14 @@ options:
                              mtime changes (default 30)
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
+    -o max_jobs_per_user=N   jobs one uid may have (default 64); past it
+                             mkdir fails with EDQUOT
+    -o max_streams_per_user=N  job streams (next, next.R) one uid may have
+                             (default 1024); past it a spec's ranks= fails
+                             with EDQUOT
+    -o max_readers_per_user=N  stream files one uid may have open (default
+                             256); past it open fails with EMFILE
+    -o limit_root=0|1        apply the per-user limits to root too (default 0)
     -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,
                              else field NAME of <key>.json, else -1 (default cls)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles

@@ -38,6 +38,11 @@ struct DaemonOptions {
   // FailureRetry), in seconds.
   uint64_t retry_failed = 30;
   uint64_t max_pixels = kDefaultMaxPixels;
+  // Per-user limits (jobs/job_manager.h UserLimits; README "Limits").
+  uint32_t max_jobs_per_user = 64;
+  uint32_t max_streams_per_user = 1024;
+  uint32_t max_readers_per_user = 256;
+  bool limit_root = false;
   std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   std::string log;                 // a file, "syslog", or empty for the default
@@ -50,6 +55,9 @@ struct DaemonOptions {
 
 // The longest job_idle_timeout: ten years, far from overflowing the clock.
 inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
+// The highest per-user limit an option may set: far past any lab's needs,
+// and what the daemon can hold for one user.
+inline constexpr uint64_t kMaxPerUserLimit = 1 << 20;
 // The longest retry_failed: a day (a cap of 60 days).
 inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
 

@@ -80,6 +80,32 @@ TEST(OptionsTest, RetryFailed) {
   }
 }
 
+TEST(OptionsTest, PerUserLimits) {
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_EQ(o.max_jobs_per_user, 64u);
+  EXPECT_EQ(o.max_streams_per_user, 1024u);
+  EXPECT_EQ(o.max_readers_per_user, 256u);
+  EXPECT_FALSE(o.limit_root);
+  ASSERT_TRUE(ParseLine("max_jobs_per_user=1,max_streams_per_user=1048576,"
+                        "max_readers_per_user=7,limit_root=1",
+                        &o)
+                  .ok());
+  EXPECT_EQ(o.max_jobs_per_user, 1u);
+  EXPECT_EQ(o.max_streams_per_user, kMaxPerUserLimit);
+  EXPECT_EQ(o.max_readers_per_user, 7u);
+  EXPECT_TRUE(o.limit_root);
+  for (const char* bad :
+       {"max_jobs_per_user=0", "max_jobs_per_user=1048577",
+        "max_streams_per_user=", "max_streams_per_user=-1", "max_readers_per_user=x",
+        "max_readers_per_user=4294967297", "limit_root=2", "limit_root=yes", "limit_root="}) {
+    const Status s = ParseLine(bad, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    const std::string key = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(s.message().find(key), std::string::npos) << s.message();
+  }
+}
+
 // /proc/self/cgroup and the limit files, as the kernel writes them.
 TEST(OptionsTest, CgroupMemoryLimit) {
   std::map<std::string, std::string> files;

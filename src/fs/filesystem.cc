@@ -42,6 +42,8 @@ int ToErrno(const Status& s) {
     case Status::Code::kInterrupted: return EINTR;
     case Status::Code::kIOError: return EIO;
     case Status::Code::kCorruption: return EIO;
+    case Status::Code::kQuota: return EDQUOT;
+    case Status::Code::kTooMany: return EMFILE;
   }
   return EIO;
 }
@@ -386,7 +388,7 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
   std::vector<char> buf(size);
   size_t used = 0;
   for (size_t i = static_cast<size_t>(off); i < entries.size(); ++i) {
-    struct stat st {};
+    struct stat st{};
     st.st_ino = entries[i].second;
     Attr(entries[i].second, &st);
     const size_t n = fuse_add_direntry(req, buf.data() + used, size - used,
@@ -406,8 +408,12 @@ void Filesystem::Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   const uint32_t uid = fuse_req_ctx(req)->uid;
   const Status s = jobs_->CreateJob(name, uid);
   if (!s.ok()) {
-    Warnings().Warn("mkdir refused, uid " + std::to_string(uid), "mkdir jobs/{} by uid {}: {}",
-                    Printable(name), uid, Printable(s.message()));
+    // A limit reached has its own cause: one line per uid, whatever else
+    // that uid gets wrong.
+    const char* cause =
+        s.code() == Status::Code::kQuota ? "job limit, uid " : "mkdir refused, uid ";
+    Warnings().Warn(cause + std::to_string(uid), "mkdir jobs/{} by uid {}: {}", Printable(name),
+                    uid, Printable(s.message()));
     fuse_reply_err(req, ToErrno(s));
     return;
   }
@@ -465,6 +471,10 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     s = Render(file.get());
   }
   if (!s.ok()) {
+    if (s.code() == Status::Code::kTooMany) {
+      Warnings().Warn("reader limit, uid " + std::to_string(uid), "open jobs/{} by uid {}: {}",
+                      Printable(file->job), uid, s.message());
+    }
     fuse_reply_err(req, ToErrno(s));
     return;
   }

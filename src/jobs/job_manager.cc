@@ -63,6 +63,20 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   }
   MutexLock lock(lanes_.mu);
   if (jobs_.count(name)) return Status::Exists("job " + name + " exists");
+  if (Limited(uid)) {
+    const UserLimits& limits = options_.limits;
+    const Usage& used = usage_[uid];
+    if (used.jobs >= limits.max_jobs) {
+      return Status::Quota("uid " + std::to_string(uid) + " has " + std::to_string(used.jobs) +
+                           " jobs, the most max_jobs_per_user=" + std::to_string(limits.max_jobs) +
+                           " allows");
+    }
+    if (used.streams >= limits.max_streams) {
+      return Status::Quota("uid " + std::to_string(uid) + " has " + std::to_string(used.streams) +
+                           " job streams, the most max_streams_per_user=" +
+                           std::to_string(limits.max_streams) + " allows");
+    }
+  }
   auto job = std::make_unique<Job>();
   job->name = name;
   job->uid = uid;
@@ -70,6 +84,7 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
   job->spec.augment.seed = JobSeed(options_.seed, name);
   job->subset = ResolveSubset(job->spec.subset, *catalog_);
   lanes_.Make(job.get());
+  AddUsage(uid, 1, static_cast<int64_t>(job->lanes.size()), 0);
   SaveJob(*job);
   jobs_[name] = std::move(job);
   // Per uid: an unprivileged user churning jobs must not flood the log.
@@ -111,6 +126,8 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   job->subset = std::move(subset);
   job->started = stored.fixed;
   lanes_.Make(job.get());
+  // Counted, not refused: the job was accepted before the restart.
+  AddUsage(job->uid, 1, static_cast<int64_t>(job->lanes.size()), 0);
   for (const StoredStream& st : stored.streams) {
     if (st.index >= job->lanes.size()) continue;
     Lane* lane = job->lanes[st.index].get();
@@ -120,6 +137,14 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
                stored.streams.size());
   jobs_[stored.name] = std::move(job);
   return Status::Ok();
+}
+
+void JobManager::AddUsage(uint32_t uid, int64_t jobs, int64_t streams, int64_t readers) {
+  Usage& used = usage_[uid];
+  used.jobs += jobs;
+  used.streams += streams;
+  used.readers += readers;
+  if (used.jobs == 0 && used.streams == 0 && used.readers == 0) usage_.erase(uid);
 }
 
 void JobManager::SaveJob(const Job& job) {
@@ -145,6 +170,7 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
   if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
   uint64_t delivered = 0;
   for (const auto& lane : job->lanes) delivered += lanes_.Remove(lane.get(), &actions);
+  AddUsage(job->uid, -1, -static_cast<int64_t>(job->lanes.size()), 0);
   actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
   if (store_) store_->RemoveJob(name);
   Warnings().Log(spdlog::level::info, "job removed, uid " + std::to_string(uid),
@@ -226,11 +252,20 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   s = CheckRanksFit(spec, keeps_ids ? job->subset : subset);
   if (!s.ok()) return s;
   const bool new_lanes = spec.ranks != job->spec.ranks;
+  const uint64_t streams = std::max<uint32_t>(spec.ranks, 1);
   if (new_lanes) {
     for (const auto& lane : job->lanes) {
       if (!lane->readers.empty()) {
         return Status::Busy("job " + name + " has open readers; ranks= cannot change");
       }
+    }
+    // Each stream costs RAM whether read or not: a user's are bounded.
+    const uint64_t others = usage_[job->uid].streams - job->lanes.size();
+    if (Limited(uid) && others + streams > options_.limits.max_streams) {
+      return Status::Quota(
+          "spec: ranks=" + std::to_string(spec.ranks) + " makes " +
+          std::to_string(others + streams) + " job streams of uid " + std::to_string(job->uid) +
+          ", past max_streams_per_user=" + std::to_string(options_.limits.max_streams));
     }
   }
   if (keeps_ids) {
@@ -240,7 +275,11 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   }
   job->spec = std::move(spec);
   job->splits.clear();  // made for the old subset or drop_last
-  if (new_lanes) lanes_.Make(job);
+  if (new_lanes) {
+    AddUsage(job->uid, 0, static_cast<int64_t>(streams) - static_cast<int64_t>(job->lanes.size()),
+             0);
+    lanes_.Make(job);
+  }
   SaveJob(*job);
   Warnings().Log(spdlog::level::info, "spec written, uid " + std::to_string(uid),
                  "job {} spec by uid {}: {} ({} samples)", name, uid, Printable(text),
@@ -380,6 +419,14 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   }
   // Reading consumes the job's samples: only its owner (or root) may.
   if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
+  // Each reader may hold a delivery it has begun to read: a user's are
+  // bounded.
+  if (const uint64_t open = usage_.contains(uid) ? usage_[uid].readers : 0;
+      Limited(uid) && open >= options_.limits.max_readers) {
+    return Status::TooMany("uid " + std::to_string(uid) + " has " + std::to_string(open) +
+                           " readers open, the most max_readers_per_user=" +
+                           std::to_string(options_.limits.max_readers) + " allows");
+  }
   Lane* lane = job->lanes[rank.value_or(0)].get();
   auto reader = std::make_unique<Reader>();
   reader->id = next_reader_++;
@@ -387,6 +434,8 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   reader->epoch = lane->epoch();
   lane->readers.insert(reader.get());
   *id = reader->id;
+  reader_uids_[reader->id] = uid;
+  AddUsage(uid, 0, 0, 1);
   readers_[reader->id] = std::move(reader);
   // Only a reader opened between epochs begins one (a reader's epoch is the
   // one it opened in): its job's shards of that epoch are made now, so that
@@ -423,6 +472,10 @@ void JobManager::CloseReader(ReaderId id) {
       spdlog::warn("job {}: a reader closed with {} records unread; they are lost for epoch {}",
                    lane->job->name, r->pending.records(), r->epoch);
     }
+  }
+  if (auto owner = reader_uids_.find(id); owner != reader_uids_.end()) {
+    AddUsage(owner->second, 0, 0, -1);
+    reader_uids_.erase(owner);
   }
   readers_.erase(it);
 }

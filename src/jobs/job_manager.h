@@ -67,6 +67,18 @@ namespace joaderfs {
 // The longest spec a write may hold: specs are a few keys.
 inline constexpr size_t kMaxSpecBytes = 64 << 10;
 
+// What one uid may hold at a time (docs/design.md 2.2 "Limits"): past a
+// limit, CreateJob and a spec that adds streams fail with Quota (EDQUOT),
+// OpenReader with TooMany (EMFILE). Jobs and streams count against the
+// job's owner, readers against the uid that opened them. Root (uid 0) is
+// exempt unless `limit_root`. The defaults are the mount options' (README).
+struct UserLimits {
+  uint32_t max_jobs = 64;
+  uint32_t max_streams = 1024;  // `next` or `next.R`: a job with ranks=W has W
+  uint32_t max_readers = 256;
+  bool limit_root = false;
+};
+
 struct JobManagerOptions {
   uint32_t default_size = 224;
   // The cache's base resolution (loader/decoder.h DecodeBase): one entry and
@@ -75,6 +87,7 @@ struct JobManagerOptions {
   // The sampler's seed, from which each job's default `seed` is derived.
   uint64_t seed = 0;
   std::chrono::seconds idle_timeout{600};
+  UserLimits limits;
 };
 
 // Everything `/stats` shows, taken at one moment per part.
@@ -106,6 +119,7 @@ class JobManager {
              JobManagerOptions options, JobStore* store = nullptr);
   ~JobManager();
 
+  // Quota when `uid` holds its max_jobs (or max_streams) already.
   Status CreateJob(const std::string& name, uint32_t uid);
   // Makes a job saved by the job store before a restart: its spec, and each
   // stream's epoch continuing without the ids handed out. InvalidArgument
@@ -125,7 +139,8 @@ class JobManager {
   // Replaces the spec with `text` parsed over the defaults (a subset set
   // through the ids file stays unless `text` names one). InvalidArgument
   // past kMaxSpecBytes. Busy once the job has been read from; Permission
-  // unless `uid` owns the job or is 0. Parses without holding the lock.
+  // unless `uid` owns the job or is 0. Quota when its ranks= would take the
+  // owner past max_streams. Parses without holding the lock.
   Status SetSpec(const std::string& name, uint32_t uid, std::string_view text);
   // Sets the subset to the ids or relative paths listed in `text`.
   Status SetIds(const std::string& name, uint32_t uid, std::string_view text);
@@ -157,6 +172,7 @@ class JobManager {
   // A new reader of the job's stream: `next` when `rank` is empty, else
   // `next.<rank>` (NotFound where the spec has no such file). Permission
   // unless `uid` owns the job or is 0: reading consumes the job's samples.
+  // TooMany when `uid` has max_readers open already.
   // A reader of a rank opened between epochs returns once the shards of the
   // epoch its first read begins are made (a sort of the subset, done
   // without the lock, once per epoch for all ranks).
@@ -178,6 +194,18 @@ class JobManager {
   void ReleaseIdleJobs();
 
  private:
+  // What one uid holds, against UserLimits.
+  struct Usage {
+    uint64_t jobs = 0;
+    uint64_t streams = 0;
+    uint64_t readers = 0;
+  };
+  // Whether the limits apply to what `uid` does.
+  bool Limited(uint32_t uid) const { return uid != 0 || options_.limits.limit_root; }
+  // Adds to `uid`'s usage (each may be negative), dropping an entry that
+  // falls to nothing.
+  void AddUsage(uint32_t uid, int64_t jobs, int64_t streams, int64_t readers) REQUIRES(lanes_.mu);
+
   // Jobs, lanes and readers are reached through the maps below: lanes_.mu
   // guards them too, so every helper that takes one REQUIRES(lanes_.mu).
   Job* FindJob(const std::string& name) const REQUIRES(lanes_.mu);
@@ -204,6 +232,9 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Job>> jobs_ GUARDED_BY(lanes_.mu);
   std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_ GUARDED_BY(lanes_.mu);
   ReaderId next_reader_ GUARDED_BY(lanes_.mu) = 1;
+  // Who opened each reader, for its uid's reader count.
+  std::unordered_map<ReaderId, uint32_t> reader_uids_ GUARDED_BY(lanes_.mu);
+  std::unordered_map<uint32_t, Usage> usage_ GUARDED_BY(lanes_.mu);
 };
 
 }  // namespace joaderfs

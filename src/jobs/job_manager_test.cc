@@ -334,6 +334,82 @@ TEST_F(JobManagerTest, RemoveJobRules) {
   EXPECT_EQ(jobs_->OpenReader("j", kOwner, &reader).code(), Status::Code::kNotFound);
 }
 
+TEST_F(JobManagerTest, JobsPerUserAreLimited) {
+  JobManagerOptions options = Options();
+  options.limits.max_jobs = 3;
+  Build(options);
+  for (const char* name : {"a", "b", "c"}) MakeJob(name);
+  const Status s = jobs_->CreateJob("d", kOwner);
+  EXPECT_EQ(s.code(), Status::Code::kQuota);
+  EXPECT_NE(s.message().find("uid 1000"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("max_jobs_per_user=3"), std::string::npos) << s.message();
+  EXPECT_EQ(jobs_->JobNames().size(), 3u);
+  EXPECT_TRUE(jobs_->CreateJob("other", kOwner + 1).ok()) << "limits are per uid";
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(jobs_->CreateJob("root" + std::to_string(i), 0).ok()) << "root is exempt";
+  }
+  // Root removing the user's job frees the user's room.
+  ASSERT_TRUE(jobs_->RemoveJob("a", 0).ok());
+  EXPECT_TRUE(jobs_->CreateJob("d", kOwner).ok());
+  EXPECT_EQ(jobs_->CreateJob("e", kOwner).code(), Status::Code::kQuota);
+
+  options.limits.limit_root = true;
+  Build(options);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(jobs_->CreateJob("r" + std::to_string(i), 0).ok());
+  EXPECT_EQ(jobs_->CreateJob("r3", 0).code(), Status::Code::kQuota);
+}
+
+TEST_F(JobManagerTest, StreamsPerUserAreLimited) {
+  JobManagerOptions options = Options();
+  options.limits.max_streams = 10;
+  Build(options);
+  MakeJob("a", "ranks=8");
+  MakeJob("b", "ranks=2");  // 10 streams: the limit, not past it
+  EXPECT_EQ(jobs_->CreateJob("c", kOwner).code(), Status::Code::kQuota);
+  const Status s = jobs_->SetSpec("b", kOwner, "ranks=3");
+  EXPECT_EQ(s.code(), Status::Code::kQuota);
+  EXPECT_NE(s.message().find("max_streams_per_user=10"), std::string::npos) << s.message();
+  uint32_t ranks = 0;
+  ASSERT_TRUE(jobs_->Ranks("b", &ranks).ok());
+  EXPECT_EQ(ranks, 2u) << "a refused spec changes nothing";
+  // A spec that keeps the job's streams, or has fewer, is never refused.
+  EXPECT_TRUE(jobs_->SetSpec("b", kOwner, "ranks=2 size=8").ok());
+  EXPECT_TRUE(jobs_->SetSpec("b", kOwner, "size=8").ok());                         // one stream: 9
+  EXPECT_TRUE(jobs_->CreateJob("c", kOwner).ok());                                 // 10
+  ASSERT_TRUE(jobs_->RemoveJob("a", kOwner).ok());                                 // 2
+  EXPECT_TRUE(jobs_->SetSpec("c", kOwner, "ranks=8").ok());                        // 9
+  EXPECT_EQ(jobs_->SetSpec("b", kOwner, "ranks=3").code(), Status::Code::kQuota);  // 11
+  // Root's jobs, and root writing the user's spec, are exempt.
+  ASSERT_TRUE(jobs_->CreateJob("big", 0).ok());
+  EXPECT_TRUE(jobs_->SetSpec("big", 0, "ranks=64").ok());
+  EXPECT_TRUE(jobs_->SetSpec("b", 0, "ranks=4").ok());
+}
+
+TEST_F(JobManagerTest, ReadersPerUserAreLimited) {
+  JobManagerOptions options = Options();
+  options.limits.max_readers = 2;
+  Build(options);
+  MakeJob("j");
+  MakeJob("k");
+  const JobManager::ReaderId first = Open("j");
+  Open("k");
+  JobManager::ReaderId reader = 0;
+  const Status s = jobs_->OpenReader("j", kOwner, &reader);
+  EXPECT_EQ(s.code(), Status::Code::kTooMany);
+  EXPECT_NE(s.message().find("uid 1000"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("max_readers_per_user=2"), std::string::npos) << s.message();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(jobs_->OpenReader("j", 0, &reader).ok()) << "root is exempt";
+  }
+  jobs_->CloseReader(first);
+  const JobManager::ReaderId again = Open("j");
+  // A reader of a removed job is still open: it counts until closed.
+  ASSERT_TRUE(jobs_->RemoveJob("j", kOwner).ok());
+  EXPECT_EQ(jobs_->OpenReader("k", kOwner, &reader).code(), Status::Code::kTooMany);
+  jobs_->CloseReader(again);
+  Open("k");
+}
+
 TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
   Build();
   MakeJob("j");

@@ -1,0 +1,238 @@
+"""Per-user limits (issue 20 failure 1, README "Limits", joaderfs(8)).
+
+The two attacks of the issue, by uid 65534 through `setpriv` on root's
+mount with allow_other and ram_cache=64M:
+
+- 200 jobs with ranks=4096 and nothing read: mkdir fails with EDQUOT past
+  max_jobs_per_user, the spec with EDQUOT past max_streams_per_user (its
+  reason in the job's error file); RSS stays within the bound;
+- 300 descriptors on one size=2364 job (16 MiB a delivery), each reading
+  one byte: open fails with EMFILE past max_readers_per_user; RSS stays
+  within the bound.
+
+Each limit logs one rate-limited line naming the uid. Before the limits,
+the first attack took RSS from 133 to 845 MiB and the second to 4.9 GiB.
+
+Run: JOADERFS_BIN=build/joaderfs python3 -m unittest -v test_limits
+(from tests/integration)."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import DatasetMixin, JoaderTestCase, wait_for
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+RAM_CACHE = 64 << 20
+THREADS = 2
+MIB = 1 << 20
+# The daemon's own figures besides the budget: heap slack, libvips, the
+# catalog and the test's small jobs.
+SLACK = 48 * MIB
+
+
+def as_nobody(script, *args, stdin=None, timeout=120):
+    """Starts `script` as uid 65534 with argv[1:] = args; a Popen."""
+    return subprocess.Popen(
+        NOBODY + [sys.executable, "-c", script] + [str(a) for a in args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+def first_line(proc, timeout):
+    """The script's first stdout line as JSON, within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    line = proc.stdout.readline()
+    if not line or time.monotonic() > deadline:
+        proc.kill()
+        raise AssertionError("uid 65534's script: %s" % proc.communicate()[1])
+    return json.loads(line)
+
+
+def finish(proc, timeout=60):
+    try:
+        proc.communicate("", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("uid 65534's script hung")
+
+
+def rss_peak(pid):
+    """max(VmRSS, VmHWM) of `pid` in bytes."""
+    fields = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) * 1024
+    return max(fields.values())
+
+
+def reset_peak(pid):
+    with open("/proc/%d/clear_refs" % pid, "w") as f:
+        f.write("5")
+
+
+class PerUserLimitsTest(DatasetMixin, JoaderTestCase):
+
+    def shared_mount(self, options=None):
+        opts = {"allow_other": None, "ram_cache": "%dM" % (RAM_CACHE >> 20),
+                "threads": str(THREADS)}
+        opts.update(options or {})
+        m = self.mount(self.source, opts)
+        os.chmod(m.workdir, 0o755)
+        return m
+
+    def log_lines(self, m, *words):
+        with open(m.log_path) as f:
+            return [l for l in f if all(w in l for w in words)]
+
+    def settle(self, m):
+        """Until nothing is queued for decoding, for a clean baseline."""
+        quiet = 0
+        deadline = time.monotonic() + 30
+        while quiet < 5 and time.monotonic() < deadline:
+            quiet = quiet + 1 if m.stats()["decode_queue"] == 0 else 0
+            time.sleep(0.1)
+
+    def test_many_jobs_with_many_ranks_are_refused_past_the_limits(self):
+        """The defaults: 64 jobs, 1024 streams. 200 mkdirs with ranks=4096
+        make 64 jobs of one stream each; every ranks=4096 is EDQUOT, with
+        its reason in the error file; ranks=961 fits beside the other 63
+        jobs' streams, ranks=962 does not. RSS grows by a few MiB, not 700."""
+        m = self.shared_mount()
+        pid = m.proc.pid
+        self.settle(m)
+        before = rss_peak(pid)
+        reset_peak(pid)
+        p = as_nobody(r"""
+import errno, json, os, sys
+jobs = os.path.join(sys.argv[1], "jobs")
+made, mkdir_errors, spec_errors = 0, {}, {}
+def write(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+for i in range(200):
+    try:
+        os.mkdir(os.path.join(jobs, "r%d" % i))
+        made += 1
+    except OSError as e:
+        name = errno.errorcode[e.errno]
+        mkdir_errors[name] = mkdir_errors.get(name, 0) + 1
+        continue
+    try:
+        write(os.path.join(jobs, "r%d" % i, "spec"), "ranks=4096")
+    except OSError as e:
+        name = errno.errorcode[e.errno]
+        spec_errors[name] = spec_errors.get(name, 0) + 1
+# 63 jobs of one stream beside 961 ranks: 1024 streams; one more is past.
+past = "ok"
+try:
+    write(os.path.join(jobs, "r0", "spec"), "ranks=961")
+    write(os.path.join(jobs, "r0", "spec"), "ranks=962")
+except OSError as e:
+    past = errno.errorcode[e.errno]
+print(json.dumps({"made": made, "mkdir": mkdir_errors, "spec": spec_errors,
+                  "past": past}), flush=True)
+sys.stdin.read()
+""", m.mnt)
+        try:
+            out = first_line(p, 120)
+            grown = rss_peak(pid) - before
+            error = m.read_text("jobs", "r1", "error")
+            ranks = m.read_spec("r0").get("ranks")
+        finally:
+            finish(p)
+        sys.stderr.write("\n[rss] 200 mkdirs with ranks=4096 by uid 65534: "
+                         "%s; RSS +%d MiB\n" % (out, grown >> 20))
+        self.assertEqual(out["made"], 64)
+        self.assertEqual(out["mkdir"], {"EDQUOT": 136})
+        self.assertEqual(out["spec"], {"EDQUOT": 64})
+        self.assertEqual(out["past"], "EDQUOT")
+        self.assertEqual(ranks, "961", "the refused spec changed the job")
+        self.assertIn("max_streams_per_user=1024", error)
+        self.assertIn("uid 65534", error)
+        self.assertLess(grown, RAM_CACHE * 5 // 4 + SLACK)
+        # Root is exempt: its jobs are made beside the full quota.
+        m.mkjob("roots", spec="ranks=2048")
+        # One line per limit and uid, not one per refusal.
+        jobs_lines = self.log_lines(m, "uid 65534", "max_jobs_per_user")
+        self.assertGreaterEqual(len(jobs_lines), 1)
+        self.assertLessEqual(len(jobs_lines), 3, "".join(jobs_lines))
+        spec_lines = self.log_lines(m, "uid 65534", "max_streams_per_user")
+        self.assertGreaterEqual(len(spec_lines), 1)
+        self.assertLessEqual(len(spec_lines), 3, "".join(spec_lines))
+
+    def test_many_readers_of_huge_samples_are_refused_past_the_limit(self):
+        """300 opens of one size=2364 job (16 MiB a delivery), each reading
+        a byte. With max_readers_per_user=16 (the default 256 would hold
+        4 GiB, too much for a shared test machine; the bound scales the
+        same), opens past 16 fail with EMFILE and RSS grows by at most
+        1.25 x ram_cache plus one delivery per reader, per stream and per
+        decode thread."""
+        readers = 16
+        m = self.shared_mount({"max_readers_per_user": str(readers)})
+        pid = m.proc.pid
+        size = int((RAM_CACHE // 4 // 3) ** 0.5)  # 2364: the largest at 64M
+        sample = size * size * 3
+        self.settle(m)
+        before = rss_peak(pid)
+        reset_peak(pid)
+        p = as_nobody(r"""
+import errno, json, os, sys
+job = os.path.join(sys.argv[1], "jobs", "huge")
+os.mkdir(job)
+fd = os.open(os.path.join(job, "spec"), os.O_WRONLY | os.O_TRUNC)
+os.write(fd, ("size=%s" % sys.argv[2]).encode())
+os.close(fd)
+fds, refused = [], {}
+for i in range(300):
+    try:
+        fd = os.open(os.path.join(job, "next"), os.O_RDONLY)
+    except OSError as e:
+        name = errno.errorcode[e.errno]
+        refused[name] = refused.get(name, 0) + 1
+        continue
+    assert len(os.read(fd, 1)) == 1
+    fds.append(fd)
+print(json.dumps({"open": len(fds), "refused": refused}), flush=True)
+sys.stdin.read()  # the readers stay open while the daemon is measured
+""", m.mnt, size)
+        try:
+            out = first_line(p, 180)
+            time.sleep(1.0)
+            grown = rss_peak(pid) - before
+        finally:
+            finish(p)
+        bound = RAM_CACHE * 5 // 4 + (readers + 1 + THREADS) * sample + SLACK
+        sys.stderr.write("\n[rss] 300 opens of a size=%d job by uid 65534: %s; "
+                         "RSS +%d MiB (bound +%d MiB)\n"
+                         % (size, out, grown >> 20, bound >> 20))
+        self.assertEqual(out, {"open": readers, "refused": {"EMFILE": 300 - readers}})
+        self.assertLess(grown, bound)
+        lines = self.log_lines(m, "uid 65534", "max_readers_per_user")
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertLessEqual(len(lines), 3, "".join(lines))
+        # Closed readers give their room back (the kernel releases the
+        # files of an exited process a moment later).
+        self.assertTrue(wait_for(lambda: m.status("huge")["readers"] == 0, 10.0))
+        out2 = as_nobody(r"""
+import json, os, sys
+fd = os.open(os.path.join(sys.argv[1], "jobs", "huge", "next"), os.O_RDONLY)
+print(json.dumps({"read": len(os.read(fd, 1))}), flush=True)
+os.close(fd)
+""", m.mnt)
+        self.assertEqual(first_line(out2, 60), {"read": 1})
+        finish(out2)
+
+
+if __name__ == "__main__":
+    unittest.main()
