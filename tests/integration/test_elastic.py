@@ -23,7 +23,8 @@ import textwrap
 import unittest
 
 import harness
-from harness import DatasetMixin, JoaderTestCase, read_epoch
+import joaderfs
+from harness import DatasetMixin, JoaderTestCase, read_epoch, read_exact
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
@@ -31,6 +32,7 @@ SIZE = 16
 BATCH = 3
 SUBSET = 101  # range:0-100: 26 per rank of 4 (3 padded)
 RESUMED_EPOCH = 1
+RECORD = harness.record_size(SIZE * SIZE * 3)
 
 # Common to both phases: the process group, and a DataLoader of the job
 # whose rank (and, for a resumed epoch, length) comes from the daemon.
@@ -182,6 +184,45 @@ class ElasticResumeTest(DatasetMixin, JoaderTestCase):
                 for r in range(world):
                     self.assertEqual(got[r][1]["epoch"], RESUMED_EPOCH + 1)
                     self.assertEqual(sorted(got[r][1]["ids"]), fresh[r])
+
+    def test_states_gathered_by_the_caller_with_drop_last(self):
+        """Without torch: two ranks' state_dict()s merged by the caller
+        (merge_states), loaded by every rank of a job of 3 with drop_last=1:
+        floor(M/3) each, none twice, only M mod 3 of the rest left out."""
+        m = self.mount(self.source, {"size": str(SIZE)})
+        spec = "subset=range:0-%d" % (SUBSET - 1)
+        m.mkjob("two", "ranks=2 " + spec)
+        states = []
+        for r in range(2):
+            fd = os.open(m.path("jobs", "two", "next.%d" % r), os.O_RDONLY)
+            try:
+                # One record a read: the daemon hands out exactly those.
+                ids = [harness.parse_records(read_exact(fd, RECORD))[0].id
+                       for _ in range(5 + 3 * r)]
+            finally:
+                os.close(fd)
+            states.append({"epoch": 0, "rank": r, "consumed": ids})
+        states.append({"epoch": None, "rank": 2, "consumed": []})  # read nothing
+        merged = joaderfs.merge_states(states)
+        union = set(states[0]["consumed"]) | set(states[1]["consumed"])
+        self.assertEqual(merged, {"epoch": 0, "rank": None,
+                                  "consumed": sorted(union)})
+        with self.assertRaises(ValueError):
+            joaderfs.merge_states([states[0], dict(states[1], epoch=1)])
+        m.mkjob("three", "ranks=3 drop_last=1 " + spec)
+        for r in range(3):  # every rank writes: the same ids add up
+            joaderfs.StreamState(m.path("jobs", "three"), rank=r).load_state_dict(merged)
+        rest = set(range(SUBSET)) - union
+        every = []
+        for r in range(3):
+            got = [rec for rs in read_epoch(m.path("jobs", "three", "next.%d" % r))
+                   for rec in rs]
+            self.assertEqual({rec.epoch for rec in got}, {0})
+            self.assertEqual(len(got), len(rest) // 3, "rank %d: floor(M/3)" % r)
+            every += [rec.id for rec in got]
+        self.assertEqual(len(set(every)), len(every), "an id twice")
+        self.assertTrue(set(every) <= rest)
+        self.assertEqual(len(rest - set(every)), len(rest) % 3)
 
 
 if __name__ == "__main__":
