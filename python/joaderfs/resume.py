@@ -37,15 +37,10 @@ epoch, gathered through torch.distributed (``all_gather_object``; every rank
 calls it) or from the ranks' ``state_dict()``s the caller gathered.  Loaded
 into a ``StreamState`` of a job of any number of ranks, it writes ``resume``
 without ``rank=``: the new ranks then deliver exactly the rest of the epoch
-between them, in equal shares (docs/ranks.md)::
-
-    if step % 100 == 0:
-        data = state.elastic_state_dict()          # on every rank
-        if dist.get_rank() == 0:
-            torch.save({"model": ..., "data": data}, "checkpoint.pt")
-    ...
-    # later, on any number of ranks, the job made with ranks=<world size>:
-    state.load_state_dict(torch.load("checkpoint.pt")["data"])
+between them, in equal shares (docs/ranks.md).  So at a checkpoint every
+rank calls ``data = state.elastic_state_dict()`` and rank 0 saves ``data``;
+the new run, a job made with ``ranks=`` its world size, calls
+``state.load_state_dict(data)`` on every rank before reading.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
     elastic = ElasticResume{
         *stored.elastic_epoch, consumed,
         SplitRest(subset, consumed, *stored.elastic_epoch, spec.ranks, spec.drop_last),
-        /*read=*/true};  // as a restored stream's resume: replaced by the next
+        /*read=*/true};  // a resume written after the restart replaces it
   }
   MutexLock lock(lanes_.mu);
   if (jobs_.count(stored.name)) return Status::Exists("job " + stored.name + " exists");
