@@ -151,7 +151,7 @@ def merge_states(states: Iterable[dict[str, Any]]) -> dict[str, Any]:
     together: their epoch and the union of their ids (sorted).  The states
     must be of one epoch; a rank that has received nothing yet (epoch None)
     adds nothing."""
-    epochs = set()
+    epochs: set[int] = set()
     consumed: set[int] = set()
     for state in states:
         if state["epoch"] is None:
