@@ -23,7 +23,9 @@ to EOF reads one epoch; opening it again reads the next epoch.
   ``RejectedWrite`` with the reason it left in the job's ``error`` file.
 - ``StreamState``: the ids the training process has received this epoch,
   as a ``state_dict`` for checkpoints; ``load_state_dict`` resumes exactly
-  (``write_resume`` writes the ``resume`` file itself).
+  (``write_resume`` writes the ``resume`` file itself);
+  ``elastic_state_dict`` gathers the ranks' ids into a state that resumes
+  the job on any number of ranks (``merge_states`` without torch).
 - ``rank=`` (``JobDataset``, ``StreamState``) defaults to torch.distributed's
   rank when a process group exists and the job has ``ranks=W``.
 
@@ -44,7 +46,7 @@ from .control import (ManifestEntry, RejectedWrite, dataset_info,
                       read_manifest, read_stats, remove_job, write_ids,
                       write_spec)
 from .distributed import default_rank, jax_rank
-from .resume import StreamState, write_resume
+from .resume import StreamState, merge_states, write_resume
 from .stream import (JobReader, Record, RecordHeader, RecordStream,
                      StreamError, next_path, open_next, parse_header,
                      read_records)
@@ -54,10 +56,10 @@ __all__ = [
     "ManifestEntry", "Record", "RecordHeader", "RecordStream",
     "RejectedWrite", "StreamError", "StreamState", "dataset_info",
     "default_rank", "format_spec", "iter_batches", "jax_batches",
-    "jax_rank", "job_dir", "job_status", "make_job", "next_path",
-    "open_next", "parse_header", "read_manifest", "read_records",
-    "read_stats", "remove_job", "tf_dataset", "write_ids", "write_resume",
-    "write_spec",
+    "jax_rank", "job_dir", "job_status", "make_job", "merge_states",
+    "next_path", "open_next", "parse_header", "read_manifest",
+    "read_records", "read_stats", "remove_job", "tf_dataset", "write_ids",
+    "write_resume", "write_spec",
 ]
 
 # Imported on first use: torch, TensorFlow and JAX are heavy and optional.

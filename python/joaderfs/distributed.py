@@ -22,7 +22,7 @@ def default_rank(job: PathLike, rank: int | None) -> int | None:
     against the world size); else None (the job's ``next``)."""
     if rank is not None:
         return rank
-    dist = _initialised_process_group()
+    dist = initialised_process_group()
     path = Path(job)
     if dist is None or not path.is_dir():
         return None
@@ -56,7 +56,8 @@ def _checked_rank(job: Path, rank: int, world: int, what: str) -> int | None:
     return rank
 
 
-def _initialised_process_group():
+def initialised_process_group():
+    """torch.distributed when a process group is initialised, else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None

@@ -30,6 +30,17 @@ job's ``resume`` file before the next read: the job then delivers exactly
 the rest of epoch E, then E+1 in full.  Samples the workers had read but the
 training process never received are delivered again; none is delivered
 twice within what the checkpoints record.
+
+Resume on another number of ranks (elastic): ``elastic_state_dict()`` is a
+state of no rank, the union of the ids every rank of the job consumed in the
+epoch, gathered through torch.distributed (``all_gather_object``; every rank
+calls it) or from the ranks' ``state_dict()``s the caller gathered.  Loaded
+into a ``StreamState`` of a job of any number of ranks, it writes ``resume``
+without ``rank=``: the new ranks then deliver exactly the rest of the epoch
+between them, in equal shares (docs/ranks.md).  So at a checkpoint every
+rank calls ``data = state.elastic_state_dict()`` and rank 0 saves ``data``;
+the new run, a job made with ``ranks=`` its world size, calls
+``state.load_state_dict(data)`` on every rank before reading.
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .control import rejected_write
-from .distributed import default_rank
+from .distributed import default_rank, initialised_process_group
 from .stream import PathLike
 
 # The reader of a killed training process (its DataLoader workers) may still
@@ -88,19 +99,43 @@ class StreamState:
             self.epoch, self.consumed = self.epoch + 1, []
 
     def state_dict(self) -> dict[str, Any]:
+        """This stream's state: its rank's ids of the epoch."""
         return {"epoch": self.epoch, "rank": self.rank,
                 "consumed": list(self.consumed)}
 
+    def elastic_state_dict(self, states: Iterable[dict[str, Any]] | None = None
+                           ) -> dict[str, Any]:
+        """A state of no rank: the union of the ids every rank consumed in
+        the epoch, which resumes the job on any number of ranks.  ``states``
+        are every rank's ``state_dict()``, gathered by the caller; without
+        them they are gathered through torch.distributed (a collective:
+        every rank of the process group calls it)."""
+        if states is None:
+            states = _all_gather(self.state_dict())
+        return merge_states(states)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Takes a checkpoint's state and makes the job deliver the rest of
-        its epoch: writes the ``resume`` file (call it before reading)."""
-        if state.get("rank") != self.rank:
-            raise ValueError(f"the state is of rank {state.get('rank')}, "
+        its epoch: writes the ``resume`` file (call it before reading).
+
+        A state of no rank (``elastic_state_dict()``, or that of a job
+        without ranks) is written without ``rank=``: on a job with ranks, the
+        rest is split anew among them.  Every process writes it (to its own
+        mount, if the ranks have several); with a torch.distributed process
+        group they then wait for each other, so that no rank reads before
+        every write is done."""
+        rank = state.get("rank")
+        if rank is not None and rank != self.rank:
+            raise ValueError(f"the state is of rank {rank}, "
                              f"this stream of rank {self.rank}")
         self.epoch = state["epoch"]
         self.consumed = [int(i) for i in state["consumed"]]
         if self.epoch is not None:
-            write_resume(self.job, self.epoch, self.consumed, self.rank)
+            write_resume(self.job, self.epoch, self.consumed, rank)
+        if rank is None and self.rank is not None:
+            # Writes of the same ids add up until a rank reads: wait until
+            # every rank has written before any reads.
+            _barrier()
 
     def _current_epoch(self) -> int:
         # Read once the first item of the pass has arrived: the stream is in
@@ -111,10 +146,47 @@ class StreamState:
         return int(status["epoch"])
 
 
+def merge_states(states: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The state of no rank that the ranks' ``state_dict()``s make
+    together: their epoch and the union of their ids (sorted).  The states
+    must be of one epoch; a rank that has received nothing yet (epoch None)
+    adds nothing."""
+    epochs: set[int] = set()
+    consumed: set[int] = set()
+    for state in states:
+        if state["epoch"] is None:
+            continue
+        epochs.add(state["epoch"])
+        consumed.update(int(i) for i in state["consumed"])
+    if len(epochs) > 1:
+        raise ValueError(f"the ranks' states are of epochs {sorted(epochs)}: "
+                         f"checkpoint them at the same step")
+    epoch = epochs.pop() if epochs else None
+    return {"epoch": epoch, "rank": None, "consumed": sorted(consumed)}
+
+
+def _all_gather(state: dict[str, Any]) -> list[dict[str, Any]]:
+    dist = initialised_process_group()
+    if dist is None:
+        raise ValueError("no torch.distributed process group: pass the "
+                         "ranks' state_dict()s")
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
+
+
+def _barrier() -> None:
+    dist = initialised_process_group()
+    if dist is not None:
+        dist.barrier()
+
+
 def write_resume(job: PathLike, epoch: int, consumed: Iterable[int],
                  rank: int | None = None) -> None:
     """Writes ``resume``: the job's stream (rank's, if given) delivers
-    exactly the rest of ``epoch`` after ``consumed``.  Retries while a
+    exactly the rest of ``epoch`` after ``consumed``; without ``rank`` on a
+    job with ranks, its ranks deliver the rest between them in equal shares
+    (``consumed`` counts what any earlier ranks consumed).  Retries while a
     reader of a killed process still holds the stream (EBUSY)."""
     text = f"epoch={epoch}\n" + (f"rank={rank}\n" if rank is not None else "")
     data = (text + "".join(f"{i}\n" for i in consumed)).encode()

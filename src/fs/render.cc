@@ -136,6 +136,7 @@ std::string RenderReadme(const Catalog& catalog) {
          "jobs/<id>/ids takes newline-separated sample ids or relative paths instead of subset=.\n"
          "jobs/<id>/resume takes epoch=E, optionally rank=R, then the ids consumed: the stream\n"
          "then delivers exactly the rest of epoch E.\n"
+         "Without rank= on a ranked job, its ranks split the rest anew, in equal shares.\n"
          "\n"
          "Each open() of next is one reader; the job's samples are divided among its open\n"
          "readers. A reader gets EOF when the epoch is over; the next open() starts the next\n"

@@ -117,6 +117,20 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   }
   s = CheckRanksFit(spec, subset);
   if (!s.ok()) return s;
+  // The latest elastic resume: its shares are split again (they depend on
+  // nothing else), before taking the lock.
+  std::optional<ElasticResume> elastic;
+  if (stored.elastic_epoch && spec.ranks > 0) {
+    if (!stored.elastic_consumed.isEmpty() &&
+        stored.elastic_consumed.maximum() >= catalog_->size()) {
+      return Status::InvalidArgument("its resume lies outside the dataset");
+    }
+    const Roaring consumed = stored.elastic_consumed & subset;
+    elastic = ElasticResume{
+        *stored.elastic_epoch, consumed,
+        SplitRest(subset, consumed, *stored.elastic_epoch, spec.ranks, spec.drop_last),
+        /*read=*/true};  // a resume written after the restart replaces it
+  }
   MutexLock lock(lanes_.mu);
   if (jobs_.count(stored.name)) return Status::Exists("job " + stored.name + " exists");
   auto job = std::make_unique<Job>();
@@ -128,6 +142,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   lanes_.Make(job.get());
   // Counted, not refused: the job was accepted before the restart.
   AddUsage(job->uid, 1, static_cast<int64_t>(job->lanes.size()), 0);
+  job->elastic = std::move(elastic);  // before the streams: their epoch may be its
   for (const StoredStream& st : stored.streams) {
     if (st.index >= job->lanes.size()) continue;
     Lane* lane = job->lanes[st.index].get();
@@ -332,7 +347,13 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
   Roaring consumed;
   Status s = ParseIdList(text, *catalog_, &consumed);
   if (!s.ok()) return s;
-  MakeShardsUnlocked(name, uid, *epoch);
+  // Without rank=, a ranked job splits the rest of the epoch anew (elastic).
+  ElasticSplit elastic;
+  if (rank) {
+    MakeShardsUnlocked(name, uid, *epoch);
+  } else {
+    elastic = SplitElasticUnlocked(name, uid, *epoch, consumed);
+  }
   Actions actions;
   MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
@@ -353,21 +374,32 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_vie
     }
     lanes.push_back(lane.get());
   }
-  for (Lane* lane : lanes) {
-    // A stream not yet read since the last resume of the same epoch adds
-    // these ids to it.
-    const bool adds = lane->resume_written && lane->resume_epoch == epoch;
-    lanes_.Reset(lane, &actions);
-    lanes_.SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
-    lane->resume_written = true;
-    if (store_) store_->StartEpoch(name, lane->index, *lane->resume_epoch, lane->resume_skip);
+  const bool is_elastic = job->ranked() && !rank;
+  if (is_elastic) {
+    lanes_.SetElasticResume(job, *epoch, consumed, std::move(elastic), &actions);
+  } else {
+    for (Lane* lane : lanes) {
+      // A stream not yet read since the last resume of the same epoch adds
+      // these ids to it.
+      const bool adds = lane->resume_written && lane->resume_epoch == epoch;
+      lanes_.Reset(lane, &actions);
+      lanes_.SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
+      lane->resume_written = true;
+      if (store_) store_->StartEpoch(name, lane->index, *lane->resume_epoch, lane->resume_skip);
+    }
   }
   actions.Add([this] { cache_->RefreshNeeds(); });
   job->started = true;
   SaveJob(*job);
+  std::string streams;
+  if (rank) {
+    streams = " for rank " + std::to_string(*rank);
+  } else if (is_elastic) {
+    streams = " split anew over " + std::to_string(job->spec.ranks) + " ranks";
+  }
   Warnings().Log(spdlog::level::info, "resume written, uid " + std::to_string(uid),
-                 "job {} resumes epoch {}{} by uid {}: {} ids consumed", name, *epoch,
-                 rank ? " for rank " + std::to_string(*rank) : "", uid, consumed.cardinality());
+                 "job {} resumes epoch {}{} by uid {}: {} ids consumed", name, *epoch, streams, uid,
+                 consumed.cardinality());
   return Status::Ok();
 }
 
@@ -544,6 +576,22 @@ void JobManager::MakeShardsUnlocked(const std::string& name, uint32_t uid, uint6
   }
   if (split.valid()) split();
   shards.wait();
+}
+
+ElasticSplit JobManager::SplitElasticUnlocked(const std::string& name, uint32_t uid, uint64_t epoch,
+                                              const Roaring& consumed) {
+  ElasticSplit split;
+  {
+    MutexLock lock(lanes_.mu);
+    const Job* job = FindJob(name);
+    if (!job || !job->ranked() || !MayUseJob(uid, job->uid) ||
+        (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
+      return split;  // refused, or split under the lock if the job changes
+    }
+    split = lanes_.PrepareElastic(*job, epoch, consumed);
+  }
+  split.Split();
+  return split;
 }
 
 void JobManager::ReleaseIdleJobs() {

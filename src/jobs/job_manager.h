@@ -152,8 +152,11 @@ class JobManager {
   // Sets the rest of an epoch (docs/design.md 2.7): `text` is `epoch=E`, an
   // optional `rank=R`, then the ids consumed (the ids file's syntax). The
   // streams named (rank R, else all) next deliver exactly the rest of epoch
-  // E, then go on to E+1. Writes with the same E before the epoch is read
-  // add up (several ranks may write theirs). Busy while a named stream has
+  // E, then go on to E+1. Without `rank=`, a ranked job takes the ids as
+  // those consumed in E under any number of ranks, and splits the rest
+  // anew among its ranks in equal shares (elastic; jobs/rank_split.h
+  // SplitRest). Writes with the same E before the epoch is read add up
+  // (several ranks may write theirs). Busy while a named stream has
   // readers; Permission as SetSpec. Fixes the spec.
   Status Resume(const std::string& name, uint32_t uid, std::string_view text);
 
@@ -219,6 +222,10 @@ class JobManager {
   // sorting without the lock.
   void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch)
       EXCLUDES(lanes_.mu);
+  // Splits the rest of `epoch` for an elastic resume of the ranked job
+  // adding `consumed` (if `uid` may resume it), sorting without the lock.
+  ElasticSplit SplitElasticUnlocked(const std::string& name, uint32_t uid, uint64_t epoch,
+                                    const Roaring& consumed) EXCLUDES(lanes_.mu);
 
   const Catalog* catalog_;
   SampleCache* cache_;

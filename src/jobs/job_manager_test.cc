@@ -19,6 +19,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
@@ -1404,6 +1405,183 @@ TEST_F(JobManagerTest, ResumeIsSavedInTheStore) {
   jobs_->CloseReader(reader);
   ASSERT_EQ(next.size(), 8u) << "epoch 3 was all handed out: epoch 4 in full";
   EXPECT_EQ(next[0].header.epoch, 4u);
+  Shutdown();
+  store_.reset();
+}
+
+// Elastic resume (docs/design.md 2.7): a job of 4 ranks stopped in epoch 1,
+// the union of what its ranks consumed written without rank= to the
+// `resume` of a job of other ranks.
+class ElasticResumeTest : public JobManagerTest {
+ protected:
+  static constexpr uint64_t kEpoch = 1;
+
+  // Makes `name` with 4 ranks and reads all of epoch 0, then `count[r]`
+  // ids of epoch 1 on rank r (one record a read): the union of the latter.
+  Roaring ConsumeFromFourRanks(const std::string& name, const std::vector<size_t>& count) {
+    MakeJob(name, "subset=classes:0-2 ranks=4");
+    Roaring consumed;
+    for (uint32_t r = 0; r < 4; ++r) {
+      JobManager::ReaderId reader = 0;
+      EXPECT_TRUE(jobs_->OpenReader(name, kOwner, &reader, r).ok());
+      ReadToEof(reader, kBig);  // epoch 0
+      jobs_->CloseReader(reader);
+      EXPECT_TRUE(jobs_->OpenReader(name, kOwner, &reader, r).ok());
+      for (const Record& rec : ReadRecords(reader, count[r])) {
+        EXPECT_EQ(rec.header.epoch, kEpoch);
+        consumed.add(static_cast<SampleId>(rec.header.sample_id));
+      }
+      jobs_->CloseReader(reader);
+    }
+    EXPECT_EQ(consumed.cardinality(), std::accumulate(count.begin(), count.end(), size_t{0}));
+    return consumed;
+  }
+
+  static std::string ResumeText(const Roaring& ids, std::optional<uint32_t> rank = std::nullopt) {
+    std::string text = "epoch=" + std::to_string(kEpoch) + "\n";
+    if (rank) text += "rank=" + std::to_string(*rank) + "\n";
+    for (SampleId id : ids) text += std::to_string(id) + "\n";
+    return text;
+  }
+
+  // Reads rank `rank`'s epoch to its end (two readers on rank 0), checking
+  // every record's epoch; the ids.
+  std::vector<SampleId> ReadRankEpoch(const std::string& name, uint32_t rank, uint64_t epoch) {
+    std::vector<JobManager::ReaderId> readers(rank == 0 ? 2 : 1);
+    for (auto& id : readers) EXPECT_TRUE(jobs_->OpenReader(name, kOwner, &id, rank).ok());
+    std::vector<SampleId> got;
+    for (auto id : readers) {
+      for (const Record& rec : ParseRecords(ReadToEof(id, kBig))) {
+        EXPECT_EQ(rec.header.epoch, epoch);
+        got.push_back(static_cast<SampleId>(rec.header.sample_id));
+      }
+    }
+    for (auto id : readers) jobs_->CloseReader(id);
+    return got;
+  }
+
+  static Roaring SetOf(const std::vector<SampleId>& ids) {
+    Roaring set;
+    set.addMany(ids.size(), ids.data());
+    EXPECT_EQ(set.cardinality(), ids.size()) << "an id twice within a rank";
+    return set;
+  }
+
+  static Roaring Subset() {
+    Roaring subset;
+    subset.addRange(0, 24);
+    return subset;
+  }
+};
+
+// The union of what 4 ranks consumed, written without rank= to jobs of 2
+// and 3 ranks, drop_last both ways: the new ranks deliver exactly the rest
+// of the epoch between them in equal shares (SplitRest's), then the next
+// epoch in full, split as any job of that many ranks.
+TEST_F(ElasticResumeTest, TheRestOfTheEpochInEqualSharesOverOtherRanks) {
+  Build();
+  const Roaring consumed = ConsumeFromFourRanks("old", {1, 2, 3, 4});
+  const Roaring rest = Subset() - consumed;  // 14 ids
+  for (uint32_t ranks : {2u, 3u}) {
+    for (bool drop_last : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "W'=" << ranks << " drop_last=" << drop_last);
+      const std::string name = "w" + std::to_string(ranks) + (drop_last ? "d" : "p");
+      MakeJob(name, "subset=classes:0-2 ranks=" + std::to_string(ranks) +
+                        " drop_last=" + (drop_last ? "1" : "0"));
+      ASSERT_TRUE(jobs_->Resume(name, kOwner, ResumeText(consumed)).ok());
+      const std::vector<Roaring> shares = SplitRest(Subset(), consumed, kEpoch, ranks, drop_last);
+      const uint64_t each = RankShardSize(rest.cardinality(), ranks, drop_last);
+      const Json status = JobStatus(name);
+      Roaring delivered;
+      uint64_t total = 0;
+      for (uint32_t r = 0; r < ranks; ++r) {
+        EXPECT_EQ(status["ranks"][r]["remaining"], each) << "status before the first read";
+        const Roaring got = SetOf(ReadRankEpoch(name, r, kEpoch));
+        EXPECT_EQ(got.cardinality(), each) << "rank " << r;
+        EXPECT_EQ(got, shares[r]) << "rank " << r;
+        EXPECT_TRUE(got.isSubset(rest)) << "rank " << r << " delivered a consumed id";
+        delivered |= got;
+        total += got.cardinality();
+      }
+      if (drop_last) {
+        EXPECT_EQ(delivered.cardinality(), total) << "no id twice";
+        EXPECT_EQ(rest.cardinality() - total, rest.cardinality() % ranks);
+      } else {
+        EXPECT_EQ(delivered, rest) << "none missing";
+        EXPECT_EQ(total - rest.cardinality(), each * ranks - rest.cardinality()) << "padding";
+      }
+      // The next epoch is whole, split as for any job of W' ranks.
+      const std::vector<Roaring> next = SplitEpoch(Subset(), kEpoch + 1, ranks, drop_last);
+      for (uint32_t r = 0; r < ranks; ++r) {
+        EXPECT_EQ(SetOf(ReadRankEpoch(name, r, kEpoch + 1)), next[r]) << "rank " << r;
+      }
+    }
+  }
+}
+
+// Writes without rank= add up until a rank reads (each old rank may write
+// its own ids), and a write after that replaces; rank=R then takes ids out
+// of rank R's share of the rest.
+TEST_F(ElasticResumeTest, WritesAddUpThenRankResumesTakeFromTheShare) {
+  Build();
+  const Roaring consumed = ConsumeFromFourRanks("old", {2, 1, 4, 3});
+  MakeJob("new", "subset=classes:0-2 ranks=3");
+  Roaring half;
+  for (SampleId id : consumed) {
+    if (half.cardinality() < consumed.cardinality() / 2) half.add(id);
+  }
+  ASSERT_TRUE(jobs_->Resume("new", kOwner, ResumeText(half)).ok());
+  ASSERT_TRUE(jobs_->Resume("new", kOwner, ResumeText(consumed - half)).ok());
+  const std::vector<Roaring> shares = SplitRest(Subset(), consumed, kEpoch, 3, false);
+  EXPECT_EQ(SetOf(ReadRankEpoch("new", 1, kEpoch)), shares[1]);
+  // Rank 1 has read: a new write replaces the consumed ids.
+  ASSERT_TRUE(jobs_->Resume("new", kOwner, ResumeText(half)).ok());
+  const std::vector<Roaring> replaced = SplitRest(Subset(), half, kEpoch, 3, false);
+  ASSERT_NE(replaced, shares);
+  // A rank's own resume after it: two of rank 2's share were consumed.
+  Roaring two;
+  for (SampleId id : replaced[2]) {
+    if (two.cardinality() < 2) two.add(id);
+  }
+  ASSERT_TRUE(jobs_->Resume("new", kOwner, ResumeText(two, 2)).ok());
+  EXPECT_EQ(JobStatus("new")["ranks"][2]["remaining"], replaced[2].cardinality() - 2);
+  EXPECT_EQ(SetOf(ReadRankEpoch("new", 2, kEpoch)), replaced[2] - two);
+  EXPECT_EQ(SetOf(ReadRankEpoch("new", 0, kEpoch)), replaced[0]);
+}
+
+// An elastic resume is saved: after a restart (the daemon killed while a
+// rank read its share) each rank continues its share of the rest without
+// what it had handed out.
+TEST_F(ElasticResumeTest, SurvivesARestart) {
+  TempDir cache_dir("joaderfs-job-store");
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  Build();
+  const Roaring consumed = ConsumeFromFourRanks("old", {3, 3, 2, 1});
+  MakeJob("new", "subset=classes:0-2 ranks=2");
+  ASSERT_TRUE(jobs_->Resume("new", kOwner, ResumeText(consumed)).ok());
+  const std::vector<Roaring> shares = SplitRest(Subset(), consumed, kEpoch, 2, false);
+  JobManager::ReaderId reader = 0;
+  ASSERT_TRUE(jobs_->OpenReader("new", kOwner, &reader, 0).ok());
+  const std::vector<SampleId> before = IdsOf(ReadRecords(reader, 3));
+  Shutdown();
+  store_.reset();
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  std::vector<StoredJob> stored;
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 2u);
+  ASSERT_EQ(stored[0].name, "new");
+  ASSERT_EQ(stored[0].elastic_epoch, kEpoch);
+  EXPECT_EQ(stored[0].elastic_consumed, consumed);
+  EXPECT_FALSE(stored[1].elastic_epoch) << "old was never resumed";
+  Build();
+  for (const StoredJob& job : stored) ASSERT_TRUE(jobs_->RestoreJob(job).ok());
+  std::vector<SampleId> rank0 = ReadRankEpoch("new", 0, kEpoch);
+  rank0.insert(rank0.end(), before.begin(), before.end());
+  EXPECT_EQ(SetOf(rank0), shares[0]);
+  EXPECT_EQ(SetOf(ReadRankEpoch("new", 1, kEpoch)), shares[1]);
+  ASSERT_TRUE(jobs_->RemoveJob("new", kOwner).ok());
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 1u);
   Shutdown();
   store_.reset();
 }

@@ -18,6 +18,7 @@ namespace {
 constexpr char kJobKey = 'j';
 constexpr char kEpochKey = 'e';
 constexpr char kHandedKey = 'h';
+constexpr char kElasticKey = 'r';
 
 void PutBigEndian(std::string* out, uint64_t v, int bytes) {
   for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -30,6 +31,7 @@ uint64_t GetBigEndian(std::string_view in, size_t at, int bytes) {
 }
 
 std::string JobKey(const std::string& name) { return kJobKey + name; }
+std::string ElasticKey(const std::string& name) { return kElasticKey + name; }
 
 // <kind> <name> \0 <stream>: a job name holds no \0, so prefixes never collide.
 std::string StreamKey(char kind, const std::string& name, StreamIndex stream) {
@@ -88,9 +90,10 @@ Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
 }
 
 Status JobStore::Load(std::vector<StoredJob>* jobs) {
-  // Keys sort 'e' < 'h' < 'j': collect all, then join.
+  // Keys sort 'e' < 'h' < 'j' < 'r': collect all, then join.
   std::map<std::string, StoredJob> by_name;
   std::map<std::pair<std::string, StreamIndex>, uint64_t> epochs;
+  std::map<std::string, std::pair<uint64_t, Roaring>> elastic;
   struct HandOut {
     std::string key, name;
     StreamIndex stream;
@@ -126,6 +129,12 @@ Status JobStore::Load(std::vector<StoredJob>* jobs) {
       }
       continue;
     }
+    if (key[0] == kElasticKey) {
+      auto& [epoch, consumed] = elastic[std::string(key.substr(1))];
+      if (value.size() < 8 || !Deserialize(value.substr(8), &consumed)) return corrupt(key);
+      epoch = GetBigEndian(value, 0, 8);
+      continue;
+    }
     const size_t nul = key.find('\0');
     if ((key[0] != kEpochKey && key[0] != kHandedKey) || nul == std::string_view::npos ||
         key.size() < nul + 5) {
@@ -148,6 +157,12 @@ Status JobStore::Load(std::vector<StoredJob>* jobs) {
     return Status::Corruption("job store " + path_ + ": " + it->status().ToString());
   }
   next_seq_ = max_seq + 1;
+  for (auto& [name, resume] : elastic) {
+    auto job = by_name.find(name);
+    if (job == by_name.end()) return corrupt(ElasticKey(name));
+    job->second.elastic_epoch = resume.first;
+    job->second.elastic_consumed = std::move(resume.second);
+  }
   for (const auto& [key, epoch] : epochs) {
     auto job = by_name.find(key.first);
     if (job == by_name.end()) return corrupt(StreamKey(kEpochKey, key.first, key.second));
@@ -199,6 +214,7 @@ void JobStore::PutJob(const std::string& name, uint32_t uid, bool fixed, const s
 void JobStore::RemoveJob(const std::string& name) {
   rocksdb::WriteBatch batch;
   batch.Delete(JobKey(name));
+  batch.Delete(ElasticKey(name));
   for (char kind : {kEpochKey, kHandedKey}) {
     std::string begin = kind + name;
     begin.push_back('\0');
@@ -207,6 +223,15 @@ void JobStore::RemoveJob(const std::string& name) {
     batch.DeleteRange(begin, end);
   }
   Write("removing job", name, &batch);
+}
+
+void JobStore::PutElasticResume(const std::string& name, uint64_t epoch, const Roaring& consumed) {
+  std::string value;
+  PutBigEndian(&value, epoch, 8);
+  value += Serialize(consumed);
+  rocksdb::WriteBatch batch;
+  batch.Put(ElasticKey(name), value);
+  Write("saving the elastic resume of", name, &batch);
 }
 
 void JobStore::StartEpoch(const std::string& name, StreamIndex stream, uint64_t epoch,

@@ -2,8 +2,9 @@
 // they survive a restart of the daemon, clean or kill -9 (docs/design.md 2.7).
 //
 // Per job it keeps the owner, the spec text (and the ids of an ids-file
-// subset), whether the spec is fixed, and per stream (`next`, or each rank's
-// `next.R`) the epoch under way and the ids handed out in it. Hand-outs are
+// subset), whether the spec is fixed, the latest elastic resume of a ranked
+// job (its epoch and the ids consumed in it), and per stream (`next`, or
+// each rank's `next.R`) the epoch under way and the ids handed out in it. Hand-outs are
 // written (WAL, no fsync) before the read reply that carries them leaves the
 // daemon, one small write per reply, so a kill -9 of the daemon loses none:
 // after a restart each stream continues its epoch with the ids not handed
@@ -13,6 +14,7 @@
 // Layout: one RocksDB database per dataset, `<cache_dir>/<source hash>-jobs1`,
 // beside the disk tier's folder. Keys:
 //   j <name>                       -> uid, fixed, spec text, ids subset
+//   r <name>                       -> elastic resume: epoch, ids consumed
 //   e <name> \0 <stream>           -> epoch under way
 //   h <name> \0 <stream> <epoch> <seq> -> ids handed out (portable roaring)
 // (<stream>, <epoch>, <seq> big-endian, so a stream's keys sort together).
@@ -30,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +65,10 @@ struct StoredJob {
   std::string spec;    // as JobSpec::ToString() writes it
   Roaring ids;         // the subset, when set through the ids file
   bool has_ids = false;
+  // The latest elastic resume (a `resume` without `rank=` on a ranked job):
+  // its epoch, and the ids consumed in it under any number of ranks.
+  std::optional<uint64_t> elastic_epoch;
+  Roaring elastic_consumed;
   std::vector<StoredStream> streams;  // those that have begun an epoch
 };
 
@@ -79,6 +86,8 @@ class JobStore {
   // Writes the job's record (not its streams).
   void PutJob(const std::string& name, uint32_t uid, bool fixed, const std::string& spec,
               const Roaring* ids);
+  // Replaces the job's elastic resume.
+  void PutElasticResume(const std::string& name, uint64_t epoch, const Roaring& consumed);
   // Deletes the job and its streams.
   void RemoveJob(const std::string& name);
   // The stream begins `epoch`, `handed_out` already handed out (a resumed

@@ -82,6 +82,32 @@ TEST_F(JobStoreTest, KeepsJobsEpochsAndHandOutsAcrossReopens) {
   EXPECT_TRUE(jobs[0].streams[0].handed_out.isEmpty());
 }
 
+// The latest elastic resume of a job is kept with it and goes with it.
+TEST_F(JobStoreTest, KeepsTheLatestElasticResume) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    store->PutJob("a", 1000, true, "subset=all\nranks=3\n", nullptr);
+    store->PutJob("b", 1000, true, "subset=all\nranks=2\n", nullptr);
+    store->PutElasticResume("a", 2, Ids({1, 4}));
+    store->PutElasticResume("a", 3, Ids({0, 5, 6}));  // replaces
+    store->PutElasticResume("gone", 1, Ids({2}));
+    store->PutJob("gone", 1, false, "subset=all\n", nullptr);
+    store->RemoveJob("gone");
+  }
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  std::vector<StoredJob> jobs;
+  ASSERT_TRUE(store->Load(&jobs).ok());
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].elastic_epoch, 3u);
+  EXPECT_EQ(jobs[0].elastic_consumed, Ids({0, 5, 6}));
+  EXPECT_FALSE(jobs[1].elastic_epoch);
+  // One of a job that is not there is a damaged store.
+  store->PutElasticResume("nobody", 1, Ids({2}));
+  EXPECT_EQ(store->Load(&jobs).code(), Status::Code::kCorruption);
+}
+
 TEST_F(JobStoreTest, ADamagedStoreIsRefused) {
   std::string path;
   {

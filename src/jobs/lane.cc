@@ -23,6 +23,7 @@ void Lanes::Make(Job* job) {
   for (const auto& lane : job->lanes) by_serial_.erase(lane->serial);
   job->lanes.clear();
   job->splits.clear();
+  job->elastic.reset();  // split for the old ranks
   const uint32_t n = std::max<uint32_t>(job->spec.ranks, 1);
   for (uint32_t i = 0; i < n; ++i) {
     auto lane = std::make_unique<Lane>();
@@ -151,8 +152,14 @@ std::shared_future<std::vector<Roaring>> Lanes::ShardsOf(
   return shards;
 }
 
+const Roaring* Lanes::ElasticShare(const Job& job, const Lane& lane, uint64_t epoch) const {
+  if (!job.elastic || job.elastic->epoch != epoch) return nullptr;
+  return &job.elastic->shares[lane.index];
+}
+
 Roaring Lanes::EpochSubset(Job* job, const Lane& lane, uint64_t epoch) {
   if (!job->ranked()) return job->subset;
+  if (const Roaring* share = ElasticShare(*job, lane, epoch)) return *share;
   std::packaged_task<std::vector<Roaring>()> split;
   std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, epoch, &split);
   // Not made at open: a resume or a restart, or the subset changed since.
@@ -172,6 +179,7 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
   }
   Roaring ids = EpochSubset(job, *lane, epoch);
   ids -= skip;  // not empty: SetResume moves past a fully consumed epoch
+  if (job->elastic && job->elastic->epoch == epoch) job->elastic->read = true;
   const bool full = skip.isEmpty();
   if (!lane->group) {
     lane->group = groups_->Get(base_, cache_->budget() / SampleBytes());
@@ -214,6 +222,48 @@ void Lanes::SetResume(Lane* lane, uint64_t epoch, Roaring skip) {
   }
   lane->resume_epoch = epoch;
   lane->resume_skip = std::move(skip);
+}
+
+void ElasticSplit::Split() { shares = SplitRest(subset, consumed, epoch, ranks, drop_last); }
+
+bool ElasticSplit::SameInputs(const ElasticSplit& other) const {
+  return ranks == other.ranks && drop_last == other.drop_last && epoch == other.epoch &&
+         subset == other.subset && consumed == other.consumed;
+}
+
+ElasticSplit Lanes::PrepareElastic(const Job& job, uint64_t epoch, const Roaring& consumed) const {
+  ElasticSplit split;
+  split.subset = job.subset;
+  split.ranks = job.spec.ranks;
+  split.drop_last = job.spec.drop_last;
+  split.epoch = epoch;
+  split.consumed = ElasticConsumed(job, epoch, consumed);
+  return split;
+}
+
+void Lanes::SetElasticResume(Job* job, uint64_t epoch, const Roaring& consumed, ElasticSplit split,
+                             Actions* actions) {
+  ElasticSplit now = PrepareElastic(*job, epoch, consumed);
+  if (split.shares.size() != job->spec.ranks || !split.SameInputs(now)) {
+    now.Split();
+    split = std::move(now);
+  }
+  job->elastic = ElasticResume{epoch, std::move(split.consumed), std::move(split.shares)};
+  if (store_) store_->PutElasticResume(job->name, epoch, job->elastic->consumed);
+  for (const auto& lane : job->lanes) {
+    Reset(lane.get(), actions);
+    SetResume(lane.get(), epoch, Roaring());  // the share is the rest already
+    lane->resume_written = true;
+    if (store_) store_->StartEpoch(job->name, lane->index, *lane->resume_epoch, Roaring());
+  }
+}
+
+Roaring Lanes::ElasticConsumed(const Job& job, uint64_t epoch, const Roaring& consumed) const {
+  Roaring all = consumed & job.subset;
+  if (job.elastic && job.elastic->epoch == epoch && !job.elastic->read) {
+    all |= job.elastic->consumed;
+  }
+  return all;
 }
 
 void Lanes::Reset(Lane* lane, Actions* actions) {
@@ -348,7 +398,9 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
   st.epoch = between && stream->epoch() > 0 ? stream->epoch() - 1 : lane.epoch();
   st.delivered = stream && !lane.resume_epoch ? stream->delivered() : 0;
   if (lane.resume_epoch) {
-    st.remaining = full - std::min<uint64_t>(full, lane.resume_skip.cardinality());
+    const Roaring* share = ElasticShare(job, lane, *lane.resume_epoch);
+    const uint64_t ids = share ? share->cardinality() : full;
+    st.remaining = ids - std::min<uint64_t>(ids, lane.resume_skip.cardinality());
   } else if (stream && stream->running()) {
     st.remaining = stream->epoch_size() - stream->done();
   } else {

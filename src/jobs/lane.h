@@ -100,6 +100,37 @@ struct JobStatus {
 struct Job;
 struct Reader;
 
+// An elastic resume (docs/design.md 2.7): a `resume` without `rank=` on a
+// ranked job. The ids of `epoch` consumed under any earlier number of
+// ranks; the rest of that epoch is split anew among the job's ranks
+// (jobs/rank_split.h SplitRest), and each rank reads its share of it
+// instead of its shard of the epoch. Kept, and saved in the job store, until
+// the next one: a later `rank=R` resume or a restart within the epoch
+// starts from the rank's share.
+struct ElasticResume {
+  uint64_t epoch = 0;
+  Roaring consumed;             // within the job's subset
+  std::vector<Roaring> shares;  // by rank: SplitRest(subset, consumed, epoch, ...)
+  // A rank has begun the epoch: a later resume of it replaces `consumed`
+  // instead of adding to it.
+  bool read = false;
+};
+
+// An elastic resume's split: its inputs, taken under the manager's lock
+// (Lanes::PrepareElastic), and its shares, made by Split() without it.
+struct ElasticSplit {
+  Roaring subset;
+  uint32_t ranks = 0;
+  bool drop_last = false;
+  uint64_t epoch = 0;
+  Roaring consumed;  // Lanes::ElasticConsumed
+  std::vector<Roaring> shares;
+
+  // A sort of the rest of the epoch.
+  void Split();
+  bool SameInputs(const ElasticSplit& other) const;
+};
+
 // One stream of a job: `next`, or `next.R` of rank R.
 struct Lane {
   Job* job = nullptr;
@@ -141,6 +172,7 @@ struct Job {
   // ranks that begin the epoch after the first: splitting costs a sort of
   // the subset. Made off the lock (Lanes::ShardsOf); a future until then.
   std::map<uint64_t, std::shared_future<std::vector<Roaring>>> splits;
+  std::optional<ElasticResume> elastic;  // ranked jobs
   // The latest rejected control write (JobManager::NoteWrite): the file
   // and the line its `error` file shows.
   std::string error_file;
@@ -182,6 +214,17 @@ class Lanes {
   // Makes the lane begin `epoch` at its next read, without `skip` (those of
   // its ids consumed or handed out already).
   void SetResume(Lane* lane, uint64_t epoch, Roaring skip) REQUIRES(mu);
+  // The inputs of an elastic resume of the ranked job that adds `consumed`
+  // to `epoch`, for ElasticSplit::Split() to split without the lock.
+  ElasticSplit PrepareElastic(const Job& job, uint64_t epoch, const Roaring& consumed) const
+      REQUIRES(mu);
+  // Makes every rank of the ranked job begin `epoch` at its next read with
+  // its share of the rest once `consumed` is (an elastic resume), drops the
+  // epochs under way and saves the resume. `split` is used if it was
+  // prepared for the job as it is now, else the rest is split again here (a
+  // write to the job raced it). REQUIRES: no rank has readers.
+  void SetElasticResume(Job* job, uint64_t epoch, const Roaring& consumed, ElasticSplit split,
+                        Actions* actions) REQUIRES(mu);
   // Drops the lane's epoch under way (for `resume`): pins, plan, state.
   void Reset(Lane* lane, Actions* actions) REQUIRES(mu);
   // Readies the lane for a read of `reader`: starts its epoch if none runs,
@@ -209,9 +252,17 @@ class Lanes {
   const SharedRenders& shared_renders() const { return shared_renders_; }
 
  private:
-  // The ids the lane reads in `epoch`: the job's subset, or its shard (made
-  // under the lock if OpenReader did not make it).
+  // The ids the lane reads in `epoch`: the job's subset, its share of an
+  // elastic resume's rest, or its shard (made under the lock if OpenReader
+  // did not make it).
   Roaring EpochSubset(Job* job, const Lane& lane, uint64_t epoch) REQUIRES(mu);
+  // The ids of `epoch` an elastic resume of the job with `consumed` counts
+  // as consumed: with those of an earlier resume of the epoch that no rank
+  // has read yet (several writes add up), within the subset.
+  Roaring ElasticConsumed(const Job& job, uint64_t epoch, const Roaring& consumed) const
+      REQUIRES(mu);
+  // The lane's share of the job's elastic resume of `epoch`; null if none.
+  const Roaring* ElasticShare(const Job& job, const Lane& lane, uint64_t epoch) const REQUIRES(mu);
   void StartEpoch(Lane* lane, Actions* actions) REQUIRES(mu);
   // Tops up the planned queues of the group's lanes; the group decides who
   // plans when (sampling/plan_group.h).

@@ -66,4 +66,11 @@ std::vector<Roaring> SplitEpoch(const Roaring& subset, uint64_t epoch, uint32_t 
   return shards;
 }
 
+std::vector<Roaring> SplitRest(const Roaring& subset, const Roaring& consumed, uint64_t epoch,
+                               uint32_t ranks, bool drop_last) {
+  const Roaring rest = subset - consumed;
+  if (RankShardSize(rest.cardinality(), ranks, drop_last) == 0) return std::vector<Roaring>(ranks);
+  return SplitEpoch(rest, epoch, ranks, drop_last);
+}
+
 }  // namespace joaderfs

@@ -18,6 +18,9 @@
 // A shard is a set: the order within it is the planner's (uniform, and
 // coupled with the other jobs of the mount).
 //
+// An elastic resume (SplitRest) splits what is left of an epoch, once some
+// of its ids were consumed under any number of ranks, the same way.
+//
 // Pure functions; thread-safe.
 
 #ifndef JOADERFS_JOBS_RANK_SPLIT_H_
@@ -40,6 +43,29 @@ uint64_t RankShardSize(uint64_t subset_size, uint32_t ranks, bool drop_last);
 // Costs a sort of the subset.
 std::vector<Roaring> SplitEpoch(const Roaring& subset, uint64_t epoch, uint32_t ranks,
                                 bool drop_last);
+
+// The split of the rest of `epoch` among `ranks` ranks once `consumed` was
+// consumed (an elastic resume, docs/design.md 2.7: the union of what the
+// ranks of an earlier run, of any number, consumed in it). The rest, the
+// subset less `consumed`, is split as SplitEpoch splits a subset: in the
+// same keyed-hash order of (epoch, id), padded or cut as DistributedSampler
+// pads or cuts, rank r taking positions r, r + W, ... So, with M ids left:
+//   - every rank gets RankShardSize(M, W, drop_last) ids, ceil(M/W) or
+//     floor(M/W);
+//   - before padding the shares are disjoint, differ in size by at most
+//     one, and together are the rest: without drop_last the ranks short of
+//     ceil(M/W) each get one of the first W - (M mod W) ids of the order a
+//     second time (delivered twice in the epoch, as DistributedSampler
+//     does); with drop_last the last M mod W ids of the order are left out
+//     of the epoch;
+//   - it is a function of (subset, consumed, epoch, W, drop_last) alone:
+//     neither the mount's nor the job's seed, nor timing, enters it;
+//   - with nothing consumed it is SplitEpoch.
+// Ids of `consumed` outside the subset are ignored. Every share is empty
+// when nothing is left, or when drop_last leaves less than one per rank.
+// REQUIRES: ranks >= 1. Costs a sort of the rest.
+std::vector<Roaring> SplitRest(const Roaring& subset, const Roaring& consumed, uint64_t epoch,
+                               uint32_t ranks, bool drop_last);
 
 }  // namespace joaderfs
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "common/random.h"
@@ -94,6 +95,104 @@ TEST(RankSplit, EveryIdEquallyLikelyOnEveryRank) {
     for (int n : c) {
       EXPECT_GT(n, 55);  // mean 100, sd 8.7: six sd either side
       EXPECT_LT(n, 145);
+    }
+  }
+}
+
+// What a job of 4 ranks consumed of epoch `epoch` before it stopped: a
+// prefix of each rank's shard, of a different length per rank (as ranks
+// whose checkpoints saw different counts), ids in a scrambled order.
+Roaring ConsumedByFourRanks(const Roaring& subset, uint64_t epoch, bool drop_last) {
+  const std::vector<Roaring> shards = SplitEpoch(subset, epoch, 4, drop_last);
+  Roaring consumed;
+  for (uint32_t r = 0; r < 4; ++r) {
+    std::vector<SampleId> ids(shards[r].begin(), shards[r].end());
+    std::sort(ids.begin(), ids.end(),
+              [r](SampleId a, SampleId b) { return MixSeed(r, a) < MixSeed(r, b); });
+    ids.resize(ids.size() * (r + 1) / 7);  // 1/7, 2/7, 3/7, 4/7 of the shard
+    consumed.addMany(ids.size(), ids.data());
+  }
+  return consumed;
+}
+
+// Elastic resume: 4 ranks stopped mid-epoch; the union of what they
+// consumed, and the rest split among W' = 1..5 ranks. Before padding the
+// shares are disjoint, within one of each other in size and together the
+// rest; after it each rank has ceil(M/W') (padding repeats the fewest ids
+// it can), or floor(M/W') with drop_last, which leaves out M mod W'.
+TEST(RankSplit, RestOfAnEpochInEqualSharesForAnyRanks) {
+  Roaring subset = Ids(0, 203);
+  for (uint32_t id = 5; id < 203; id += 11) subset.remove(id);  // 185 ids
+  for (bool drop_last : {false, true}) {
+    const uint64_t epoch = 9;
+    const Roaring consumed = ConsumedByFourRanks(subset, epoch, drop_last);
+    ASSERT_GT(consumed.cardinality(), 0u);
+    const Roaring rest = subset - consumed;
+    const uint64_t left = rest.cardinality();
+    for (uint32_t ranks = 1; ranks <= 5; ++ranks) {
+      SCOPED_TRACE(testing::Message()
+                   << "W'=" << ranks << " drop_last=" << drop_last << " rest=" << left);
+      const std::vector<Roaring> shares = SplitRest(subset, consumed, epoch, ranks, drop_last);
+      ASSERT_EQ(shares.size(), ranks);
+      const uint64_t each = drop_last ? left / ranks : (left + ranks - 1) / ranks;
+      std::map<SampleId, int> times;
+      for (const Roaring& share : shares) {
+        EXPECT_EQ(share.cardinality(), each) << "equal shares";
+        EXPECT_TRUE(share.isSubset(rest)) << "a consumed id delivered again";
+        for (SampleId id : share) ++times[id];
+      }
+      uint64_t repeated = 0;
+      for (const auto& [id, n] : times) repeated += n - 1;
+      if (drop_last) {
+        EXPECT_EQ(repeated, 0u) << "no padding with drop_last";
+        EXPECT_EQ(times.size(), left - left % ranks) << "only the last M mod W' left out";
+      } else {
+        EXPECT_EQ(times.size(), left) << "every id of the rest, none missing";
+        EXPECT_EQ(repeated, each * ranks - left) << "padding repeats as few as it must";
+      }
+      // A function of its inputs only: again, from a consumed set built
+      // otherwise (with ids outside the subset, which do not count), and
+      // not the split of the whole epoch.
+      Roaring noisy = consumed;
+      noisy.add(5);
+      noisy.add(100000);
+      EXPECT_EQ(SplitRest(subset, noisy, epoch, ranks, drop_last), shares);
+      if (ranks > 1) {
+        EXPECT_NE(SplitRest(subset, consumed, epoch + 1, ranks, drop_last), shares);
+      }
+    }
+  }
+}
+
+TEST(RankSplit, RestAfterNothingConsumedIsTheEpochsSplit) {
+  const Roaring subset = Ids(100, 97);
+  for (bool drop_last : {false, true}) {
+    for (uint32_t ranks = 1; ranks <= 5; ++ranks) {
+      EXPECT_EQ(SplitRest(subset, Roaring(), 4, ranks, drop_last),
+                SplitEpoch(subset, 4, ranks, drop_last));
+    }
+  }
+}
+
+TEST(RankSplit, RestSmallerThanTheRanks) {
+  const Roaring subset = Ids(0, 10);
+  Roaring consumed = Ids(0, 8);  // ids 8 and 9 left
+  // Padded: 3 ranks of one id each, one of the two ids twice.
+  const auto padded = SplitRest(subset, consumed, 0, 3, false);
+  Roaring seen;
+  for (const Roaring& share : padded) {
+    EXPECT_EQ(share.cardinality(), 1u);
+    seen |= share;
+  }
+  EXPECT_EQ(seen, Roaring::bitmapOf(2, 8, 9));
+  // drop_last: nothing for anyone (as DistributedSampler drops the tail).
+  for (const Roaring& share : SplitRest(subset, consumed, 0, 3, true)) {
+    EXPECT_TRUE(share.isEmpty());
+  }
+  // Nothing left at all.
+  for (bool drop_last : {false, true}) {
+    for (const Roaring& share : SplitRest(subset, Ids(0, 10), 0, 2, drop_last)) {
+      EXPECT_TRUE(share.isEmpty());
     }
   }
 }
