@@ -36,8 +36,8 @@ from .datasets import (DEFAULT_LAYOUT, SIZES, TEXTURE_CLASSES, _image,
                        imagefolder_order, make_dataset, make_imagefolder,
                        make_textures, reference_pixels, rewrite_image,
                        small_layout, texture_image)
-from .procfs import (CLK_TCK, MemoryMonitor, group_alive, proc_cpu, rss_bytes,
-                     proc_stat_fields, proc_status_kib)
+from .procfs import (CLK_TCK, MemoryMonitor, group_alive, proc_cpu, proc_memory,
+                     proc_stat_fields, proc_status_kib, reset_peak, rss_bytes)
 from .records import (EPOCH_TIMEOUT, HEADER, MAGIC, RECORD, PacedReader,
                       Record, StreamError, digests, ids_of, parse_records,
                       payload_digest, read_epoch, read_exact, read_to_eof,

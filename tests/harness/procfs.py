@@ -43,6 +43,20 @@ def rss_bytes(pid):
     return kib * 1024
 
 
+def proc_memory(pid):
+    """VmRSS and VmHWM (the peak) of a live process, in bytes."""
+    rss, hwm = proc_status_kib(pid, "VmRSS"), proc_status_kib(pid, "VmHWM")
+    if rss is None or hwm is None:
+        raise AssertionError("no VmRSS/VmHWM for %s" % pid)
+    return rss * 1024, hwm * 1024
+
+
+def reset_peak(pid):
+    """Starts VmHWM afresh (Linux >= 4.0: writing 5 to clear_refs)."""
+    with open("/proc/%d/clear_refs" % pid, "w") as f:
+        f.write("5")
+
+
 def all_stat_fields():
     """(pid, stat_fields) of every process still there when read."""
     for name in os.listdir("/proc"):

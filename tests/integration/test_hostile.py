@@ -18,7 +18,7 @@ import unittest
 import zlib
 
 import harness
-from harness import (BIN, FUSERMOUNT, DatasetMixin, JoaderTestCase,
+from harness import (BIN, FUSERMOUNT, DatasetMixin, JoaderTestCase, proc_memory, reset_peak,
                       imagefolder_order, is_mounted, make_imagefolder)
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -62,23 +62,6 @@ def finish(proc, timeout):
     if proc.returncode != 0:
         raise AssertionError("uid 65534's script failed: %s" % err)
     return json.loads(out.strip().splitlines()[-1])
-
-
-def proc_memory(pid):
-    """VmRSS and VmHWM (the peak) of `pid`, in bytes."""
-    fields = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) * 1024
-    return fields["VmRSS"], fields["VmHWM"]
-
-
-def reset_peak(pid):
-    """Starts VmHWM afresh (Linux >= 4.0: writing 5 to clear_refs)."""
-    with open("/proc/%d/clear_refs" % pid, "w") as f:
-        f.write("5")
 
 
 def write_png_bomb(path, width, height):

@@ -24,7 +24,7 @@ import sys
 import time
 import unittest
 
-from harness import DatasetMixin, JoaderTestCase, wait_for
+from harness import DatasetMixin, JoaderTestCase, proc_memory, reset_peak, wait_for
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 RAM_CACHE = 64 << 20
@@ -64,18 +64,7 @@ def finish(proc, timeout=60):
 
 def rss_peak(pid):
     """max(VmRSS, VmHWM) of `pid` in bytes."""
-    fields = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) * 1024
-    return max(fields.values())
-
-
-def reset_peak(pid):
-    with open("/proc/%d/clear_refs" % pid, "w") as f:
-        f.write("5")
+    return max(proc_memory(pid))
 
 
 class PerUserLimitsTest(DatasetMixin, JoaderTestCase):
