@@ -31,6 +31,10 @@ SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* di
 }
 
 void SampleCache::Acquire(SampleKey key, Callback done) {
+  AcquireWithTier(key, [done = std::move(done)](const SamplePtr& sample, Tier) { done(sample); });
+}
+
+void SampleCache::AcquireWithTier(SampleKey key, TierCallback done) {
   SamplePtr ready;
   {
     MutexLock lock(mu_);
@@ -80,7 +84,7 @@ void SampleCache::Acquire(SampleKey key, Callback done) {
       return;
     }
   }
-  done(ready);
+  done(ready, Tier::kRam);
 }
 
 void SampleCache::Release(SampleKey key) {
@@ -153,7 +157,7 @@ void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
   // changed at the next look.
   const FileIdentity file = sample || unchanged ? FileIdentity{} : Identify(key.id);
 
-  std::vector<Callback> waiters;
+  std::vector<TierCallback> waiters;
   bool healed = false;
   {
     MutexLock lock(mu_);
@@ -209,7 +213,8 @@ void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
                     "skipping sample {} ({}): {}", key.id, Printable(catalog_->relpath(key.id)),
                     Printable(s.message(), 1024));
   }
-  for (auto& w : waiters) w(sample);
+  const Tier loaded_from = from_disk ? Tier::kDisk : Tier::kDecode;
+  for (size_t i = 0; i < waiters.size(); ++i) waiters[i](sample, i == 0 ? loaded_from : Tier::kRam);
 }
 
 // Evicts the RefCnt policy's choices until the budget holds. With several

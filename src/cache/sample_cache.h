@@ -95,16 +95,24 @@ struct FailureRetry {
 // SECONDS, the file looked at every min(2 s, SECONDS).
 FailureRetry FailureRetryFrom(std::chrono::seconds start);
 
+// Where an Acquire() found its sample: the RAM tier (ready, or being loaded
+// for an earlier Acquire, or remembered as bad), or a load that this
+// Acquire started, which read the disk tier or decoded.
+enum class Tier { kRam, kDisk, kDecode };
+
 class SampleCache {
  public:
   // `sample` is null when the image could not be decoded.
   using Callback = std::function<void(const SamplePtr& sample)>;
+  using TierCallback = std::function<void(const SamplePtr& sample, Tier tier)>;
   // `disk` may be null (cache_dir=none). `counts` outlives the cache.
   SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, const RefCounts* counts,
               uint64_t budget_bytes, FailureRetry retry = {});
 
   // Pins the entry for `key` and calls `done` exactly once with its sample.
   void Acquire(SampleKey key, Callback done);
+  // The same, telling `done` where the sample came from (per-job figures).
+  void AcquireWithTier(SampleKey key, TierCallback done);
   // Unpins one Acquire() of `key`.
   void Release(SampleKey key);
 
@@ -132,10 +140,11 @@ class SampleCache {
     }
   };
   struct Entry {
-    SamplePtr sample;               // null while loading
-    std::vector<Callback> waiters;  // while loading
-    uint32_t pins = 0;              // evictable (tracked by its policy) when 0 and ready
-    uint64_t loading_bytes = 0;     // while loading: the bytes it is expected to hold
+    SamplePtr sample;  // null while loading
+    // While loading; the first is the Acquire() that started the load.
+    std::vector<TierCallback> waiters;
+    uint32_t pins = 0;           // evictable (tracked by its policy) when 0 and ready
+    uint64_t loading_bytes = 0;  // while loading: the bytes it is expected to hold
   };
 
   using Clock = std::chrono::steady_clock;

@@ -81,6 +81,7 @@ constexpr Filesystem::NodeKind kNodeKinds[] = {
     {Filesystem::Node::kRoot, Filesystem::Node::kNone, "", kRootIno, S_IFDIR | 0755, {}},
     {Filesystem::Node::kReadme, Filesystem::Node::kRoot, "README", 2, S_IFREG | 0444, {}},
     {Filesystem::Node::kStats, Filesystem::Node::kRoot, "stats", 3, S_IFREG | 0444, {}},
+    {Filesystem::Node::kMetrics, Filesystem::Node::kRoot, "metrics", 8, S_IFREG | 0444, {}},
     {Filesystem::Node::kDataset, Filesystem::Node::kRoot, "dataset", 4, S_IFDIR | 0755, {}},
     {Filesystem::Node::kJobs, Filesystem::Node::kRoot, "jobs", kJobsIno, S_IFDIR | 01777, {}},
     {Filesystem::Node::kInfo, Filesystem::Node::kDataset, "info", 5, S_IFREG | 0444, {}},
@@ -388,7 +389,7 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
   std::vector<char> buf(size);
   size_t used = 0;
   for (size_t i = static_cast<size_t>(off); i < entries.size(); ++i) {
-    struct stat st {};
+    struct stat st{};
     st.st_ino = entries[i].second;
     Attr(entries[i].second, &st);
     const size_t n = fuse_add_direntry(req, buf.data() + used, size - used,
@@ -491,6 +492,7 @@ Status Filesystem::Render(OpenFile* file) const {
   switch (file->node) {
     case Node::kReadme: file->content = RenderReadme(*catalog_); break;
     case Node::kStats: file->content = RenderStats(jobs_->Stats()); break;
+    case Node::kMetrics: file->content = RenderMetrics(jobs_->Stats()); break;
     case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
     case Node::kManifest: file->content = RenderManifest(*catalog_); break;
     case Node::kError: return jobs_->GetError(file->job, &file->content);

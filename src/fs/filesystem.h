@@ -46,6 +46,7 @@ class Filesystem {
     kRoot,
     kReadme,
     kStats,
+    kMetrics,
     kDataset,
     kInfo,
     kManifest,

@@ -12,13 +12,41 @@ Json StatusJson(const JobStatus& st) {
               {"delivered", st.delivered},
               {"remaining", st.remaining},
               {"subset_size", st.subset_size},
-              {"readers", st.readers}};
+              {"readers", st.readers},
+              {"stall_seconds", st.stall_seconds},
+              {"samples_per_s", st.samples_per_s},
+              {"ram_hits", st.ram_hits},
+              {"disk_hits", st.disk_hits},
+              {"decodes", st.decodes}};
 }
 
 // Byte strings from the file system (paths, job ids are checked) may hold
 // any bytes: replace what is not UTF-8 rather than throw.
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+// A label value per the text format: backslash, double quote and newline
+// escaped.
+std::string LabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void Family(std::string* out, const char* name, const char* type, const char* help) {
+  *out += std::string("# HELP ") + name + " " + help + "\n";
+  *out += std::string("# TYPE ") + name + " " + type + "\n";
 }
 
 }  // namespace
@@ -82,7 +110,9 @@ std::string RenderStats(const MountStats& s) {
             {"decode_queue", s.decode_queue},
             {"decode_busy_seconds", s.decode_busy_seconds},
             {"renders", s.renders},
-            {"renders_shared", s.renders_shared}};
+            {"renders_shared", s.renders_shared},
+            {"stall_seconds", s.stall_seconds},
+            {"samples_per_s", s.samples_per_s}};
   json["planner"] = Json{{"rounds", s.planner.rounds},
                          {"picks", s.planner.picks},
                          {"shared_picks", s.planner.shared_picks},
@@ -91,6 +121,84 @@ std::string RenderStats(const MountStats& s) {
   for (const auto& [name, status] : s.jobs) jobs[name] = StatusJson(status);
   json["jobs"] = std::move(jobs);
   return Dump(json);
+}
+
+std::string RenderMetrics(const MountStats& s) {
+  std::string out;
+  struct Mount {
+    const char* name;
+    const char* type;
+    const char* help;
+    Json value;
+  };
+  const Mount mount[] = {
+      {"joaderfs_decoded_total", "counter", "Real decodes since mount (disk hits not counted).",
+       s.cache.decoded},
+      {"joaderfs_delivered_total", "counter", "Records handed to readers since mount.",
+       s.delivered},
+      {"joaderfs_ram_hits_total", "counter", "Cache requests the RAM tier answered.", s.cache.hits},
+      {"joaderfs_disk_hits_total", "counter", "Loads the disk tier answered.", s.disk.hits},
+      {"joaderfs_ram_bytes", "gauge", "Bytes of decoded samples in the RAM tier.", s.cache.bytes},
+      {"joaderfs_ram_budget_bytes", "gauge", "The RAM tier's budget.", s.cache.budget},
+      {"joaderfs_disk_bytes", "gauge", "Bytes in the disk tier.", s.disk.bytes},
+      {"joaderfs_decode_queue", "gauge", "Loads waiting for a decode thread.", s.decode_queue},
+      {"joaderfs_stall_seconds_total", "counter",
+       "Time readers' reads waited for data, all jobs (reads waiting now included).",
+       s.stall_seconds},
+      {"joaderfs_samples_per_second", "gauge", "Deliveries per second over the last 10 s.",
+       s.samples_per_s},
+  };
+  // Numbers as /stats writes them (shortest round trip): both files agree.
+  for (const Mount& m : mount) {
+    Family(&out, m.name, m.type, m.help);
+    out += std::string(m.name) + " " + m.value.dump() + "\n";
+  }
+  // Per job stream: a job's one stream, or each rank's.
+  struct Stream {
+    std::string labels;
+    const JobStatus* status;
+  };
+  std::vector<Stream> streams;
+  for (const auto& [name, st] : s.jobs) {
+    const std::string job = "job=\"" + LabelValue(name) + "\"";
+    if (st.ranks.empty()) {
+      streams.push_back({job, &st});
+    } else {
+      for (size_t r = 0; r < st.ranks.size(); ++r) {
+        streams.push_back({job + ",rank=\"" + std::to_string(r) + "\"", &st.ranks[r]});
+      }
+    }
+  }
+  struct PerJob {
+    const char* name;
+    const char* type;
+    const char* help;
+    Json (*value)(const JobStatus&);
+  };
+  const PerJob per_job[] = {
+      {"joaderfs_job_stall_seconds_total", "counter",
+       "Time the stream's reads waited for data (reads waiting now included).",
+       [](const JobStatus& st) { return Json(st.stall_seconds); }},
+      {"joaderfs_job_samples_per_second", "gauge", "The stream's deliveries per second, last 10 s.",
+       [](const JobStatus& st) { return Json(st.samples_per_s); }},
+      {"joaderfs_job_delivered_total", "counter", "Records the stream delivered over its life.",
+       [](const JobStatus& st) { return Json(st.delivered_total); }},
+      {"joaderfs_job_ram_hits_total", "counter", "The stream's picks found in the RAM tier.",
+       [](const JobStatus& st) { return Json(st.ram_hits); }},
+      {"joaderfs_job_disk_hits_total", "counter",
+       "The stream's picks whose load read the disk tier.",
+       [](const JobStatus& st) { return Json(st.disk_hits); }},
+      {"joaderfs_job_decodes_total", "counter", "The stream's picks whose load decoded.",
+       [](const JobStatus& st) { return Json(st.decodes); }},
+  };
+  for (const PerJob& m : per_job) {
+    Family(&out, m.name, m.type, m.help);
+    for (const Stream& stream : streams) {
+      out +=
+          std::string(m.name) + "{" + stream.labels + "} " + m.value(*stream.status).dump() + "\n";
+    }
+  }
+  return out;
 }
 
 std::string RenderManifest(const Catalog& catalog) {

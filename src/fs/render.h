@@ -1,6 +1,8 @@
 // The small files of the tree, rendered from snapshots: /README,
-// /dataset/info, /dataset/manifest, /stats and /jobs/<id>/status
-// (docs/design.md 2.2, 2.5). JSON through nlohmann-json, keys in a fixed order.
+// /dataset/info, /dataset/manifest, /stats, /metrics and /jobs/<id>/status
+// (docs/design.md 2.2, 2.5). JSON through nlohmann-json, keys in a fixed
+// order; /metrics in Prometheus' text format, its numbers written as /stats
+// writes them.
 //
 // Pure functions of their arguments; no FUSE, so tests render without a
 // mount.
@@ -21,6 +23,9 @@ std::string RenderInfo(const Catalog& catalog, uint32_t default_size);
 std::string RenderManifest(const Catalog& catalog);
 std::string RenderJobStatus(const JobStatus& status);
 std::string RenderStats(const MountStats& stats);
+// The figures of 2.5 per mount and per job stream (labels job and, for a
+// ranked job, rank; a ranked job has no series without rank).
+std::string RenderMetrics(const MountStats& stats);
 
 }  // namespace joaderfs
 

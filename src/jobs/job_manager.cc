@@ -494,6 +494,7 @@ void JobManager::CloseReader(ReaderId id) {
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
   if (r->waiting) {
+    lanes_.EndStall(r);
     actions.Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
   }
   if (Lane* lane = r->lane) {
@@ -543,7 +544,10 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
     }
     lanes_.Wake(lane, &actions);
   }
-  if (!lanes_.TryServe(r, &actions)) r->lane->waiting.push_back(r);
+  if (!lanes_.TryServe(r, &actions)) {
+    lanes_.BeginStall(r);
+    r->lane->waiting.push_back(r);
+  }
   if (r->lane) lanes_.ServeWaiters(r->lane, &actions);  // the epoch may have ended
 }
 
@@ -554,6 +558,7 @@ void JobManager::Interrupt(ReaderId id, uint64_t token) {
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
   if (r->waiting && r->token == token) {
+    lanes_.EndStall(r);
     r->waiting = false;
     if (r->lane) std::erase(r->lane->waiting, r);
     actions.Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
@@ -631,6 +636,11 @@ JobStatus JobManager::StatusLocked(const Job& job) const {
     st.skipped += r.skipped;
     st.delivered_total += r.delivered_total;
     st.shared_picks += r.shared_picks;
+    st.stall_seconds += r.stall_seconds;
+    st.samples_per_s += r.samples_per_s;
+    st.ram_hits += r.ram_hits;
+    st.disk_hits += r.disk_hits;
+    st.decodes += r.decodes;
     st.ranks.push_back(std::move(r));
   }
   st.subset_size = job.subset.cardinality();
@@ -662,6 +672,8 @@ MountStats JobManager::Stats() const {
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();
+  stats.stall_seconds = lanes_.StallSeconds();
+  stats.samples_per_s = lanes_.SamplesPerSecond();
   for (const auto& [name, job] : jobs_) stats.jobs.emplace_back(name, StatusLocked(*job));
   return stats;
 }

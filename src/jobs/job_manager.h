@@ -98,6 +98,8 @@ struct MountStats {
   uint64_t decode_queue = 0;
   double decode_busy_seconds = 0;
   uint64_t delivered = 0;
+  double stall_seconds = 0;     // every job's readers' waits (Lanes::StallSeconds)
+  double samples_per_s = 0;     // deliveries, recent (RateWindow)
   uint64_t renders = 0;         // deliveries resampled from base images
   uint64_t renders_shared = 0;  // deliveries handed a render another job made
   uint64_t special_files = 0;   // SOURCE entries left out: not regular files

@@ -42,6 +42,7 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
   }
   ReleasePins(lane, actions);
   for (Reader* r : lane->readers) {
+    if (r->waiting) EndStall(r);
     r->lane = nullptr;
     if (r->waiting) {
       r->waiting = false;
@@ -75,12 +76,14 @@ void Lanes::Release(Lane* lane, Actions* actions) {
 bool Lanes::TryServe(Reader* r, Actions* actions) {
   Lane* lane = r->lane;
   if (!lane) {
+    EndStall(r);
     r->waiting = false;
     actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
     return true;
   }
   if (r->pending.empty()) {
     if (ReaderAtEof(r)) {
+      EndStall(r);
       r->waiting = false;
       actions->Add([reply = std::move(r->reply)] { reply(Status::Ok(), {}); });
       return true;
@@ -89,6 +92,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     uint64_t bytes = 0;
     std::vector<SampleId> handed;
     const uint64_t epoch = lane->epoch();
+    const auto now = std::chrono::steady_clock::now();
     while (lane->running()) {
       const std::optional<JobStream::Ready> next = lane->stream->PeekReady();
       if (!next) break;
@@ -106,6 +110,8 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       r->pending.Push(lane->stream->TakeReady()->sample, h);
       handed.push_back(next->id);
       ++delivered_;
+      lane->rate.Add(now);
+      rate_.Add(now);
       AfterDone(lane, actions);
     }
     if (r->pending.empty()) return false;
@@ -118,9 +124,72 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     }
   }
   auto data = r->pending.Take(r->max_bytes);
+  EndStall(r);
   r->waiting = false;
   actions->Add([reply = std::move(r->reply), data] { reply(Status::Ok(), data->iov); });
   return true;
+}
+
+void Lanes::BeginStall(Reader* r) { r->stalled_since = std::chrono::steady_clock::now(); }
+
+void Lanes::EndStall(Reader* r) {
+  if (!r->stalled_since) return;
+  const auto waited = std::chrono::steady_clock::now() - *r->stalled_since;
+  r->stalled_since.reset();
+  stalled_ += waited;
+  if (r->lane) r->lane->stalled += waited;
+}
+
+namespace {
+
+// The lane's stall: its answered reads' waits and those of reads waiting.
+std::chrono::steady_clock::duration LaneStall(const Lane& lane,
+                                              std::chrono::steady_clock::time_point now) {
+  std::chrono::steady_clock::duration stall = lane.stalled;
+  for (const Reader* r : lane.readers) {
+    if (r->stalled_since) stall += now - *r->stalled_since;
+  }
+  return stall;
+}
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+double Lanes::StallSeconds() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration stall = stalled_;
+  for (const auto& [serial, lane] : by_serial_) stall += LaneStall(*lane, now) - lane->stalled;
+  return Seconds(stall);
+}
+
+void RateWindow::Add(Clock::time_point now, uint64_t n) {
+  const int64_t second = Second(now);
+  const size_t slot = static_cast<size_t>(second % kSeconds);
+  if (seconds_[slot] != second) {
+    seconds_[slot] = second;
+    counts_[slot] = 0;
+  }
+  counts_[slot] += n;
+  if (!first_) first_ = now;
+}
+
+double RateWindow::Rate(Clock::time_point now) const {
+  if (!first_) return 0;
+  const int64_t second = Second(now);
+  uint64_t sum = 0;
+  for (int i = 0; i < kSeconds; ++i) {
+    if (seconds_[i] > second - kSeconds && seconds_[i] <= second) sum += counts_[i];
+  }
+  const double span = std::clamp(Seconds(now - *first_), 1.0, double{kSeconds});
+  return static_cast<double>(sum) / span;
+}
+
+int64_t RateWindow::Second(Clock::time_point t) {
+  // Shifted so that no real second is 0, the slots' initial value.
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count() + 1;
 }
 
 void Lanes::ServeWaiters(Lane* lane, Actions* actions) {
@@ -309,9 +378,9 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   const bool render = spec.size > 0 || spec.augment.augmented();
   actions->Add([this, key, render, augment = spec.augment, size = spec.size, serial = lane->serial,
                 epoch = lane->epoch(), position] {
-    cache_->Acquire(key, [=, this](const SamplePtr& base) {
+    cache_->AcquireWithTier(key, [=, this](const SamplePtr& base, Tier tier) {
       if (!render || !base) {
-        OnLoaded(serial, epoch, position, base);
+        OnLoaded(serial, epoch, position, base, tier);
         return;
       }
       // A decode's callback runs on the loader thread that decoded it:
@@ -319,19 +388,19 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
       // reader's FUSE thread, where rendering would serialise that reader:
       // hand it to the loader threads ahead of queued decodes.
       if (LoaderPool::OnWorkerThread()) {
-        Render(augment, size, serial, epoch, position, key.id, base);
+        Render(augment, size, serial, epoch, position, key.id, base, tier);
       } else {
         pool_->SubmitUrgent(
-            [=, this] { Render(augment, size, serial, epoch, position, key.id, base); });
+            [=, this] { Render(augment, size, serial, epoch, position, key.id, base, tier); });
       }
     });
   });
 }
 
 void Lanes::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
-                   uint64_t position, SampleId id, const SamplePtr& base) {
+                   uint64_t position, SampleId id, const SamplePtr& base, Tier tier) {
   OnLoaded(serial, epoch, position,
-           shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_));
+           shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_), tier);
 }
 
 void Lanes::ReleasePins(Lane* lane, Actions* actions) {
@@ -349,14 +418,22 @@ void Lanes::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
   });
 }
 
-void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample) {
+void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample,
+                     Tier tier) {
   Actions actions;
   MutexLock lock(mu);
   auto it = by_serial_.find(serial);
   if (it == by_serial_.end()) return;
   Lane* lane = it->second;
   if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample)) return;
-  lane->group->Landed(lane->handle);       // the cache's figures count it now
+  lane->group->Landed(lane->handle);  // the cache's figures count it now
+  if (sample) {
+    switch (tier) {
+      case Tier::kRam: ++lane->ram_hits; break;
+      case Tier::kDisk: ++lane->disk_hits; break;
+      case Tier::kDecode: ++lane->decodes; break;
+    }
+  }
   if (!sample) AfterDone(lane, &actions);  // skipped
   ServeWaiters(lane, &actions);
 }
@@ -415,6 +492,11 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
   st.window = job.spec.window;
   st.shared_picks = lane.group ? lane.group->SharedPicks(lane.handle) : 0;
   st.owner = job.uid;
+  st.stall_seconds = Seconds(LaneStall(lane, std::chrono::steady_clock::now()));
+  st.samples_per_s = lane.rate.Rate(std::chrono::steady_clock::now());
+  st.ram_hits = lane.ram_hits;
+  st.disk_hits = lane.disk_hits;
+  st.decodes = lane.decodes;
   return st;
 }
 

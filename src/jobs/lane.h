@@ -18,6 +18,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -89,12 +90,42 @@ struct JobStatus {
   uint32_t window = 0;
   uint64_t shared_picks = 0;
   uint32_t owner = 0;
+  // Where the job's time goes (docs/design.md 2.5). Kept across epochs and
+  // resumes. `stall_seconds`: how long its readers' reads waited for data,
+  // counting reads still waiting; `samples_per_s`: RateWindow::Rate.
+  double stall_seconds = 0;
+  double samples_per_s = 0;
+  // Its picks by where their base image came from: the RAM tier (ready or
+  // already loading for another pick), or a load the pick started that
+  // read the disk tier or decoded. Failed samples count in none.
+  uint64_t ram_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t decodes = 0;
   // "<file>: <reason>" of the latest rejected write to spec, ids or resume,
   // until a good write to that file; empty when none.
   std::string error;
   // With ranks=W: each rank's figures (the fields above add them up; epoch
   // and epochs_completed are the least of the ranks').
   std::vector<JobStatus> ranks;
+};
+
+// Deliveries over the last kSeconds, for a recent rate. Not thread-safe
+// (its lane's lock guards it).
+class RateWindow {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kSeconds = 10;
+  void Add(Clock::time_point now, uint64_t n = 1);
+  // Deliveries in the last kSeconds (the current second included) per
+  // second of that window; while the first delivery is more recent than
+  // that, per second since it (at least 1 s). 0 before any.
+  double Rate(Clock::time_point now) const;
+
+ private:
+  static int64_t Second(Clock::time_point t);
+  std::array<uint64_t, kSeconds> counts_{};
+  std::array<int64_t, kSeconds> seconds_{};  // the second each count is for
+  std::optional<Clock::time_point> first_;
 };
 
 struct Job;
@@ -153,6 +184,14 @@ struct Lane {
   bool resume_written = false;     // by the resume file, not a restart
   uint64_t delivered_earlier = 0;  // by streams a resume replaced
 
+  // Where its time goes (JobStatus): waits of answered reads, the recent
+  // rate and the tiers of its picks.
+  std::chrono::steady_clock::duration stalled{};
+  RateWindow rate;
+  uint64_t ram_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t decodes = 0;
+
   bool running() const { return stream && stream->running(); }
   // The epoch the stream is in, or begins at its next read.
   uint64_t epoch() const {
@@ -188,6 +227,8 @@ struct Reader {
   RecordQueue pending;
   std::optional<uint64_t> interrupted_token;  // of a read not yet issued
   bool waiting = false;
+  // The pending read could not be answered at once: its wait began here.
+  std::optional<std::chrono::steady_clock::time_point> stalled_since;
   uint64_t token = 0;
   size_t max_bytes = 0;
   ReadReply reply;
@@ -238,6 +279,17 @@ class Lanes {
   bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
   void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
   bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
+  // The reader's pending read waits for data (Read found none at once).
+  void BeginStall(Reader* reader) REQUIRES(mu);
+  // Its pending read is answered (or given up): adds its wait, if any, to
+  // its lane's stall and the mount's.
+  void EndStall(Reader* reader) REQUIRES(mu);
+  // The mount's stall (every lane's, removed ones too, and reads waiting
+  // now) and its recent rate of deliveries.
+  double StallSeconds() const REQUIRES(mu);
+  double SamplesPerSecond() const REQUIRES(mu) {
+    return rate_.Rate(std::chrono::steady_clock::now());
+  }
 
   // The shards of a ranked job's `epoch`, made or being made; else sets
   // `split` to the task that makes them (a sort of the subset), for the
@@ -273,8 +325,9 @@ class Lanes {
   void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu);
   // Gives back the pins (cache and shared renders) of `ids`, after the lock.
   void ReleaseIds(std::vector<SampleId> ids, Actions* actions);
-  void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample)
-      EXCLUDES(mu);
+  // `tier`: where the base image came from (counted if the load lands).
+  void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample,
+                Tier tier) EXCLUDES(mu);
   // Releases what the lane finished, reports it to the planner and tops up
   // the plans.
   void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu);
@@ -283,7 +336,7 @@ class Lanes {
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
-              uint64_t position, SampleId id, const SamplePtr& base);
+              uint64_t position, SampleId id, const SamplePtr& base, Tier tier);
 
   const Catalog* catalog_;
   SampleCache* cache_;
@@ -302,6 +355,8 @@ class Lanes {
   std::map<std::pair<const PlanGroup*, JobHandle>, Lane*> planning_ GUARDED_BY(mu);
   uint64_t next_serial_ GUARDED_BY(mu) = 1;
   uint64_t delivered_ GUARDED_BY(mu) = 0;
+  std::chrono::steady_clock::duration stalled_ GUARDED_BY(mu){};  // answered reads, all lanes
+  RateWindow rate_ GUARDED_BY(mu);
 };
 
 }  // namespace joaderfs
