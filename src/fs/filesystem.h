@@ -1,6 +1,6 @@
 // The FUSE front end: the tree of docs/design.md 2.2 over the low-level API.
 //
-//   /README  /stats  /dataset/{info,manifest}
+//   /README  /stats  /metrics  /dataset/{info,manifest}
 //   /jobs/<id>/{spec,ids,next,status,resume,error}, or next.0 ... next.<W-1>
 //   instead of next with ranks=W
 //

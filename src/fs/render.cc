@@ -265,7 +265,8 @@ std::string RenderReadme(const Catalog& catalog) {
          "(else -1); its path in dataset/manifest is <shard>.tar/<member>.\n"
          "\n"
          "Other files: stats (JSON counters), dataset/info, dataset/manifest (id, label, path),\n"
-         "jobs/<id>/status (JSON). See joaderfs(8).\n";
+         "jobs/<id>/status (JSON). See joaderfs(8).\n"
+         "metrics: Prometheus text; stall_seconds (status, stats) is how long reads waited.\n";
 }
 
 }  // namespace joaderfs
