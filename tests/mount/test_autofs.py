@@ -215,7 +215,7 @@ class AutofsTest(unittest.TestCase):
                          "still blocked after %.0fs\n%s" % (TRIGGER_TIMEOUT, what))
         self.assertEqual(r["trigger"]["rc"], 0, what)
         self.assertEqual(sorted(r["trigger"]["out"]),
-                         ["README", "dataset", "jobs", "stats"], what)
+                         ["README", "dataset", "jobs", "metrics", "stats"], what)
         self.assertEqual(r["fstype"], "fuse.joaderfs", what)
         for flag in ("nosuid", "nodev"):
             self.assertIn(flag, r["options"], what)
