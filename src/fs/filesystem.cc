@@ -389,7 +389,7 @@ void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
   std::vector<char> buf(size);
   size_t used = 0;
   for (size_t i = static_cast<size_t>(off); i < entries.size(); ++i) {
-    struct stat st{};
+    struct stat st {};
     st.st_ino = entries[i].second;
     Attr(entries[i].second, &st);
     const size_t n = fuse_add_direntry(req, buf.data() + used, size - used,
