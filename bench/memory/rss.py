@@ -56,6 +56,7 @@ def nobody(attack, mnt):
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise AssertionError("uid 65534's %s failed: %s" % (attack, r.stderr))
+    print(r.stdout.strip(), flush=True)  # what the per-user limits refused
 
 
 def mount(binary, source, workdir, options):
@@ -66,31 +67,29 @@ def mount(binary, source, workdir, options):
     return m
 
 
-def case_ranks(binary, source, tmp):
-    """200 jobs with ranks=4096 made by uid 65534, then removed."""
-    m = mount(binary, source, os.path.join(tmp, "ranks"),
-              {"allow_other": None, "ram_cache": "64M", "threads": "2"})
+def case_attack(binary, source, workdir, attack, options):
+    """One of bench.memory.attacks by uid 65534 on a fresh allow_other mount
+    with ram_cache=64M: RSS before, at peak and after."""
+    m = mount(binary, source, workdir,
+              {"allow_other": None, "ram_cache": "64M", "threads": "2", **options})
     try:
         pid = m.proc.pid
         before, peak = settle(pid, 1), Peak(pid)
-        nobody("ranked-jobs", m.mnt)
+        nobody(attack, m.mnt)
         return before, peak.stop(), settle(pid)
     finally:
         m.unmount()
+
+
+def case_ranks(binary, source, tmp):
+    """200 jobs with ranks=4096 made by uid 65534, then removed."""
+    return case_attack(binary, source, os.path.join(tmp, "ranks"), "ranked-jobs", {})
 
 
 def case_readers(binary, source, tmp):
     """300 fds on one size=2364 job, each reading 1 byte, then closed."""
-    m = mount(binary, source, os.path.join(tmp, "readers"),
-              {"allow_other": None, "ram_cache": "64M", "threads": "2",
-               "size": "2364"})
-    try:
-        pid = m.proc.pid
-        before, peak = settle(pid, 1), Peak(pid)
-        nobody("huge-readers", m.mnt)
-        return before, peak.stop(), settle(pid)
-    finally:
-        m.unmount()
+    return case_attack(binary, source, os.path.join(tmp, "readers"), "huge-readers",
+                       {"size": "2364"})
 
 
 def case_six_jobs(binary, source, tmp):
