@@ -4,11 +4,12 @@ client (python/joaderfs) on a daemonized mount.
 
 - torch.distributed with the gloo backend on CPU: W = 2 and 3 processes
   each read their next.R (the rank comes from the process group) through a
-  DataLoader with two workers, one of them slow, and train a tiny DDP model
-  for two epochs without Join, with an allreduce per batch: every rank runs
-  ceil(N/B) steps per epoch (N per rank not a multiple of B), no collective
-  times out, every rank gets ceil(S/W) samples per epoch and together they
-  cover the subset;
+  DataLoader with two workers (from a forkserver: forking a process whose
+  gloo threads run can deadlock a worker), one of them slow, and train a
+  tiny DDP model for two epochs without Join, with an allreduce per batch:
+  every rank runs ceil(N/B) steps per epoch (N per rank not a multiple of
+  B), no collective times out, every rank gets ceil(S/W) samples per epoch
+  and together they cover the subset;
 - resume after kill -9 of the training process: a DataLoader with two
   workers, StreamState.track(), a checkpoint after the third batch, kill -9
   after the fifth; a new process loads the checkpoint and finishes the
@@ -39,13 +40,6 @@ DDP_SCRIPT = textwrap.dedent("""
     from torch.utils.data import DataLoader, get_worker_info
     from joaderfs import JobDataset
 
-    job, init, rank, world, out = sys.argv[1:6]
-    rank, world = int(rank), int(world)
-    # A collective that cannot complete fails instead of hanging.
-    dist.init_process_group("gloo", init_method=init, rank=rank,
-                            world_size=world,
-                            timeout=datetime.timedelta(seconds=30))
-
     def slow_readv(fd, buffers, readv=os.readv):
         time.sleep(0.002)
         return readv(fd, buffers[:1])
@@ -57,36 +51,53 @@ DDP_SCRIPT = textwrap.dedent("""
         # get fewer records than a batch (the daemon hands out what is
         # ready).  Were the workers to read until EOF, both would likely
         # end the epoch with a short batch of their own: an extra step.
+        def __init__(self, job, batch_size, slow_worker):
+            super().__init__(job, batch_size=batch_size)  # rank= from the group
+            self.slow_worker = slow_worker
+
         def __iter__(self):
-            if get_worker_info().id == rank %% 2:
+            if get_worker_info().id == self.slow_worker:
                 os.readv = slow_readv  # in this worker process only
             return super().__iter__()
 
-    torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Linear(%d * %d * 3, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(UnevenWorkers(job, batch_size=%d), batch_size=None,
-                        num_workers=2, timeout=60)  # rank= from the group
-    epochs = []
-    for epoch in range(2):
-        ids, batches = [], 0
-        # No Join: every rank must run the same number of steps.
-        for images, labels, batch_ids in loader:
-            x = images.float().flatten(1) / 255
-            loss = torch.nn.functional.cross_entropy(model(x), labels %% 4)
-            opt.zero_grad()
-            loss.backward()  # DDP's allreduce of the gradients
-            opt.step()
-            step = torch.ones(1)
-            dist.all_reduce(step)
-            assert step.item() == world, step
-            ids += batch_ids.tolist()
-            batches += 1
-        counts = [None] * world
-        dist.all_gather_object(counts, (len(ids), batches))
-        epochs.append({"ids": ids, "counts": counts})
-    dist.destroy_process_group()
-    json.dump(epochs, open(out, "w"))
+    # At module level, not in a function: torch 1.13 deadlocks when DDP's
+    # process group is destroyed with a function's locals.
+    if __name__ == "__main__":
+        job, init, rank, world, out = sys.argv[1:6]
+        rank, world = int(rank), int(world)
+        # A collective that cannot complete fails instead of hanging.
+        dist.init_process_group("gloo", init_method=init, rank=rank,
+                                world_size=world,
+                                timeout=datetime.timedelta(seconds=30))
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Linear(%d * %d * 3, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        # Workers come from a forkserver: a fork of this process, whose gloo
+        # threads run, can deadlock the child (seen once in ~100 runs: a
+        # worker stuck on a futex before it opened its stream).
+        loader = DataLoader(UnevenWorkers(job, %d, rank %% 2), batch_size=None,
+                            num_workers=2, timeout=60,
+                            multiprocessing_context="forkserver")
+        epochs = []
+        for epoch in range(2):
+            ids, batches = [], 0
+            # No Join: every rank must run the same number of steps.
+            for images, labels, batch_ids in loader:
+                x = images.float().flatten(1) / 255
+                loss = torch.nn.functional.cross_entropy(model(x), labels %% 4)
+                opt.zero_grad()
+                loss.backward()  # DDP's allreduce of the gradients
+                opt.step()
+                step = torch.ones(1)
+                dist.all_reduce(step)
+                assert step.item() == world, step
+                ids += batch_ids.tolist()
+                batches += 1
+            counts = [None] * world
+            dist.all_gather_object(counts, (len(ids), batches))
+            epochs.append({"ids": ids, "counts": counts})
+        dist.destroy_process_group()
+        json.dump(epochs, open(out, "w"))
 """ % (SIZE, SIZE, BATCH))
 
 RESUME_SCRIPT = textwrap.dedent("""
@@ -131,10 +142,14 @@ class TorchRanksTest(DatasetMixin, JoaderTestCase):
     # next epoch, docs/design.md 2.4).
     LAYOUT = {"c%d" % c: ["i%02d.jpg" % i for i in range(30)] for c in range(4)}
 
-    def run_python(self, script, args, timeout=240):
+    def run_python(self, script, args):
         env = dict(os.environ, PYTHONPATH=os.path.abspath(PYTHON_DIR),
                    PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
-        return subprocess.Popen([sys.executable, "-c", script] + args, env=env,
+        # A file, not -c: forkserver workers import the main module.
+        path = os.path.join(self.tempdir(), "script.py")
+        with open(path, "w") as f:
+            f.write(script)
+        return subprocess.Popen([sys.executable, path] + args, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def finish(self, procs, timeout=240):
