@@ -42,6 +42,7 @@ enum Key {
   kMaxJobsPerUser,
   kMaxStreamsPerUser,
   kMaxReadersPerUser,
+  kMaxUnreadPerUser,
   kLimitRoot,
   kLabelKey,
   kSampler,
@@ -68,6 +69,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("max_jobs_per_user=%s", kMaxJobsPerUser),
     FUSE_OPT_KEY("max_streams_per_user=%s", kMaxStreamsPerUser),
     FUSE_OPT_KEY("max_readers_per_user=%s", kMaxReadersPerUser),
+    FUSE_OPT_KEY("max_unread_per_user=%s", kMaxUnreadPerUser),
     FUSE_OPT_KEY("limit_root=%s", kLimitRoot),
     FUSE_OPT_KEY("label_key=%s", kLabelKey),
     FUSE_OPT_KEY("sampler=%s", kSampler),
@@ -168,6 +170,12 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
                                    : o.max_readers_per_user) = limit;
       break;
     }
+    case kMaxUnreadPerUser:
+      if (auto v = ParseSize(value); v && *v > 0)
+        o.max_unread_per_user = *v;
+      else
+        return bad("a size above 0 such as 512M or 2G");
+      break;
     case kLimitRoot:
       if (value != "0" && value != "1") return bad("0 or 1");
       o.limit_root = value == "1";
@@ -535,6 +543,9 @@ options:
                              with EDQUOT
     -o max_readers_per_user=N  stream files one uid may have open (default
                              256); past it open fails with EMFILE
+    -o max_unread_per_user=SIZE  deliveries one uid's jobs may hold planned or
+                             handed out and not yet read (default 2G); past
+                             it they plan nothing more until read
     -o limit_root=0|1        apply the per-user limits to root too (default 0)
     -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,
                              else field NAME of <key>.json, else -1 (default cls)

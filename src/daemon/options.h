@@ -42,6 +42,7 @@ struct DaemonOptions {
   uint32_t max_jobs_per_user = 64;
   uint32_t max_streams_per_user = 1024;
   uint32_t max_readers_per_user = 256;
+  uint64_t max_unread_per_user = uint64_t{2} << 30;
   bool limit_root = false;
   std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
   bool dependent_sampling = true;  // sampler=dsa (default) or isa

@@ -47,7 +47,8 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
         return spec;
       }()),
       store_(store),
-      lanes_(catalog, cache, pool, groups, options.base, store) {}
+      lanes_(catalog, cache, pool, groups, options.base, store,
+             UnreadLimit{options.limits.max_unread, options.limits.limit_root}) {}
 
 JobManager::~JobManager() = default;
 
@@ -463,6 +464,7 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   auto reader = std::make_unique<Reader>();
   reader->id = next_reader_++;
   reader->lane = lane;
+  reader->owner = job->uid;
   reader->epoch = lane->epoch();
   lane->readers.insert(reader.get());
   *id = reader->id;
@@ -506,6 +508,7 @@ void JobManager::CloseReader(ReaderId id) {
                    lane->job->name, r->pending.records(), r->epoch);
     }
   }
+  lanes_.NoteQueued(*r, -static_cast<int64_t>(r->pending.held_bytes()), &actions);
   if (auto owner = reader_uids_.find(id); owner != reader_uids_.end()) {
     AddUsage(owner->second, 0, 0, -1);
     reader_uids_.erase(owner);
@@ -597,6 +600,11 @@ ElasticSplit JobManager::SplitElasticUnlocked(const std::string& name, uint32_t 
   }
   split.Split();
   return split;
+}
+
+uint64_t JobManager::UnreadBytes(uint32_t uid) const {
+  MutexLock lock(lanes_.mu);
+  return lanes_.UnreadBytes(uid);
 }
 
 void JobManager::ReleaseIdleJobs() {

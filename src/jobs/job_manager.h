@@ -76,6 +76,9 @@ struct UserLimits {
   uint32_t max_jobs = 64;
   uint32_t max_streams = 1024;  // `next` or `next.R`: a job with ranks=W has W
   uint32_t max_readers = 256;
+  // Bytes of deliveries planned or handed out and not yet read (Lanes'
+  // UnreadLimit): past it a uid's streams wait instead of failing.
+  uint64_t max_unread = uint64_t{2} << 30;
   bool limit_root = false;
 };
 
@@ -193,6 +196,10 @@ class JobManager {
 
   Status GetJobStatus(const std::string& name, JobStatus* status) const;
   MountStats Stats() const;
+
+  // Bytes of unread deliveries the jobs of `uid` hold (UserLimits
+  // max_unread); 0 for an exempt uid.
+  uint64_t UnreadBytes(uint32_t uid) const;
 
   // Releases the planned samples of jobs without readers for longer than
   // the idle timeout. Called periodically.

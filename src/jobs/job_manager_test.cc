@@ -411,6 +411,61 @@ TEST_F(JobManagerTest, ReadersPerUserAreLimited) {
   Open("k");
 }
 
+// A uid's streams hold at most max_unread_per_user of deliveries planned or
+// handed out and not read (plus one pick): readers past it wait, and read
+// on once the uid's readers take what they hold; root is exempt.
+TEST_F(JobManagerTest, UnreadDeliveriesPerUserAreLimited) {
+  constexpr uint64_t kPick = kSize * kSize * 3;  // a delivery's pixels
+  JobManagerOptions options = Options();
+  options.limits.max_unread = 4 * kPick;
+  Build(options);
+  MakeJob("j");
+  std::vector<JobManager::ReaderId> holders;
+  for (int i = 0; i < 4; ++i) {
+    holders.push_back(Open("j"));
+    auto r = ReadSync(holders.back(), 1);  // one byte: the rest of its record stays queued
+    ASSERT_TRUE(r && r->status.ok() && r->bytes.size() == 1) << "reader " << i;
+  }
+  WaitForLoads();
+  EXPECT_LE(jobs_->UnreadBytes(kOwner), options.limits.max_unread + kRecord);
+  EXPECT_GE(jobs_->UnreadBytes(kOwner), 4 * kRecord);
+  const JobManager::ReaderId late = Open("j");
+  auto waiting = ReadAsync(late, kBig, NextToken());
+  EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout)
+      << "a reader past the allowance waits";
+  // One holder reads the rest of its record: the allowance frees up.
+  auto rest = ReadSync(holders[0], kRecord - 1);
+  ASSERT_TRUE(rest && rest->bytes.size() == kRecord - 1);
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  EXPECT_FALSE(waiting.get().bytes.empty());
+
+  // Root's jobs are not held back.
+  ASSERT_TRUE(jobs_->CreateJob("r", 0).ok());
+  for (int i = 0; i < 8; ++i) {
+    JobManager::ReaderId reader = 0;
+    ASSERT_TRUE(jobs_->OpenReader("r", 0, &reader).ok());
+    auto r = ReadSync(reader, 1);
+    ASSERT_TRUE(r && r->bytes.size() == 1) << "root's reader " << i;
+  }
+  EXPECT_EQ(jobs_->UnreadBytes(0), 0u);
+}
+
+// An allowance smaller than one delivery still lets a reader through the
+// epoch, one pick at a time, and leaves nothing charged.
+TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
+  JobManagerOptions options = Options();
+  options.limits.max_unread = 1;
+  Build(options);
+  MakeJob("j");
+  const JobManager::ReaderId reader = Open("j");
+  bool eof = false;
+  const auto records = ParseRecords(ReadToEof(reader, kBig, &eof));
+  EXPECT_TRUE(eof);
+  EXPECT_EQ(Sorted(IdsOf(records)), Iota(0, 23));
+  jobs_->CloseReader(reader);
+  EXPECT_EQ(jobs_->UnreadBytes(kOwner), 0u);
+}
+
 TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
   Build();
   MakeJob("j");

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cache/budget.h"
+#include "common/rate_limited_log.h"
 #include "jobs/rank_split.h"
 #include "jobs/record.h"
 
@@ -16,8 +17,14 @@ Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
 }
 
 Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-             uint32_t base, JobStore* store)
-    : catalog_(catalog), cache_(cache), pool_(pool), groups_(groups), base_(base), store_(store) {}
+             uint32_t base, JobStore* store, UnreadLimit unread_limit)
+    : catalog_(catalog),
+      cache_(cache),
+      pool_(pool),
+      groups_(groups),
+      base_(base),
+      store_(store),
+      unread_limit_(unread_limit) {}
 
 void Lanes::Make(Job* job) {
   for (const auto& lane : job->lanes) by_serial_.erase(lane->serial);
@@ -41,6 +48,7 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
     planning_.erase({lane->group, lane->handle});
   }
   ReleasePins(lane, actions);
+  UnchargeStream(lane, actions);
   for (Reader* r : lane->readers) {
     if (r->waiting) EndStall(r);
     r->lane = nullptr;
@@ -108,6 +116,9 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
       bytes += h.record_bytes();
       r->pending.Push(lane->stream->TakeReady()->sample, h);
+      // Charged before AfterDone gives back the pick's charge: the owner's
+      // unread bytes never dip below what it holds.
+      NoteQueued(*r, static_cast<int64_t>(h.record_bytes()), actions);
       handed.push_back(next->id);
       ++delivered_;
       lane->rate.Add(now);
@@ -123,7 +134,10 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
           });
     }
   }
+  const uint64_t queued = r->pending.held_bytes();
   auto data = r->pending.Take(r->max_bytes);
+  NoteQueued(*r, static_cast<int64_t>(r->pending.held_bytes()) - static_cast<int64_t>(queued),
+             actions);
   EndStall(r);
   r->waiting = false;
   actions->Add([reply = std::move(r->reply), data] { reply(Status::Ok(), data->iov); });
@@ -254,10 +268,10 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
     lane->group = groups_->Get(base_, cache_->budget() / SampleBytes());
     // What each delivery holds besides the shared base image until read.
     const JobSpec& spec = job->spec;
-    const uint64_t pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
-                                : spec.augment.augmented() ? SampleBytes()
-                                                           : 0;
-    lane->handle = lane->group->AddJob(ids, spec.window, pick_bytes);
+    lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
+                       : spec.augment.augmented() ? SampleBytes()
+                                                  : 0;
+    lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
     lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
   } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
@@ -342,6 +356,7 @@ void Lanes::Reset(Lane* lane, Actions* actions) {
     lane->group = nullptr;
   }
   ReleasePins(lane, actions);
+  UnchargeStream(lane, actions);
   if (lane->stream) lane->delivered_earlier += lane->stream->delivered_total();
   lane->stream.reset();
   lane->released = false;
@@ -358,11 +373,39 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
   // images they came from.
   const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
                           SampleBytes()};
+  // A stream whose owner holds its allowance of unread deliveries sits
+  // out; each one let in gets one pick a round, charged as it is let in so
+  // that the next round sees it.
+  std::map<Lane*, uint64_t> let_in;
+  auto may_plan = [&](JobHandle handle) {
+    Lane* lane = planning_.at({group, handle});
+    const uint32_t uid = lane->job->uid;
+    if (lane->pick_bytes == 0 || !UnreadLimited(uid)) return true;
+    Unread& unread = unread_[uid];
+    if (unread.bytes >= unread_limit_.max_bytes) {
+      if (unread.held_back.insert(group).second) {
+        Warnings().Warn("unread allowance, uid " + std::to_string(uid),
+                        "uid {} holds {} MiB of unread deliveries, the most "
+                        "max_unread_per_user={} MiB allows: its jobs plan no further until read",
+                        uid, unread.bytes >> 20, unread_limit_.max_bytes >> 20);
+      }
+      return false;
+    }
+    unread.bytes += lane->pick_bytes;
+    ++let_in[lane];
+    return true;
+  };
   std::vector<Pick> picks;
-  group->Plan(budget, &picks);
+  group->Plan(budget, &picks, may_plan);
   for (const Pick& pick : picks) {
     Lane* lane = planning_.at({group, pick.job});
+    if (auto it = let_in.find(lane); it != let_in.end()) --it->second;
     RequestPosition(lane, lane->stream->Plan(pick.id), actions);
+  }
+  // One let in whose epoch had no id left got no pick.
+  for (const auto& [lane, unused] : let_in) {
+    if (unused > 0)
+      AddUnread(lane->job->uid, -static_cast<int64_t>(unused * lane->pick_bytes), actions);
   }
 }
 
@@ -441,6 +484,9 @@ void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const S
 void Lanes::AfterDone(Lane* lane, Actions* actions) {
   std::vector<SampleId> ids = lane->stream->TakeDoneIds();
   for (SampleId id : ids) lane->group->Done(lane->handle, id);
+  if (UnreadLimited(lane->job->uid) && lane->pick_bytes > 0) {
+    AddUnread(lane->job->uid, -static_cast<int64_t>(ids.size() * lane->pick_bytes), actions);
+  }
   ReleaseIds(std::move(ids), actions);
   if (!lane->running()) {
     // Waiting readers get EOF from the caller's ServeWaiters().
@@ -498,6 +544,34 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
   st.disk_hits = lane.disk_hits;
   st.decodes = lane.decodes;
   return st;
+}
+
+void Lanes::NoteQueued(const Reader& r, int64_t delta, Actions* actions) {
+  if (delta != 0 && UnreadLimited(r.owner)) AddUnread(r.owner, delta, actions);
+}
+
+uint64_t Lanes::UnreadBytes(uint32_t uid) const {
+  auto it = unread_.find(uid);
+  return it == unread_.end() ? 0 : it->second.bytes;
+}
+
+void Lanes::UnchargeStream(Lane* lane, Actions* actions) {
+  if (!lane->stream || lane->pick_bytes == 0 || !UnreadLimited(lane->job->uid)) return;
+  const uint64_t open = lane->stream->planned() - lane->stream->done();
+  AddUnread(lane->job->uid, -static_cast<int64_t>(open * lane->pick_bytes), actions);
+}
+
+void Lanes::AddUnread(uint32_t uid, int64_t delta, Actions* actions) {
+  auto it = unread_.try_emplace(uid).first;
+  Unread& unread = it->second;
+  unread.bytes = static_cast<uint64_t>(static_cast<int64_t>(unread.bytes) + delta);
+  if (unread.bytes < unread_limit_.max_bytes && !unread.held_back.empty()) {
+    const std::set<PlanGroup*> groups = std::move(unread.held_back);
+    unread.held_back.clear();
+    for (PlanGroup* group : groups) Plan(group, actions);
+    return;  // Plan may have rehashed unread_
+  }
+  if (unread.bytes == 0 && unread.held_back.empty()) unread_.erase(it);
 }
 
 }  // namespace joaderfs

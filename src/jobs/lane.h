@@ -131,6 +131,15 @@ class RateWindow {
 struct Job;
 struct Reader;
 
+// The per-uid allowance of unread deliveries (docs/design.md 2.2
+// "Limits"): the bytes a job owner's streams may hold in picks planned and
+// not yet handed out (at their rendered size) and in its readers' queues.
+// Past it, its streams plan nothing more until they are read.
+struct UnreadLimit {
+  uint64_t max_bytes = uint64_t{2} << 30;
+  bool limit_root = false;  // root's jobs are exempt unless set
+};
+
 // An elastic resume (docs/design.md 2.7): a `resume` without `rank=` on a
 // ranked job. The ids of `epoch` consumed under any earlier number of
 // ranks; the rest of that epoch is split anew among the job's ranks
@@ -170,6 +179,9 @@ struct Lane {
 
   PlanGroup* group = nullptr;  // set at the first epoch, with the stream
   JobHandle handle = 0;
+  // What each pick holds of its own until read (its rendered delivery;
+  // 0 when it delivers the shared base image), charged to the job's owner.
+  uint64_t pick_bytes = 0;
   std::unique_ptr<JobStream> stream;
 
   std::set<Reader*> readers;
@@ -223,6 +235,7 @@ struct Job {
 struct Reader {
   ReaderId id = 0;
   Lane* lane = nullptr;  // null once the job is removed
+  uint32_t owner = 0;    // the job's: its queue counts against that uid
   uint64_t epoch = 0;
   RecordQueue pending;
   std::optional<uint64_t> interrupted_token;  // of a read not yet issued
@@ -240,7 +253,7 @@ class Lanes {
   // All outlive the Lanes; `store` may be null (no persistence). `base` is
   // the cache's base resolution: every lane pins base images.
   Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-        uint32_t base, JobStore* store);
+        uint32_t base, JobStore* store, UnreadLimit unread_limit = {});
 
   // The manager's lock: it guards the jobs, lanes and readers. The planning
   // groups rank below it (common/ranked_mutex.h).
@@ -300,6 +313,11 @@ class Lanes {
   // The lane's `status` (JobManager adds up a ranked job's).
   JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
 
+  // The reader's queue changed by `delta` bytes (Reader::owner's charge).
+  void NoteQueued(const Reader& reader, int64_t delta, Actions* actions) REQUIRES(mu);
+  // Bytes of unread deliveries `uid`'s jobs hold (UnreadLimit).
+  uint64_t UnreadBytes(uint32_t uid) const REQUIRES(mu);
+
   uint64_t delivered() const REQUIRES(mu) { return delivered_; }
   const SharedRenders& shared_renders() const { return shared_renders_; }
 
@@ -333,6 +351,14 @@ class Lanes {
   void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu);
   // Bytes of the planning group's samples: the mean base image.
   uint64_t SampleBytes() const;
+  // Adds `delta` to `uid`'s unread bytes; once they fall below the
+  // allowance, the groups its streams were held back in plan again.
+  void AddUnread(uint32_t uid, int64_t delta, Actions* actions) REQUIRES(mu);
+  // Whether the allowance may hold back `uid`'s streams.
+  bool UnreadLimited(uint32_t uid) const { return uid != 0 || unread_limit_.limit_root; }
+  // Gives back the charge of the lane's picks not yet done (its stream is
+  // dropped).
+  void UnchargeStream(Lane* lane, Actions* actions) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
@@ -344,6 +370,7 @@ class Lanes {
   PlanGroups* groups_;
   const uint32_t base_;
   JobStore* const store_;
+  const UnreadLimit unread_limit_;
   // Bytes of rendered deliveries alive (in streams and readers' queues):
   // counted down by their pixels' deleter, so shared with them.
   const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
@@ -357,6 +384,12 @@ class Lanes {
   uint64_t delivered_ GUARDED_BY(mu) = 0;
   std::chrono::steady_clock::duration stalled_ GUARDED_BY(mu){};  // answered reads, all lanes
   RateWindow rate_ GUARDED_BY(mu);
+  // By job owner: unread bytes, and the groups that held its streams back.
+  struct Unread {
+    uint64_t bytes = 0;
+    std::set<PlanGroup*> held_back;
+  };
+  std::unordered_map<uint32_t, Unread> unread_ GUARDED_BY(mu);
 };
 
 }  // namespace joaderfs

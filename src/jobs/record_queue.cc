@@ -12,6 +12,7 @@ const std::array<uint8_t, kRecordAlignment> kZeros{};
 
 void RecordQueue::Push(SamplePtr sample, const RecordHeader& header) {
   pieces_.push_back({std::move(sample), EncodeRecordHeader(header), header.record_bytes(), 0});
+  held_bytes_ += header.record_bytes();
 }
 
 std::shared_ptr<RecordQueue::Reply> RecordQueue::Take(uint64_t max_bytes) {
@@ -24,7 +25,10 @@ std::shared_ptr<RecordQueue::Reply> RecordQueue::Take(uint64_t max_bytes) {
     Append(piece, piece.offset, n, reply.get());
     piece.offset += n;
     left -= n;
-    if (piece.offset == piece.total) pieces_.pop_front();
+    if (piece.offset == piece.total) {
+      held_bytes_ -= piece.total;
+      pieces_.pop_front();
+    }
   }
   return reply;
 }

@@ -37,6 +37,9 @@ class RecordQueue {
   void Push(SamplePtr sample, const RecordHeader& header);
   bool empty() const { return pieces_.empty(); }
   size_t records() const { return pieces_.size(); }
+  // Bytes of the records it holds, whole even when partly read: each keeps
+  // its sample alive until its last byte is taken.
+  uint64_t held_bytes() const { return held_bytes_; }
 
   // Moves up to `max_bytes` (> 0) of the queue's front into a reply.
   // REQUIRES: !empty().
@@ -53,6 +56,7 @@ class RecordQueue {
   static void Append(const Piece& piece, uint64_t from, uint64_t n, Reply* reply);
 
   std::deque<Piece> pieces_;
+  uint64_t held_bytes_ = 0;
 };
 
 }  // namespace joaderfs

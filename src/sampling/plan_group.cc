@@ -80,7 +80,8 @@ bool PlanGroup::Wants(const Member& m, uint64_t below) {
   return !m.paused && m.planned < m.subset_size && m.planned - m.done < below;
 }
 
-void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
+void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
+                     const std::function<bool(JobHandle)>& may_plan) {
   MutexLock lock(mu_);
   // The committed bytes as the cache last saw them, plus what picks not yet
   // landed will make, plus this call's picks.
@@ -103,7 +104,8 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks) {
   for (;;) {
     participants.clear();
     for (const auto& [job, m] : members_) {
-      if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget))) {
+      if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget)) &&
+          (!may_plan || may_plan(job))) {
         participants.push_back(job);
       }
     }

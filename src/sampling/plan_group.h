@@ -30,6 +30,7 @@
 #define JOADERFS_SAMPLING_PLAN_GROUP_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -86,8 +87,13 @@ class PlanGroup {
   void Done(JobHandle job, SampleId id);
 
   // Runs rounds while some job has fallen to half its lookahead and appends
-  // every pick, in order; each job's picks are its next positions.
-  void Plan(const BudgetView& budget, std::vector<Pick>* picks);
+  // every pick, in order; each job's picks are its next positions. A job
+  // for which `may_plan` (if given) says false sits out that round; it is
+  // asked once per round the job would take part in, and a job it lets in
+  // gets one pick unless its epoch has no id left. It runs under this
+  // group's lock: it must not call the group.
+  void Plan(const BudgetView& budget, std::vector<Pick>* picks,
+            const std::function<bool(JobHandle)>& may_plan = {});
 
   // How many jobs still need each id in their current epoch, counting picks
   // planned and not yet done.
