@@ -4,8 +4,9 @@ bench.memory.rss against a mount made with allow_other:
     python3 -m bench.memory.attacks ranked-jobs MOUNT
         200 jobs with ranks=4096, then removes them
     python3 -m bench.memory.attacks huge-readers MOUNT
-        300 readers of one size=2364 job, each reading 1 byte, then closes
-        them and removes the job
+        300 readers of one size=2364 job, each reading 1 byte in a thread
+        (those past max_unread_per_user wait), then exits, which closes
+        them; the job stays
 
 What the per-user limits refuse (EDQUOT, EMFILE) is counted, not fatal: the
 bench measures the daemon under whatever limits its mount has. Each attack
@@ -14,6 +15,8 @@ prints what it made and what was refused.
 import errno
 import os
 import sys
+import threading
+import time
 
 REFUSED = (errno.EDQUOT, errno.EMFILE)
 
@@ -56,12 +59,20 @@ def huge_readers(mnt: str) -> None:
             if e.errno not in REFUSED:
                 raise
             refused += 1
+    # Each reads a byte in a thread of its own: past max_unread_per_user
+    # the uid's reads wait for it to read what it holds.
+    returned = []
     for fd in fds:
-        os.read(fd, 1)
-    for fd in fds:
-        os.close(fd)
-    os.rmdir(job)
-    print("huge-readers: %d readers, %d opens refused" % (len(fds), refused))
+        threading.Thread(target=lambda fd=fd: returned.append(os.read(fd, 1)),
+                         daemon=True).start()
+    seen, quiet = -1, 0
+    while quiet < 6:  # until no read has returned for 3 s
+        time.sleep(0.5)
+        quiet, seen = (quiet + 1, seen) if len(returned) == seen else (0, len(returned))
+    print("huge-readers: %d readers, %d opens refused, %d reads returned (the "
+          "rest wait on max_unread_per_user)" % (len(fds), refused, len(returned)),
+          flush=True)
+    os._exit(0)  # ends the waiting reads and closes every reader; the job stays
 
 
 ATTACKS = {"ranked-jobs": ranked_jobs, "huge-readers": huge_readers}
