@@ -12,9 +12,17 @@
 #               -Werror=thread-safety: a GUARDED_BY member touched without
 #               its lock fails here.
 # Any failure, sanitizer report or fuzzer crash fails the script.
+#
+# scripts/test.sh --soak MINUTES runs only the soak test (tests/soak), for
+# MINUTES instead of the 1 minute it gets in the full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+if [ "${1:-}" = --soak ]; then
+  minutes=${2:?usage: scripts/test.sh --soak MINUTES}
+  export JOADERFS_SOAK_SECONDS=$((minutes * 60))
+  cd build && exec ctest -R '^soak$' --output-on-failure --timeout $((minutes * 60 + 600))
+fi
 (cd build && ctest --output-on-failure --timeout 900 "$@")
 
 jobs=$(nproc)

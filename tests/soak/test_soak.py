@@ -1,0 +1,148 @@
+"""Soak test (issue 20 item 7): a whole lab on one daemon for a while.
+
+Three uids (root, 65534 and 4242 through setpriv, on a mount with
+allow_other and a disk tier) act at once, each in processes of its own
+(tests/soak/actors.py): every uid reads epochs through two readers and
+checks each is exactly once (no id twice, delivered + skipped = the
+subset); 65534 also churns jobs with good and bad specs, and 65534 and 4242
+start readers that are killed mid-record, stopped then killed, or slow.
+Meanwhile root rewrites SOURCE files (truncated, then restored: skipped,
+then healed). Every round the daemon is stopped, by SIGTERM or by kill -9
+(then a lazy unmount), and mounted again over the same cache_dir; the users
+carry on. Checked at the end: no epoch broke exactly-once, every uid
+completed epochs, the daemon's RSS never passed the documented bound
+(README "Limits"), and no daemon is left.
+
+JOADERFS_SOAK_SECONDS sets the length (60 in CI; scripts/test.sh --soak
+MINUTES for a long run). Run: JOADERFS_BIN=build/joaderfs python3 -m
+unittest -v test_soak (from tests/soak, PYTHONPATH=tests:python)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import DatasetMixin, JoaderTestCase, is_mounted, proc_memory
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MIB = 1 << 20
+RAM_CACHE = 32 * MIB
+UNREAD = 64 * MIB  # max_unread_per_user
+THREADS = 2
+SIZE = 32
+D = 48 * 48 * 3  # the largest delivery: the victims' size=48
+USERS = 3
+FIXED = 48 * MIB  # libraries, RocksDB, the catalog, heap slack
+BOUND = FIXED + RAM_CACHE * 5 // 4 + THREADS * D + USERS * (UNREAD + D + 1024 * 1024)
+SECONDS = float(os.environ.get("JOADERFS_SOAK_SECONDS", "60"))
+ROUNDS = max(2, int(SECONDS // 20))  # remounts: each round ~20 s or more
+
+
+def as_uid(uid, args, env):
+    prefix = [] if uid == 0 else ["setpriv", "--reuid=%d" % uid,
+                                  "--regid=%d" % uid, "--clear-groups"]
+    return subprocess.Popen(prefix + args, stdin=subprocess.DEVNULL, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+class SoakTest(DatasetMixin, JoaderTestCase):
+    LAYOUT = {"c%d" % c: ["i%02d.jpg" % i for i in range(20)] for c in range(4)}
+
+    def test_a_lab_on_one_daemon(self):
+        work = self.tempdir()
+        os.chmod(work, 0o777)  # the actors' reports
+        cache_dir = os.path.join(work, "cache")
+        os.mkdir(cache_dir)
+        options = {"allow_other": None, "ram_cache": "%dM" % (RAM_CACHE >> 20),
+                   "threads": str(THREADS), "size": str(SIZE),
+                   "cache_dir": cache_dir, "max_unread_per_user": "%dM" % (UNREAD >> 20),
+                   "retry_failed": "1"}
+        m = self.mount(self.source, options)
+        os.chmod(m.workdir, 0o755)
+        with open(os.path.join(HERE, "actors.py")) as f:
+            script = f.read()
+        out = os.path.join(work, "reports.jsonl")
+        with open(out, "w"):
+            pass
+        os.chmod(out, 0o666)
+        actors = []
+        for i, (role, uid) in enumerate([("epochs", 0), ("epochs", 65534), ("epochs", 4242),
+                                         ("churn", 65534), ("victims", 65534),
+                                         ("victims", 4242)]):
+            actors.append(as_uid(uid, [sys.executable, "-c", script, role, str(i),
+                                       str(SECONDS), out],
+                                 dict(os.environ, JOADERFS_SOAK_MOUNT=m.mnt)))
+        self.addCleanup(lambda: [a.kill() for a in actors if a.poll() is None])
+        rng = random.Random(7)
+        files = [os.path.join(self.source, c, f)
+                 for c, names in self.LAYOUT.items() for f in names]
+        peak, pids, stops = 0, [], []
+        end = time.monotonic() + SECONDS
+        for round_ in range(ROUNDS):
+            round_end = min(end, time.monotonic() + SECONDS / ROUNDS)
+            pids.append(m.proc.pid)
+            broken = []
+            while time.monotonic() < round_end:
+                # A file truncated now is restored on the next pass.
+                for path, data in broken:
+                    with open(path, "wb") as f:
+                        f.write(data)
+                broken = []
+                for path in rng.sample(files, 2):
+                    with open(path, "rb") as f:
+                        data = f.read()
+                    with open(path, "r+b") as f:
+                        f.truncate(len(data) // 3)
+                    broken.append((path, data))
+                for _ in range(4):
+                    peak = max(peak, max(proc_memory(m.proc.pid)))
+                    time.sleep(0.25)
+            for path, data in broken:
+                with open(path, "wb") as f:
+                    f.write(data)
+            # Stop it as a crash or an admin would, then mount again.
+            how = ("SIGTERM", "kill -9")[round_ % 2]
+            stops.append(how)
+            if how == "SIGTERM":
+                m.proc.send_signal(signal.SIGTERM)
+                self.assertIsNotNone(m.wait_exit(20), "the daemon outlived SIGTERM")
+            else:
+                m.proc.kill()
+                m.wait_exit(20)  # reaps it and unmounts lazily
+            self.assertFalse(is_mounted(m.mnt))
+            if round_ + 1 < ROUNDS:
+                m.start()
+        deadline = time.monotonic() + 60
+        for a in actors:
+            a.wait(max(1, deadline - time.monotonic()))
+        outputs = [a.communicate()[0].decode(errors="replace") for a in actors]
+        for a, text in zip(actors, outputs):
+            self.assertEqual(a.returncode, 0, text)
+        with open(out) as f:
+            reports = [json.loads(line) for line in f]
+        epochs = [r for r in reports if "epoch" in r]
+        broken_epochs = [r for r in epochs if r["problems"]]
+        per_uid = {uid: sum(1 for r in epochs if r["uid"] == uid) for uid in (0, 65534, 4242)}
+        interrupted = sum(1 for r in reports if "interrupted" in r)
+        skipped = sum(r["skipped"] for r in epochs)
+        others = [r for r in reports if r["role"] != "epochs"]
+        alive = [p for p in pids if os.path.exists("/proc/%d" % p)]
+        sys.stderr.write(
+            "\n[soak] %.0f s, %d daemon lives (%s): %d epochs checked %s, %d skips "
+            "(rewritten files), %d cut by a remount, %d broken; %s; peak RSS %d MiB "
+            "(bound %d MiB)\n" % (SECONDS, len(pids), ", ".join(stops), len(epochs), per_uid,
+                                  skipped, interrupted, len(broken_epochs), others, peak >> 20,
+                                  BOUND >> 20))
+        self.assertEqual(len(broken_epochs), 0, broken_epochs[:3])
+        for uid, n in per_uid.items():
+            self.assertGreater(n, 0, "uid %d completed no epoch" % uid)
+        self.assertLess(peak, BOUND)
+        self.assertEqual(alive, [], "daemons left behind")
+
+
+if __name__ == "__main__":
+    unittest.main()
