@@ -470,6 +470,9 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   *id = reader->id;
   reader_uids_[reader->id] = uid;
   AddUsage(uid, 0, 0, 1);
+  // Per open, not per sample: who reads when, for a stream that stalls.
+  spdlog::debug("job {} stream {}: reader {} opened by uid {} in epoch {} ({} open)", name,
+                lane->index, reader->id, uid, reader->epoch, lane->readers.size());
   readers_[reader->id] = std::move(reader);
   // Only a reader opened between epochs begins one (a reader's epoch is the
   // one it opened in): its job's shards of that epoch are made now, so that
@@ -501,6 +504,8 @@ void JobManager::CloseReader(ReaderId id) {
   }
   if (Lane* lane = r->lane) {
     lane->readers.erase(r);
+    spdlog::debug("job {} stream {}: reader {} closed ({} open)", lane->job->name, lane->index, id,
+                  lane->readers.size());
     std::erase(lane->waiting, r);
     if (lane->readers.empty()) lane->idle_since = std::chrono::steady_clock::now();
     if (!r->pending.empty()) {
