@@ -377,7 +377,7 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
   // out; each one let in gets one pick a round, charged as it is let in so
   // that the next round sees it.
   std::map<Lane*, uint64_t> let_in;
-  auto may_plan = [&](JobHandle handle) {
+  auto may_plan = [&](JobHandle handle) REQUIRES(mu) {
     Lane* lane = planning_.at({group, handle});
     const uint32_t uid = lane->job->uid;
     if (lane->pick_bytes == 0 || !UnreadLimited(uid)) return true;
