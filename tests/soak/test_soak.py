@@ -132,11 +132,12 @@ class SoakTest(DatasetMixin, JoaderTestCase):
         others = [r for r in reports if r["role"] != "epochs"]
         alive = [p for p in pids if os.path.exists("/proc/%d" % p)]
         sys.stderr.write(
-            "\n[soak] %.0f s, %d daemon lives (%s): %d epochs checked %s, %d skips "
-            "(rewritten files), %d cut by a remount, %d broken; %s; peak RSS %d MiB "
-            "(bound %d MiB)\n" % (SECONDS, len(pids), ", ".join(stops), len(epochs), per_uid,
-                                  skipped, interrupted, len(broken_epochs), others, peak >> 20,
-                                  BOUND >> 20))
+            "\n[soak] %.0f s, %d daemon lives (stopped by %d SIGTERM, %d kill -9): %d epochs "
+            "checked %s, %d skips (rewritten files), %d cut by a remount, %d broken; %s; "
+            "peak RSS %d MiB (bound %d MiB)\n"
+            % (SECONDS, len(pids), stops.count("SIGTERM"), stops.count("kill -9"), len(epochs),
+               per_uid, skipped, interrupted, len(broken_epochs), others, peak >> 20,
+               BOUND >> 20))
         self.assertEqual(len(broken_epochs), 0, broken_epochs[:3])
         for uid, n in per_uid.items():
             self.assertGreater(n, 0, "uid %d completed no epoch" % uid)
