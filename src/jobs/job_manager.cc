@@ -627,6 +627,7 @@ void JobManager::ReleaseIdleJobs() {
                    lane->index, options_.idle_timeout.count());
     }
   }
+  lanes_.RetryHeld(&actions);  // a peer went quiet, or a budget refilled
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {

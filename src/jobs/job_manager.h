@@ -202,7 +202,8 @@ class JobManager {
   uint64_t UnreadBytes(uint32_t uid) const;
 
   // Releases the planned samples of jobs without readers for longer than
-  // the idle timeout. Called periodically.
+  // the idle timeout, and retries reads the drift bound holds (a peer may
+  // have gone quiet). Called once a second.
   void ReleaseIdleJobs();
 
  private:
