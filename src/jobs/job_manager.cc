@@ -627,7 +627,6 @@ void JobManager::ReleaseIdleJobs() {
                    lane->index, options_.idle_timeout.count());
     }
   }
-  lanes_.RetryHeld(&actions);  // a peer went quiet, or a budget refilled
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {

@@ -202,8 +202,7 @@ class JobManager {
   uint64_t UnreadBytes(uint32_t uid) const;
 
   // Releases the planned samples of jobs without readers for longer than
-  // the idle timeout, and retries reads the drift bound holds (a peer may
-  // have gone quiet). Called once a second.
+  // the idle timeout. Called periodically.
   void ReleaseIdleJobs();
 
  private:

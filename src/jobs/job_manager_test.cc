@@ -466,38 +466,6 @@ TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
   EXPECT_EQ(jobs_->UnreadBytes(kOwner), 0u);
 }
 
-// The drift bound (docs/planner.md "Drift"): of two jobs with the same
-// subset, one more than half the coupling horizon ahead of the other, which
-// is reading, waits for it; once the other stops reading, it goes on.
-TEST_F(JobManagerTest, DriftBoundHoldsALeaderForAnActivePeer) {
-  // A budget of a few samples: the horizon is its floor of 16, the lag
-  // limit 8.
-  Build(Options(), 2, 8 * kRecord);
-  MakeJob("lead");
-  MakeJob("peer");
-  const JobManager::ReaderId lead = Open("lead");
-  const JobManager::ReaderId peer = Open("peer");
-  ASSERT_EQ(ReadRecords(peer, 1).size(), 1u);
-  ASSERT_EQ(ReadRecords(lead, 9).size(), 9u);  // 9 ahead of 1: lag 8, not past
-  ASSERT_EQ(ReadRecords(lead, 1).size(), 1u);
-  auto held = ReadAsync(lead, kRecord, NextToken());
-  EXPECT_EQ(held.wait_for(300ms), std::future_status::timeout) << "10 ahead of 1 waits";
-  ASSERT_EQ(ReadRecords(peer, 1).size(), 1u);  // the peer moves: 10 ahead of 2
-  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(held.get().bytes.size(), kRecord);
-  // 11 ahead of 2: held, until the peer has read nothing for 2 s.
-  auto quiet = ReadAsync(lead, kRecord, NextToken());
-  EXPECT_EQ(quiet.wait_for(300ms), std::future_status::timeout);
-  std::this_thread::sleep_for(2100ms);
-  jobs_->ReleaseIdleJobs();  // the daemon's once-a-second tick
-  ASSERT_EQ(quiet.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(quiet.get().bytes.size(), kRecord);
-  // The quiet peer holds nobody: the leader reads to the end.
-  bool eof = false;
-  ReadToEof(lead, kBig, &eof);
-  EXPECT_TRUE(eof);
-}
-
 TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
   Build();
   MakeJob("j");

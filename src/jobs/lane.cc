@@ -11,27 +11,6 @@
 
 namespace joaderfs {
 
-namespace {
-
-// The drift bound (docs/planner.md "Drift"). A peer that has had no read
-// answered for this long has stopped and holds nobody.
-constexpr std::chrono::seconds kActiveWindow{2};
-// A lane's hold budget grows by this share of wall time, up to kHoldBurst:
-// a lane held longer than that runs free (a faster job decouples).
-constexpr double kHoldShare = 0.5;
-constexpr std::chrono::seconds kHoldBurst{10};
-
-// A key equal for equal subsets (and, rarely, for others: then two jobs
-// are held near each other for nothing, which costs time, never a sample).
-uint64_t SubsetKey(const Roaring& subset) {
-  uint64_t key = subset.cardinality();
-  if (key > 0)
-    key = key * 0x9E3779B97F4A7C15ull ^ (uint64_t{subset.minimum()} << 32) ^ subset.maximum();
-  return key | 1;
-}
-
-}  // namespace
-
 Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
   if (MayUseJob(uid, owner)) return Status::Ok();
   return Status::Permission("job " + job + " is not yours");
@@ -58,7 +37,6 @@ void Lanes::Make(Job* job) {
     lane->job = job;
     lane->index = i;
     lane->serial = next_serial_++;
-    lane->hold_budget = kHoldBurst;  // drift can be bounded from the start
     by_serial_[lane->serial] = lane.get();
     job->lanes.push_back(std::move(lane));
   }
@@ -71,7 +49,6 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
   }
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
-  held_.erase(lane);
   for (Reader* r : lane->readers) {
     if (r->waiting) EndStall(r);
     r->lane = nullptr;
@@ -119,12 +96,11 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       actions->Add([reply = std::move(r->reply)] { reply(Status::Ok(), {}); });
       return true;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (lane->running() && lane->stream->PeekReady() && HeldByDrift(lane, now)) return false;
     // Hand ready records to this reader: at least one, then as many as fit.
     uint64_t bytes = 0;
     std::vector<SampleId> handed;
     const uint64_t epoch = lane->epoch();
+    const auto now = std::chrono::steady_clock::now();
     while (lane->running()) {
       const std::optional<JobStream::Ready> next = lane->stream->PeekReady();
       if (!next) break;
@@ -150,15 +126,6 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       AfterDone(lane, actions);
     }
     if (r->pending.empty()) return false;
-    EndHold(lane, now);
-    // Its peers held by the drift bound may go on now.
-    if (!held_.empty()) {
-      actions->Add([this] {
-        Actions retry;
-        MutexLock lock(mu);
-        RetryHeld(&retry);
-      });
-    }
     // Saved before the reply leaves: a crash of the daemon loses no hand-out.
     if (store_) {
       actions->Add(
@@ -167,7 +134,6 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
           });
     }
   }
-  lane->last_served = std::chrono::steady_clock::now();
   const uint64_t queued = r->pending.held_bytes();
   auto data = r->pending.Take(r->max_bytes);
   NoteQueued(*r, static_cast<int64_t>(r->pending.held_bytes()) - static_cast<int64_t>(queued),
@@ -306,7 +272,6 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
                        : spec.augment.augmented() ? SampleBytes()
                                                   : 0;
     lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
-    lane->peer_key = job->ranked() ? 0 : SubsetKey(job->subset);
     lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
   } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
@@ -392,7 +357,6 @@ void Lanes::Reset(Lane* lane, Actions* actions) {
   }
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
-  EndHold(lane, std::chrono::steady_clock::now());
   if (lane->stream) lane->delivered_earlier += lane->stream->delivered_total();
   lane->stream.reset();
   lane->released = false;
@@ -580,61 +544,6 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
   st.disk_hits = lane.disk_hits;
   st.decodes = lane.decodes;
   return st;
-}
-
-bool Lanes::HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) {
-  if (lane->peer_key == 0 || !lane->group) return false;
-  // Copied picks must still be cached when the follower wants them: the
-  // planner's coupling horizon (sampling/plan_groups.cc), and half of it
-  // as the lag at which a leader waits.
-  const uint64_t ram_samples = cache_->budget() / std::max<uint64_t>(SampleBytes(), 1);
-  const uint64_t horizon = std::clamp<uint64_t>(ram_samples / 2, 16, 4096);
-  const uint64_t limit = horizon / 2;
-  const uint64_t progress = lane->progress();
-  bool ahead = false;
-  for (auto it = planning_.lower_bound({lane->group, 0});
-       it != planning_.end() && it->first.first == lane->group && !ahead; ++it) {
-    const Lane* peer = it->second;
-    if (peer == lane || peer->peer_key != lane->peer_key || peer->released) continue;
-    if (peer->waiting.empty() && now - peer->last_served >= kActiveWindow) continue;  // stopped
-    const uint64_t behind = peer->progress();
-    // Past the horizon they share nothing anyway: a late or slower job.
-    ahead = progress > behind + limit && progress <= behind + horizon;
-  }
-  if (!ahead) return false;
-  const auto accrued = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      (now - lane->budget_at) * kHoldShare);
-  lane->hold_budget =
-      std::min<std::chrono::steady_clock::duration>(lane->hold_budget + accrued, kHoldBurst);
-  lane->budget_at = now;
-  if (!lane->held_since) {
-    if (lane->hold_budget <= std::chrono::steady_clock::duration::zero()) return false;
-    lane->held_since = now;
-  } else if (now - *lane->held_since >= lane->hold_budget) {
-    return false;  // spent: it runs free
-  }
-  held_.insert(lane);
-  return true;
-}
-
-void Lanes::EndHold(Lane* lane, std::chrono::steady_clock::time_point now) {
-  held_.erase(lane);
-  if (!lane->held_since) return;
-  lane->hold_budget = std::max<std::chrono::steady_clock::duration>(
-      lane->hold_budget - (now - *lane->held_since), std::chrono::steady_clock::duration::zero());
-  lane->held_since.reset();
-}
-
-void Lanes::RetryHeld(Actions* actions) {
-  const std::vector<Lane*> lanes(held_.begin(), held_.end());
-  const auto now = std::chrono::steady_clock::now();
-  for (Lane* lane : lanes) {
-    if (lane->waiting.empty()) {
-      EndHold(lane, now);  // its readers went away
-    } else {
-      ServeWaiters(lane, actions);
-    }
-  }
 }
 
 void Lanes::NoteQueued(const Reader& r, int64_t delta, Actions* actions) {

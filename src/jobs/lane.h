@@ -182,19 +182,6 @@ struct Lane {
   // What each pick holds of its own until read (its rendered delivery;
   // 0 when it delivers the shared base image), charged to the job's owner.
   uint64_t pick_bytes = 0;
-
-  // The drift bound (docs/planner.md "Drift"): lanes of one group with the
-  // same subset (same key) are peers; a lane more than the lag limit ahead
-  // of an active peer has its reads held, within its hold budget.
-  uint64_t peer_key = 0;                                // 0: never a peer (ranked)
-  std::chrono::steady_clock::time_point last_served{};  // a read got data
-  std::optional<std::chrono::steady_clock::time_point> held_since;
-  std::chrono::steady_clock::duration hold_budget{};
-  std::chrono::steady_clock::time_point budget_at = std::chrono::steady_clock::now();
-  // Picks done over its life: epochs completed x epoch size + done.
-  uint64_t progress() const {
-    return stream ? stream->epochs_completed() * stream->epoch_size() + stream->done() : 0;
-  }
   std::unique_ptr<JobStream> stream;
 
   std::set<Reader*> readers;
@@ -326,11 +313,6 @@ class Lanes {
   // The lane's `status` (JobManager adds up a ranked job's).
   JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
 
-  // Serves again the readers of lanes held by the drift bound: a peer
-  // moved, went quiet, or their budget refilled. Called after hand-outs
-  // and once a second.
-  void RetryHeld(Actions* actions) REQUIRES(mu);
-
   // The reader's queue changed by `delta` bytes (Reader::owner's charge).
   void NoteQueued(const Reader& reader, int64_t delta, Actions* actions) REQUIRES(mu);
   // Bytes of unread deliveries `uid`'s jobs hold (UnreadLimit).
@@ -377,11 +359,6 @@ class Lanes {
   // Gives back the charge of the lane's picks not yet done (its stream is
   // dropped).
   void UnchargeStream(Lane* lane, Actions* actions) REQUIRES(mu);
-  // Whether the drift bound holds the lane's next hand-out back now.
-  bool HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
-  // The lane's reads are answered: what it waited while held comes out of
-  // its hold budget.
-  void EndHold(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
@@ -413,8 +390,6 @@ class Lanes {
     std::set<PlanGroup*> held_back;
   };
   std::unordered_map<uint32_t, Unread> unread_ GUARDED_BY(mu);
-  // Lanes with reads held by the drift bound.
-  std::set<Lane*> held_ GUARDED_BY(mu);
 };
 
 }  // namespace joaderfs
