@@ -160,6 +160,18 @@ void ReportMounted(int fd) {
   close(fd);
 }
 
+// What fuse_session_loop_mt() returned says how the mount ended: 0 when the
+// kernel reported the unmount (ENODEV), the number of the signal that asked
+// it to stop, or a failed read of /dev/fuse as -errno. ECONNABORTED is an
+// unmount too: a request the kernel dequeued for us just as the last file of
+// a lazily unmounted mount closed is failed with it instead of ENODEV
+// (libfuse 3.14 does not know this), as is an abort through
+// /sys/fs/fuse/connections, which an administrator uses to stop a mount.
+bool SessionEndedCleanly(int loop_result) {
+  return loop_result == 0 || loop_result == SIGTERM || loop_result == SIGINT ||
+         loop_result == SIGHUP || loop_result == -ECONNABORTED;
+}
+
 // Calls JobManager::ReleaseIdleJobs() every second until stopped, and
 // gives freed memory back (common/memory_trim.h).
 class IdleReaper {
@@ -327,7 +339,12 @@ int Run(int argc, char** argv) {
     ret = fuse_session_loop_mt(se, config);
     fuse_loop_cfg_destroy(config);
   }
-  spdlog::info("unmounting {}", o.mountpoint);
+  if (SessionEndedCleanly(ret)) {
+    spdlog::info("unmounting {}", o.mountpoint);
+  } else {
+    spdlog::error("unmounting {}: the session ended with error {} ({})", o.mountpoint, ret,
+                  ret < 0 ? std::strerror(-ret) : strsignal(ret));
+  }
   // A decode finishing now replies to a read through the session, and
   // writes to the tiers: the pool stops before either goes.
   pool.reset();
@@ -336,10 +353,7 @@ int Run(int argc, char** argv) {
   fuse_session_destroy(se);
   if (disk) disk->Flush();
   spdlog::shutdown();
-  // libfuse reports the signal that ended the loop; being asked to stop is
-  // a clean exit.
-  const bool stopped = ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP;
-  return stopped ? 0 : 1;
+  return SessionEndedCleanly(ret) ? 0 : 1;
 }
 
 }  // namespace
