@@ -272,6 +272,7 @@ int Run(int argc, char** argv) {
   jo.limits.max_readers = o.max_readers_per_user;
   jo.limits.max_unread = o.max_unread_per_user;
   jo.limits.limit_root = o.limit_root;
+  jo.drift_bound = o.drift_bound;
   // Jobs survive restarts in the cache_dir (docs/design.md 2.7); a damaged store
   // is left as it is and not used.
   std::unique_ptr<JobStore> job_store;

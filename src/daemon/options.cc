@@ -46,6 +46,7 @@ enum Key {
   kLimitRoot,
   kLabelKey,
   kSampler,
+  kDriftBound,
   kLog,
   kLogLevel,
   kForeground,
@@ -73,6 +74,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("limit_root=%s", kLimitRoot),
     FUSE_OPT_KEY("label_key=%s", kLabelKey),
     FUSE_OPT_KEY("sampler=%s", kSampler),
+    FUSE_OPT_KEY("drift_bound=%s", kDriftBound),
     FUSE_OPT_KEY("log=%s", kLog),
     FUSE_OPT_KEY("log_level=%s", kLogLevel),
     FUSE_OPT_KEY("-f", kForeground),
@@ -191,6 +193,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kSampler:
       if (value != "dsa" && value != "isa") return bad("dsa or isa");
       o.dependent_sampling = value == "dsa";
+      break;
+    case kDriftBound:
+      if (value != "0" && value != "1") return bad("0 or 1");
+      o.drift_bound = value == "1";
       break;
     case kLog:
       if (value.empty()) return bad("a file or syslog");
@@ -550,6 +556,9 @@ options:
     -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,
                              else field NAME of <key>.json, else -1 (default cls)
     -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
+    -o drift_bound=0|1       hold a job's reads while it runs far ahead of a
+                             job of the same data and pace, so that they
+                             share decodes (default 1)
     -o log=FILE|syslog       log sink (default stderr with -f, else syslog;
                              without a /dev/log, CACHE_DIR/joaderfs.log)
     -o log_level=LEVEL       trace, debug, info, warn, error (default info)

@@ -48,7 +48,8 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
       }()),
       store_(store),
       lanes_(catalog, cache, pool, groups, options.base, store,
-             UnreadLimit{options.limits.max_unread, options.limits.limit_root}) {}
+             UnreadLimit{options.limits.max_unread, options.limits.limit_root},
+             options.drift_bound) {}
 
 JobManager::~JobManager() = default;
 
@@ -627,6 +628,7 @@ void JobManager::ReleaseIdleJobs() {
                    lane->index, options_.idle_timeout.count());
     }
   }
+  lanes_.RetryHeld(&actions);  // a peer went quiet, or a budget refilled
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {

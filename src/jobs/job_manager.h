@@ -91,6 +91,8 @@ struct JobManagerOptions {
   uint64_t seed = 0;
   std::chrono::seconds idle_timeout{600};
   UserLimits limits;
+  // Hold a job's reads while it runs far ahead of a peer (Lanes::HeldByDrift).
+  bool drift_bound = true;
 };
 
 // Everything `/stats` shows, taken at one moment per part.
@@ -202,7 +204,8 @@ class JobManager {
   uint64_t UnreadBytes(uint32_t uid) const;
 
   // Releases the planned samples of jobs without readers for longer than
-  // the idle timeout. Called periodically.
+  // the idle timeout, and retries reads the drift bound holds (a peer may
+  // have gone quiet). Called once a second.
   void ReleaseIdleJobs();
 
  private:

@@ -466,6 +466,83 @@ TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
   EXPECT_EQ(jobs_->UnreadBytes(kOwner), 0u);
 }
 
+// The drift bound (docs/planner.md "Drift"), on 192 images. Two jobs with
+// the same subset read for 4.5 s, 0.5 s apart, `lead_per_round` and
+// `peer_per_round` records a round, so that each lane's pace is known. The
+// RAM budget of 8 records makes the horizon its floor of 16 picks and the
+// lag limit 8.
+class DriftBoundTest : public JobManagerTest {
+ protected:
+  static void SetUpTestSuite() {
+    big_dir_ = new TempDir();
+    testing::WriteImageFolder(big_dir_->path(), {64, 64, 64},
+                              [](const std::string& path, int index) {
+                                WriteNoiseImage(path, 24, 20, static_cast<uint32_t>(index + 1));
+                              });
+  }
+  static void TearDownTestSuite() {
+    delete big_dir_;
+    big_dir_ = nullptr;
+  }
+  void SetUp() override { OpenCatalog(big_dir_->path()); }
+
+  void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round) {
+    Build(options, 2, 8 * kRecord);
+    MakeJob("lead");
+    MakeJob("peer");
+    lead_ = Open("lead");
+    peer_ = Open("peer");
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) std::this_thread::sleep_for(500ms);
+      ASSERT_EQ(ReadRecords(peer_, peer_per_round).size(), peer_per_round);
+      // Read one by one, each at once: a held read would take 10 s and fail.
+      for (size_t i = 0; i < lead_per_round; ++i) {
+        ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "round " << round;
+      }
+    }
+  }
+  static TempDir* big_dir_;
+  JobManager::ReaderId lead_ = 0;
+  JobManager::ReaderId peer_ = 0;
+};
+TempDir* DriftBoundTest::big_dir_ = nullptr;
+
+// A lane more than the lag limit ahead of an active peer of the same pace
+// waits for it, and goes on as the peer moves.
+TEST_F(DriftBoundTest, HoldsALeaderForAnActivePeer) {
+  // Both at 60: a sprint of 9 is drift, not a faster pace (69 against 60).
+  StartTwoJobs(Options(), 6, 6);
+  for (int i = 0; i < 9; ++i) {  // up to 69: the 9th checked at lag 8
+    ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
+  }
+  auto held = ReadAsync(lead_, kRecord, NextToken());
+  EXPECT_EQ(held.wait_for(500ms), std::future_status::timeout) << "69 against 60 waits";
+  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);  // the peer moves: 69 against 61
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(held.get().bytes.size(), kRecord);
+}
+
+// A peer that has read nothing for 2 s holds nobody.
+TEST_F(DriftBoundTest, AStoppedPeerHoldsNobody) {
+  StartTwoJobs(Options(), 6, 6);
+  std::this_thread::sleep_for(2100ms);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
+}
+
+// A job 2x faster than its peer is meant to run ahead: it is never held.
+TEST_F(DriftBoundTest, AFasterJobRunsFree) {
+  StartTwoJobs(Options(), 2, 1);  // 20 and 10: held if paced alike
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << 10 + i;
+}
+
+// drift_bound=0: nobody is held.
+TEST_F(DriftBoundTest, OffHoldsNobody) {
+  JobManagerOptions options = Options();
+  options.drift_bound = false;
+  StartTwoJobs(options, 6, 6);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
+}
+
 TEST_F(JobManagerTest, SpecDefaultsAndReplacement) {
   Build();
   MakeJob("j");

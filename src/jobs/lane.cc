@@ -11,20 +11,39 @@
 
 namespace joaderfs {
 
+namespace {
+
+// The drift bound (docs/planner.md "Drift"): a leader is held only for a
+// peer whose pace is within this factor of its own; a job this much faster
+// is meant to run ahead.
+constexpr double kSimilarPace = 1.5;
+
+// A key equal for equal subsets (and, rarely, for others: then two jobs
+// are held near each other for nothing, which costs time, never a sample).
+uint64_t SubsetKey(const Roaring& subset) {
+  uint64_t key = subset.cardinality();
+  if (key > 0)
+    key = key * 0x9E3779B97F4A7C15ull ^ (uint64_t{subset.minimum()} << 32) ^ subset.maximum();
+  return key | 1;
+}
+
+}  // namespace
+
 Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
   if (MayUseJob(uid, owner)) return Status::Ok();
   return Status::Permission("job " + job + " is not yours");
 }
 
 Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-             uint32_t base, JobStore* store, UnreadLimit unread_limit)
+             uint32_t base, JobStore* store, UnreadLimit unread_limit, bool drift_bound)
     : catalog_(catalog),
       cache_(cache),
       pool_(pool),
       groups_(groups),
       base_(base),
       store_(store),
-      unread_limit_(unread_limit) {}
+      unread_limit_(unread_limit),
+      drift_bound_(drift_bound) {}
 
 void Lanes::Make(Job* job) {
   for (const auto& lane : job->lanes) by_serial_.erase(lane->serial);
@@ -49,6 +68,7 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
   }
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
+  held_.erase(lane);
   for (Reader* r : lane->readers) {
     if (r->waiting) EndStall(r);
     r->lane = nullptr;
@@ -96,11 +116,12 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       actions->Add([reply = std::move(r->reply)] { reply(Status::Ok(), {}); });
       return true;
     }
+    const auto now = std::chrono::steady_clock::now();
+    if (lane->running() && lane->stream->PeekReady() && HeldByDrift(lane, now)) return false;
     // Hand ready records to this reader: at least one, then as many as fit.
     uint64_t bytes = 0;
     std::vector<SampleId> handed;
     const uint64_t epoch = lane->epoch();
-    const auto now = std::chrono::steady_clock::now();
     while (lane->running()) {
       const std::optional<JobStream::Ready> next = lane->stream->PeekReady();
       if (!next) break;
@@ -126,6 +147,15 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       AfterDone(lane, actions);
     }
     if (r->pending.empty()) return false;
+    EndHold(lane, now);
+    // Its peers held by the drift bound may go on now.
+    if (!held_.empty()) {
+      actions->Add([this] {
+        Actions retry;
+        MutexLock lock(mu);
+        RetryHeld(&retry);
+      });
+    }
     // Saved before the reply leaves: a crash of the daemon loses no hand-out.
     if (store_) {
       actions->Add(
@@ -134,6 +164,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
           });
     }
   }
+  lane->drift.NoteServed(std::chrono::steady_clock::now(), lane->progress());
   const uint64_t queued = r->pending.held_bytes();
   auto data = r->pending.Take(r->max_bytes);
   NoteQueued(*r, static_cast<int64_t>(r->pending.held_bytes()) - static_cast<int64_t>(queued),
@@ -272,6 +303,7 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
                        : spec.augment.augmented() ? SampleBytes()
                                                   : 0;
     lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
+    lane->peer_key = job->ranked() ? 0 : SubsetKey(job->subset);
     lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
   } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
@@ -357,6 +389,7 @@ void Lanes::Reset(Lane* lane, Actions* actions) {
   }
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
+  EndHold(lane, std::chrono::steady_clock::now());
   if (lane->stream) lane->delivered_earlier += lane->stream->delivered_total();
   lane->stream.reset();
   lane->released = false;
@@ -544,6 +577,51 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
   st.disk_hits = lane.disk_hits;
   st.decodes = lane.decodes;
   return st;
+}
+
+bool Lanes::HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) {
+  if (!drift_bound_ || lane->peer_key == 0 || !lane->group) return false;
+  // Copied picks must still be cached when the follower wants them: the
+  // planner's coupling horizon (sampling/plan_groups.cc), and half of it
+  // as the lag at which a leader waits.
+  const uint64_t ram_samples = cache_->budget() / std::max<uint64_t>(SampleBytes(), 1);
+  const uint64_t horizon = std::clamp<uint64_t>(ram_samples / 2, 16, 4096);
+  const uint64_t limit = horizon / 2;
+  const uint64_t progress = lane->progress();
+  const std::optional<double> pace = lane->drift.FreePace(now, progress);
+  if (!pace) return false;  // too early to tell a faster job from drift
+  bool ahead = false;
+  for (auto it = planning_.lower_bound({lane->group, 0});
+       it != planning_.end() && it->first.first == lane->group && !ahead; ++it) {
+    Lane* peer = it->second;
+    if (peer == lane || peer->peer_key != lane->peer_key || peer->released) continue;
+    if (peer->waiting.empty() && !peer->drift.Active(now)) continue;  // stopped
+    const uint64_t behind = peer->progress();
+    // Past the horizon they share nothing anyway: a late or slower job.
+    if (progress <= behind + limit || progress > behind + horizon) continue;
+    const std::optional<double> peer_pace = peer->drift.FreePace(now, behind);
+    ahead = peer_pace && *pace <= kSimilarPace * *peer_pace;
+  }
+  if (!ahead || !lane->drift.Hold(now)) return false;
+  held_.insert(lane);
+  return true;
+}
+
+void Lanes::EndHold(Lane* lane, std::chrono::steady_clock::time_point now) {
+  held_.erase(lane);
+  lane->drift.EndHold(now);
+}
+
+void Lanes::RetryHeld(Actions* actions) {
+  const std::vector<Lane*> lanes(held_.begin(), held_.end());
+  const auto now = std::chrono::steady_clock::now();
+  for (Lane* lane : lanes) {
+    if (lane->waiting.empty()) {
+      EndHold(lane, now);  // its readers went away
+    } else {
+      ServeWaiters(lane, actions);
+    }
+  }
 }
 
 void Lanes::NoteQueued(const Reader& r, int64_t delta, Actions* actions) {

@@ -38,6 +38,7 @@
 #include "catalog/catalog.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
+#include "jobs/drift.h"
 #include "jobs/job_store.h"
 #include "jobs/job_stream.h"
 #include "jobs/record_queue.h"
@@ -182,6 +183,17 @@ struct Lane {
   // What each pick holds of its own until read (its rendered delivery;
   // 0 when it delivers the shared base image), charged to the job's owner.
   uint64_t pick_bytes = 0;
+
+  // The drift bound (docs/planner.md "Drift"): lanes of one group with the
+  // same subset (same key) are peers; a lane more than the lag limit ahead
+  // of an active peer of similar pace has its reads held, within its hold
+  // budget.
+  uint64_t peer_key = 0;  // 0: never a peer (ranked)
+  DriftState drift{std::chrono::steady_clock::now()};
+  // Picks done over its life: epochs completed x epoch size + done.
+  uint64_t progress() const {
+    return stream ? stream->epochs_completed() * stream->epoch_size() + stream->done() : 0;
+  }
   std::unique_ptr<JobStream> stream;
 
   std::set<Reader*> readers;
@@ -253,7 +265,7 @@ class Lanes {
   // All outlive the Lanes; `store` may be null (no persistence). `base` is
   // the cache's base resolution: every lane pins base images.
   Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-        uint32_t base, JobStore* store, UnreadLimit unread_limit = {});
+        uint32_t base, JobStore* store, UnreadLimit unread_limit = {}, bool drift_bound = true);
 
   // The manager's lock: it guards the jobs, lanes and readers. The planning
   // groups rank below it (common/ranked_mutex.h).
@@ -313,6 +325,11 @@ class Lanes {
   // The lane's `status` (JobManager adds up a ranked job's).
   JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
 
+  // Serves again the readers of lanes held by the drift bound: a peer
+  // moved, went quiet, or their budget refilled. Called after hand-outs
+  // and once a second.
+  void RetryHeld(Actions* actions) REQUIRES(mu);
+
   // The reader's queue changed by `delta` bytes (Reader::owner's charge).
   void NoteQueued(const Reader& reader, int64_t delta, Actions* actions) REQUIRES(mu);
   // Bytes of unread deliveries `uid`'s jobs hold (UnreadLimit).
@@ -359,6 +376,11 @@ class Lanes {
   // Gives back the charge of the lane's picks not yet done (its stream is
   // dropped).
   void UnchargeStream(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Whether the drift bound holds the lane's next hand-out back now.
+  bool HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
+  // The lane's reads are answered: what it waited while held comes out of
+  // its hold budget.
+  void EndHold(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
@@ -371,6 +393,7 @@ class Lanes {
   const uint32_t base_;
   JobStore* const store_;
   const UnreadLimit unread_limit_;
+  const bool drift_bound_;  // HeldByDrift may hold
   // Bytes of rendered deliveries alive (in streams and readers' queues):
   // counted down by their pixels' deleter, so shared with them.
   const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
@@ -390,6 +413,8 @@ class Lanes {
     std::set<PlanGroup*> held_back;
   };
   std::unordered_map<uint32_t, Unread> unread_ GUARDED_BY(mu);
+  // Lanes with reads held by the drift bound.
+  std::set<Lane*> held_ GUARDED_BY(mu);
 };
 
 }  // namespace joaderfs
