@@ -24,7 +24,10 @@ Each job has its own step time (--step-ms 180,360 models two models at 1:2).
 All jobs start together at a barrier (each prints "ready", then waits for
 "go").  The daemon is mounted daemonized, as users mount it, with
 ``ram_cache`` a fraction of the decoded set (the base images' bytes, from
-the JPEG headers) and no disk tier unless --disk.
+the JPEG headers) and no disk tier unless --disk. Each case runs once per
+--drift-bound value (the daemon's drift_bound option: 1 holds a job far
+ahead of a peer of similar pace, 0 lets it run free), so the policy is
+compared with its baseline in one run.
 
 The table (one row per mode, then per job):
 
@@ -50,6 +53,7 @@ from __future__ import annotations
 import argparse
 import collections
 import fcntl
+import itertools
 import json
 import os
 import socket
@@ -190,7 +194,7 @@ def dataset(images: int) -> str:
 
 
 def run_case(args, source: str, decoded_set: int, mode: str, steps: list[float],
-             ram_frac: float) -> dict:
+             ram_frac: float, drift_bound: str) -> dict:
     from bench.client.client_cost import mount
 
     with tempfile.TemporaryDirectory(prefix="jfs-drift-") as tmp:
@@ -198,7 +202,7 @@ def run_case(args, source: str, decoded_set: int, mode: str, steps: list[float],
         ram = max(1 << 20, int(decoded_set * ram_frac))
         opts = {"ram_cache": str(ram), "size": str(args.size), "base": str(args.base),
                 "seed": "7", "cache_dir": str(work / "cache") if args.disk else "none",
-                "log": str(work / "daemon.log")}
+                "log": str(work / "daemon.log"), "drift_bound": drift_bound}
         if args.disk:
             opts["disk_cache"] = str(2 * decoded_set)
         gpu_path = str(work / "gpu")
@@ -278,6 +282,8 @@ def main() -> None:
                    help="ram_cache as fractions of the decoded set, e.g. 0.05,0.1,1.5")
     p.add_argument("--disk", action="store_true",
                    help="a disk tier (disk_cache = 2 x the decoded set); default cache_dir=none")
+    p.add_argument("--drift-bound", default="1,0",
+                   help="the daemon's drift_bound values to compare (1: on, 0: off)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers per job")
@@ -311,14 +317,15 @@ def main() -> None:
           f"{args.batch}, {args.workers} workers per job, {args.epochs} epochs, "
           f"spec '{args.spec}', disk tier {'on' if args.disk else 'off'}, "
           f"{os.cpu_count()} cores\n")
-    print("| mode | ram_cache | ceiling img/s | aggregate img/s | of ceiling | "
+    print("| mode | drift_bound | ram_cache | ceiling img/s | aggregate img/s | of ceiling | "
           "each job's img/s (alone) | decodes per distinct | ram hits | disk hits |")
-    print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |", flush=True)
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |", flush=True)
     for frac in [float(f) for f in args.ram_frac.split(",")]:
-        for mode in args.modes.split(","):
-            r = run_case(args, source, decoded_set, mode, steps, frac)
+        for mode, bound in itertools.product(args.modes.split(","),
+                                             args.drift_bound.split(",")):
+            r = run_case(args, source, decoded_set, mode, steps, frac, bound)
             jobs = " / ".join(f"{v:.0f} ({a:.0f})" for v, a in zip(r["jobs"], r["alone"]))
-            print(f"| {mode} | {frac:g} of set ({r['ram'] / 2**20:.0f} MiB) | {r['ceiling']:.0f} | {r['aggregate']:.0f} | "
+            print(f"| {mode} | {bound} | {frac:g} of set ({r['ram'] / 2**20:.0f} MiB) | {r['ceiling']:.0f} | {r['aggregate']:.0f} | "
                   f"{r['aggregate'] / r['ceiling']:.2f} | {jobs} | "
                   f"{r['decoded'] / r['distinct']:.2f} ({r['decoded']}/{r['distinct']}) | "
                   f"{r['ram_hits']} | {r['disk_hits']} |", flush=True)

@@ -412,8 +412,8 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
   std::map<Lane*, uint64_t> let_in;
   auto may_plan = [&](JobHandle handle) REQUIRES(mu) {
     Lane* lane = planning_.at({group, handle});
+    if (!PicksCharged(*lane)) return true;
     const uint32_t uid = lane->job->uid;
-    if (lane->pick_bytes == 0 || !UnreadLimited(uid)) return true;
     Unread& unread = unread_[uid];
     if (unread.bytes >= unread_limit_.max_bytes) {
       if (unread.held_back.insert(group).second) {
@@ -517,7 +517,7 @@ void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const S
 void Lanes::AfterDone(Lane* lane, Actions* actions) {
   std::vector<SampleId> ids = lane->stream->TakeDoneIds();
   for (SampleId id : ids) lane->group->Done(lane->handle, id);
-  if (UnreadLimited(lane->job->uid) && lane->pick_bytes > 0) {
+  if (PicksCharged(*lane)) {
     AddUnread(lane->job->uid, -static_cast<int64_t>(ids.size() * lane->pick_bytes), actions);
   }
   ReleaseIds(std::move(ids), actions);
@@ -634,7 +634,7 @@ uint64_t Lanes::UnreadBytes(uint32_t uid) const {
 }
 
 void Lanes::UnchargeStream(Lane* lane, Actions* actions) {
-  if (!lane->stream || lane->pick_bytes == 0 || !UnreadLimited(lane->job->uid)) return;
+  if (!lane->stream || !PicksCharged(*lane)) return;
   const uint64_t open = lane->stream->planned() - lane->stream->done();
   AddUnread(lane->job->uid, -static_cast<int64_t>(open * lane->pick_bytes), actions);
 }

@@ -373,6 +373,11 @@ class Lanes {
   void AddUnread(uint32_t uid, int64_t delta, Actions* actions) REQUIRES(mu);
   // Whether the allowance may hold back `uid`'s streams.
   bool UnreadLimited(uint32_t uid) const { return uid != 0 || unread_limit_.limit_root; }
+  // Whether the lane's picks are charged to its owner's unread bytes: they
+  // hold renders of their own, and the allowance applies to the owner.
+  bool PicksCharged(const Lane& lane) const {
+    return lane.pick_bytes > 0 && UnreadLimited(lane.job->uid);
+  }
   // Gives back the charge of the lane's picks not yet done (its stream is
   // dropped).
   void UnchargeStream(Lane* lane, Actions* actions) REQUIRES(mu);
