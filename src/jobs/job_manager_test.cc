@@ -160,6 +160,7 @@ class JobManagerTest : public ::testing::Test {
     PlanGroupsOptions g;
     g.cadence.lookahead = 256;
     g.seed = 5;
+    g.dependent_sampling = dependent_sampling_;
     groups_ = std::make_unique<PlanGroups>(g);
     pool_ = std::make_unique<LoaderPool>(threads);
     cache_ =
@@ -296,6 +297,7 @@ class JobManagerTest : public ::testing::Test {
   std::unique_ptr<SampleCache> cache_;
   std::unique_ptr<JobManager> jobs_;
   std::atomic<uint64_t> next_token_{1};
+  bool dependent_sampling_ = true;  // sampler=dsa; false: isa
 };
 
 TempDir* JobManagerTest::dir_ = nullptr;
@@ -533,6 +535,13 @@ TEST_F(DriftBoundTest, AStoppedPeerHoldsNobody) {
 TEST_F(DriftBoundTest, AFasterJobRunsFree) {
   StartTwoJobs(Options(), 2, 1);  // 20 and 10: held if paced alike
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << 10 + i;
+}
+
+// sampler=isa: jobs share no picks at any distance, so nobody is held.
+TEST_F(DriftBoundTest, IndependentShufflesHoldNobody) {
+  dependent_sampling_ = false;
+  StartTwoJobs(Options(), 6, 6);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
 }
 
 // drift_bound=0: nobody is held.

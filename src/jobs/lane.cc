@@ -581,11 +581,10 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
 
 bool Lanes::HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) {
   if (!drift_bound_ || lane->peer_key == 0 || !lane->group) return false;
-  // Copied picks must still be cached when the follower wants them: the
-  // planner's coupling horizon (sampling/plan_groups.cc), and half of it
-  // as the lag at which a leader waits.
-  const uint64_t ram_samples = cache_->budget() / std::max<uint64_t>(SampleBytes(), 1);
-  const uint64_t horizon = std::clamp<uint64_t>(ram_samples / 2, 16, 4096);
+  // Past the planner's coupling horizon jobs share no picks; a leader waits
+  // at half of it. Independent shuffles share none at any distance.
+  const uint64_t horizon = lane->group->coupling_horizon();
+  if (horizon == 0) return false;
   const uint64_t limit = horizon / 2;
   const uint64_t progress = lane->progress();
   const std::optional<double> pace = lane->drift.FreePace(now, progress);

@@ -6,8 +6,12 @@
 
 namespace joaderfs {
 
-PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options)
-    : size_(size), options_(options), planner_(std::move(planner)) {}
+PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options,
+                     uint64_t coupling_horizon)
+    : size_(size),
+      coupling_horizon_(coupling_horizon),
+      options_(options),
+      planner_(std::move(planner)) {}
 
 JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes) {
   MutexLock lock(mu_);

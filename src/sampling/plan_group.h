@@ -62,11 +62,17 @@ struct BudgetView {
 
 class PlanGroup {
  public:
-  PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options);
+  // `coupling_horizon`: the planner's (dependent_planner.h), 0 for one that
+  // never copies picks between jobs (independent shuffles).
+  PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options,
+            uint64_t coupling_horizon = 0);
   PlanGroup(const PlanGroup&) = delete;
   PlanGroup& operator=(const PlanGroup&) = delete;
 
   uint32_t size() const { return size_; }
+  // How far apart two jobs' positions may be for the planner to copy picks
+  // between them; 0 when it never does. Fixed at construction.
+  uint64_t coupling_horizon() const { return coupling_horizon_; }
 
   // Adds a job needing every id of `subset` (not empty), in its epoch 0;
   // each of its picks will hold `pick_bytes` of its own besides the shared
@@ -125,6 +131,7 @@ class PlanGroup {
   static bool Wants(const Member& m, uint64_t below);
 
   const uint32_t size_;
+  const uint64_t coupling_horizon_;
   const CadenceOptions options_;
 
   mutable RankedMutex<LockRank::kPlanGroup> mu_;

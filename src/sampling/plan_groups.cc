@@ -18,11 +18,10 @@ PlanGroup* PlanGroups::Get(uint32_t size, uint64_t ram_samples) {
     const uint64_t horizon = options_.coupling_horizon
                                  ? options_.coupling_horizon
                                  : std::clamp<uint64_t>(ram_samples / 2, 16, 4096);
-    group =
-        std::make_unique<PlanGroup>(size,
-                                    options_.dependent_sampling ? NewDependentPlanner(seed, horizon)
-                                                                : NewIndependentPlanner(seed),
-                                    options_.cadence);
+    group = options_.dependent_sampling
+                ? std::make_unique<PlanGroup>(size, NewDependentPlanner(seed, horizon),
+                                              options_.cadence, horizon)
+                : std::make_unique<PlanGroup>(size, NewIndependentPlanner(seed), options_.cadence);
   }
   return group.get();
 }
