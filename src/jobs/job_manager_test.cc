@@ -471,8 +471,8 @@ TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
 // The drift bound (docs/planner.md "Drift"), on 192 images. Two jobs with
 // the same subset read for 4.5 s, 0.5 s apart, `lead_per_round` and
 // `peer_per_round` records a round, so that each lane's pace is known. The
-// RAM budget of 8 records makes the horizon its floor of 16 picks and the
-// lag limit 4.
+// RAM budget of 64 records holds more than twice the horizon, its floor of
+// 16 picks, so the lag limit is a quarter of that: 4.
 class DriftBoundTest : public JobManagerTest {
  protected:
   static void SetUpTestSuite() {
@@ -489,7 +489,7 @@ class DriftBoundTest : public JobManagerTest {
   void SetUp() override { OpenCatalog(big_dir_->path()); }
 
   void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round) {
-    Build(options, 2, 8 * kRecord);
+    Build(options, 2, 64 * kRecord);
     MakeJob("lead");
     MakeJob("peer");
     lead_ = Open("lead");
