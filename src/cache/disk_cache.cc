@@ -91,19 +91,16 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const Ref
   for (SampleId id = 0; id < catalog->size(); ++id) c->fingerprints_[id] = catalog->fingerprint(id);
   Status s = c->OpenIndex();
   if (s.code() == Status::Code::kCorruption) {
-    // The tier only holds what can be decoded again: rather than serve from
-    // (or give up on) a damaged index, start afresh.
-    spdlog::warn("disk cache {} is damaged ({}); starting it afresh", c->path_, s.message());
-    c->index_writes_.reset();
-    c->db_.reset();
-    c->index_.clear();
-    c->keys_.clear();
-    c->stats_ = {};
-    fs::remove_all(c->path_, ec);
-    fs::create_directories(c->path_, ec);
+    c->StartAfresh("is damaged", s);
     s = c->OpenIndex();
   }
   if (s.ok()) s = c->OpenSlotFiles();
+  if (!s.ok() && s.code() != Status::Code::kBusy &&
+      fs::space(dir, ec).available < kRocksDbWorkingBytes) {
+    c->StartAfresh("cannot open in a full cache_dir", s);
+    s = c->OpenIndex();
+    if (s.ok()) s = c->OpenSlotFiles();
+  }
   if (!s.ok()) return s;
   c->stats_.entries = c->index_.size();
   c->stats_.budget = budget_bytes;
@@ -112,6 +109,21 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const Ref
   c->writer_ = std::thread([raw = c.get()] { raw->WriteLoop(); });
   *out = std::move(c);
   return Status::Ok();
+}
+
+// The tier only holds what can be decoded again: rather than serve from (or
+// give up on) a damaged index, or fail to reopen in a cache_dir that it
+// filled, it drops everything and starts empty.
+void DiskCache::StartAfresh(const char* why, const Status& s) {
+  spdlog::warn("disk cache {} {} ({}); starting it afresh", path_, why, s.message());
+  index_writes_.reset();
+  db_.reset();
+  index_.clear();
+  keys_.clear();
+  stats_ = {};
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  fs::create_directories(path_, ec);
 }
 
 // Opens the RocksDB index at path_ and rebuilds the in-memory index from it

@@ -126,6 +126,7 @@ class DiskCache {
   DiskCache() = default;
   // Before the writer thread starts: nothing else can hold mu_ yet.
   Status OpenIndex() NO_THREAD_SAFETY_ANALYSIS;
+  void StartAfresh(const char* why, const Status& s) NO_THREAD_SAFETY_ANALYSIS;
   Status OpenSlotFiles() NO_THREAD_SAFETY_ANALYSIS;
   std::string Key(uint32_t size, SampleId id) const;
   SlotFile* File(uint64_t slot_bytes) REQUIRES(mu_);

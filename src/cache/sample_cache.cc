@@ -137,7 +137,8 @@ SampleCache::FileIdentity SampleCache::Identify(SampleId id) const {
 void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
   auto loaded = std::make_shared<DecodedSample>();
   bool from_disk = false;
-  bool unchanged = false;  // a bad sample whose file is as it was: not tried again
+  bool unchanged = false;   // a bad sample whose file is as it was: not tried again
+  bool as_scanned = false;  // decoded from the file the scan saw
   Status s = Status::NotFound("no disk tier");
   if (unless_same && Identify(key.id) == *unless_same) {
     unchanged = true;
@@ -146,13 +147,17 @@ void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
       s = disk_->Get(key.size, key.id, loaded.get());
       from_disk = s.ok();
     }
-    if (!from_disk) s = DecodeBase(catalog_->location(key.id), key.size, loaded.get());
+    if (!from_disk) {
+      s = DecodeBase(catalog_->location(key.id), key.size, loaded.get(), &as_scanned);
+    }
   }
   SamplePtr sample;
   if (!unchanged && s.ok()) sample = std::move(loaded);
   // Written through: a later epoch, a later job or a restarted daemon may
-  // want it, and its pixels are at hand now.
-  if (sample && !from_disk && disk_) disk_->PutAsync(key.size, key.id, sample);
+  // want it, and its pixels are at hand now. The tier's key names the file
+  // the scan saw: pixels of a file replaced since then would be served
+  // under it after a remount (docs/design.md 2.4), so they are not kept.
+  if (sample && !from_disk && as_scanned && disk_) disk_->PutAsync(key.size, key.id, sample);
   // Taken after the attempt, so that a file rewritten during it counts as
   // changed at the next look.
   const FileIdentity file = sample || unchanged ? FileIdentity{} : Identify(key.id);

@@ -333,6 +333,9 @@ void Catalog::Index() {
                               static_cast<uint64_t>(st.st_ino)};
     e.fingerprint =
         Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts, sizeof parts);
+    e.size = static_cast<uint64_t>(st.st_size);
+    e.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
+    e.inode = st.st_ino;
     h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
     if (&entries_[kept] != &e) entries_[kept] = std::move(e);
     ++kept;
@@ -427,11 +430,17 @@ std::string Catalog::path(SampleId id) const {
 }
 
 FileRange Catalog::location(SampleId id) const {
-  if (shards_.empty()) return FileRange::WholeFile(path(id));
+  FileRange r = FileRange::WholeFile(path(id));
+  r.checked = true;
+  if (shards_.empty()) {
+    const Entry& e = entries_[id];
+    r.file_size = e.size;
+    r.mtime_ns = e.mtime_ns;
+    r.inode = e.inode;
+    return r;
+  }
   const Member& m = members_[id];
   const Shard& shard = shards_[m.shard];
-  FileRange r;
-  r.path = root_ + "/" + shard.name;
   r.partial = true;
   r.offset = uint64_t{m.block} * 512;
   r.length = m.length;
@@ -466,12 +475,28 @@ size_t Catalog::index_bytes() const {
   return bytes;
 }
 
-Roaring Catalog::IdsWithLabels(int64_t first, int64_t last) const {
+Roaring Catalog::IdsWithLabels(std::vector<std::pair<uint64_t, uint64_t>> ranges) const {
+  // Labels lie in 0..num_classes_-1 (at most kMaxLabel + 1 of them): mark the
+  // wanted ones in a table, each class once however the ranges overlap.
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<bool> wanted(num_classes_);
+  uint64_t marked = 0;  // classes below this are marked already
+  for (const auto& [first, last] : ranges) {
+    for (uint64_t c = std::max(first, marked); c <= last && c < num_classes_; ++c) wanted[c] = true;
+    marked = std::max(marked, std::min<uint64_t>(last, num_classes_) + 1);
+  }
   Roaring ids;
   for (SampleId id = 0; id < size(); ++id) {
-    if (label(id) >= first && label(id) <= last) ids.add(id);
+    const int64_t l = label(id);
+    if (l >= 0 && static_cast<uint64_t>(l) < wanted.size() && wanted[l]) ids.add(id);
   }
   return ids;
+}
+
+Roaring Catalog::IdsWithLabels(int64_t first, int64_t last) const {
+  if (last < 0 || first > last) return Roaring();
+  return IdsWithLabels(
+      {{static_cast<uint64_t>(std::max<int64_t>(first, 0)), static_cast<uint64_t>(last)}});
 }
 
 std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {

@@ -106,9 +106,14 @@ class Catalog {
   }
   // The file to read for `id` (for a tar sample, its shard).
   std::string path(SampleId id) const;
-  // Where the image of `id` lies: its file, or its bytes inside a shard.
+  // Where the image of `id` lies, its file or its bytes inside a shard,
+  // with that file's identity at the scan: a decode of it reads only bytes
+  // of that identity, the one fingerprint() names.
   FileRange location(SampleId id) const;
 
+  // Ids whose label lies in one of the inclusive `ranges`, in one pass over
+  // the samples however many ranges a spec names (they are merged first).
+  Roaring IdsWithLabels(std::vector<std::pair<uint64_t, uint64_t>> ranges) const;
   // Ids whose label lies in [first, last].
   Roaring IdsWithLabels(int64_t first, int64_t last) const;
   // A hash lookup for files; for tar samples, a binary search of the shard
@@ -130,6 +135,11 @@ class Catalog {
     std::string relpath;
     int64_t label;
     uint64_t fingerprint = 0;
+    // The file at the scan (all 0 when it was missing): a decode reads it
+    // only while it is still this file (common/file_range.h).
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint64_t inode = 0;
   };
 
   // One sample of a shard: 24 bytes plus its member name in names_.

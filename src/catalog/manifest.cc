@@ -1,5 +1,7 @@
 #include "catalog/manifest.h"
 
+#include "common/types.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -39,9 +41,14 @@ Status ParseManifest(std::string_view text, Manifest* out) {
     const size_t tab = line.rfind('\t');
     const auto label =
         tab == std::string_view::npos ? std::nullopt : ParseUint(line.substr(tab + 1));
-    if (!label || tab == 0 || *label > INT32_MAX) {
+    if (!label || tab == 0) {
       return Status::InvalidArgument("line " + std::to_string(lineno) +
                                      ": expected relpath<TAB>label");
+    }
+    if (*label > static_cast<uint64_t>(kMaxLabel)) {
+      return Status::InvalidArgument("line " + std::to_string(lineno) + ": label " +
+                                     std::to_string(*label) + " is past " +
+                                     std::to_string(kMaxLabel));
     }
     const std::string_view relpath = line.substr(0, tab);
     if (EscapesFolder(relpath)) {

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/types.h"
+
 namespace joaderfs {
 namespace {
 
@@ -115,6 +117,7 @@ std::optional<int64_t> ParseLabel(std::string_view text) {
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  if (v < 0 || v > kMaxLabel) return std::nullopt;
   return v;
 }
 
@@ -123,7 +126,9 @@ std::optional<int64_t> JsonLabel(std::string_view text, std::string_view key) {
   if (!j.is_object()) return std::nullopt;
   const auto it = j.find(key);
   if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<int64_t>();
+  const int64_t v = it->get<int64_t>();
+  if (v < 0 || v > kMaxLabel) return std::nullopt;
+  return v;
 }
 
 bool IsImageExtension(std::string_view ext) {
@@ -202,11 +207,27 @@ Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts*
       continue;
     }
     const uint64_t data = at + kBlock;
-    const uint64_t next = data + (*length + kBlock - 1) / kBlock * kBlock;
-    const bool cut = data + *length > size;  // the shard ends inside this member
+    // A member that would end past the shard: the shard was cut short inside
+    // it, or its size field is implausible (a crafted pax size would wrap the
+    // offset arithmetic). Its sample is lost; the scan goes on from the next
+    // valid header after this one, so that the members behind a bad size
+    // still serve. Otherwise data + length <= size: no overflow below.
+    const bool past_end = *length > size - data;
+    const uint64_t next = past_end ? data : data + (*length + kBlock - 1) / kBlock * kBlock;
+    auto resync = [&] {
+      resyncing = true;
+      long_name.clear();
+      pax_size.reset();
+      at = data;
+    };
 
     if (type == 'L' || type == 'x') {
-      if (cut) break;
+      if (past_end) {
+        finish(true);
+        ++counts->damaged;
+        resync();
+        continue;
+      }
       if (*length > kMaxLabelBytes) {
         at = next;
         continue;
@@ -256,16 +277,16 @@ Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts*
     long_name.clear();
     pax_size.reset();
     at = next;
-    if (type != '0' && type != '\0' && type != '7') {  // folders, links, ...
-      if (cut) break;
-      continue;
-    }
-
     // key: up to the first dot of the last component; extension: the rest.
     const size_t slash = name.rfind('/');
     const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
-    if (dot == std::string::npos) {
-      if (cut) break;
+    const bool file = type == '0' || type == '\0' || type == '7';  // not folders, links, ...
+    if (!file || dot == std::string::npos) {
+      if (past_end) {
+        finish(true);
+        ++counts->damaged;
+        resync();
+      }
       continue;
     }
     std::string_view key(name.data(), dot);
@@ -276,9 +297,10 @@ Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts*
       group.open = true;
       group.key.assign(key);
     }
-    if (cut) {
+    if (past_end) {
       finish(false);
-      break;
+      resync();
+      continue;
     }
     if (IsImageExtension(ext)) {
       if (group.image.empty()) {

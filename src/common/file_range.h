@@ -13,12 +13,19 @@ namespace joaderfs {
 
 struct FileRange {
   std::string path;
-  // The whole file when false; otherwise `length` bytes at `offset`, read
-  // only while the file still has the size, modification time and inode it
-  // had at the scan (the offsets would name other bytes in a rewritten file).
+  // The whole file when false; otherwise `length` bytes at `offset`.
   bool partial = false;
   uint64_t offset = 0;
   uint64_t length = 0;
+  // The file's size, modification time and inode at the scan, the identity
+  // its catalog fingerprint names, when `checked`. A member is read only
+  // while its shard still has them (the offsets would name other bytes in
+  // a rewritten shard). A whole file is read whatever it is now, and the
+  // decoder says whether the bytes came from that identity: a decode is
+  // kept in the disk tier under the scan's fingerprint only if they did.
+  // `checked` false (a path given directly, as in tools and tests): no
+  // identity to compare with.
+  bool checked = false;
   uint64_t file_size = 0;
   int64_t mtime_ns = 0;
   uint64_t inode = 0;

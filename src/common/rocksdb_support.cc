@@ -37,6 +37,9 @@ void PrepareRocksDb(const std::string& path, rocksdb::Options* options) {
   std::filesystem::create_directories(path, ec);
   options->info_log = std::make_shared<SpdlogLogger>();
   options->info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  options->write_buffer_size = 4 << 20;
+  options->max_write_buffer_number = 2;
+  options->max_total_wal_size = 8 << 20;
 }
 
 rocksdb::Status RocksDbWrites::Write(const rocksdb::WriteOptions& options,

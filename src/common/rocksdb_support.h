@@ -21,9 +21,18 @@
 namespace joaderfs {
 
 // Before DB::Open of the database at `path`: makes its folder (RocksDB warns
-// when it is missing) and sends RocksDB's own log to ours (warnings and
-// errors, rate-limited) instead of a LOG file in that folder.
+// when it is missing), sends RocksDB's own log to ours (warnings and
+// errors, rate-limited) instead of a LOG file in that folder, and bounds its
+// memtables and WAL (kRocksDbWorkingBytes): our records are small, and
+// RocksDB's 64 MiB defaults alone could fill a small cache filesystem.
 void PrepareRocksDb(const std::string& path, rocksdb::Options* options);
+
+// The disk room one of our databases may take beyond its records: two
+// memtables of 4 MiB in the WAL, a flush and a compaction in flight.
+constexpr uint64_t kRocksDbWorkingBytes = 16ULL << 20;
+// Its records' room per sample at worst: an index entry (about 40 bytes)
+// written twice over by a compaction, and a job's per-sample state.
+constexpr uint64_t kRocksDbBytesPerSample = 128;
 
 // The writes to one RocksDB instance, one at a time, and none after the
 // first that fails. RocksDB refuses writes after such an error until it is

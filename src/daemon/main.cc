@@ -255,7 +255,12 @@ int Run(int argc, char** argv) {
       }
     }
     s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);
-    if (!s.ok()) return Fail(s.message());
+    if (s.code() == Status::Code::kBusy) return Fail(s.message());
+    if (!s.ok()) {
+      // The tier only saves decodes: a daemon without it serves every job.
+      spdlog::warn("{}; running without a disk tier until the next mount", s.message());
+      disk.reset();
+    }
   }
   // Decode threads call into the tiers: the pool is stopped first at
   // shutdown (see below).

@@ -22,6 +22,7 @@
 
 #include "cache/budget.h"
 #include "common/parse.h"
+#include "common/rocksdb_support.h"
 
 namespace joaderfs {
 namespace {
@@ -496,7 +497,11 @@ DiskCacheSizing DefaultDiskCache(uint64_t samples, uint32_t base, uint64_t room)
   constexpr uint64_t kFloor = 64ULL << 20, kLeast = 1ULL << 20;
   DiskCacheSizing d;
   d.decoded_estimate = samples * DecodedSampleEstimate(base);
-  d.budget = std::max(kLeast, std::min(std::max(kFloor, d.decoded_estimate), room / 10 * 8));
+  // The two databases in cache_dir (the tier's index, the job store) keep
+  // their room, so that a filled tier never leaves them none to reopen in.
+  const uint64_t databases = 2 * (kRocksDbWorkingBytes + samples * kRocksDbBytesPerSample);
+  const uint64_t usable = room > databases ? room - databases : 0;
+  d.budget = std::max(kLeast, std::min(std::max(kFloor, d.decoded_estimate), usable / 10 * 8));
   return d;
 }
 
@@ -525,7 +530,8 @@ options:
                              or of the cgroup's memory limit if lower)
     -o cache_dir=DIR|none    on-disk cache folder (default per user)
     -o disk_cache=SIZE       on-disk budget (default: the decoded set's size,
-                             at most 80% of cache_dir's free space)
+                             at most 80% of cache_dir's free space,
+                             less room for its databases)
     -o threads=N             decode threads (default: number of cores)
     -o size=N                output size: shorter side N, centre crop N x N
                              (default 224); 0 resizes nothing: the image as

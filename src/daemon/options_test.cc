@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rocksdb_support.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -153,13 +154,21 @@ TEST(OptionsTest, DefaultDiskCache) {
   DiskCacheSizing d = DefaultDiskCache(10000, 256, 1ULL << 40);  // room to spare
   EXPECT_EQ(d.budget, set);
   EXPECT_EQ(d.decoded_estimate, set);
-  d = DefaultDiskCache(10000, 256, 1ULL << 30);  // 80% of the room
-  EXPECT_EQ(d.budget, (1ULL << 30) / 10 * 8);
+  // 80% of the room the two databases (index, job store) leave.
+  const auto databases = [](uint64_t samples) {
+    return 2 * (kRocksDbWorkingBytes + samples * kRocksDbBytesPerSample);
+  };
+  d = DefaultDiskCache(10000, 256, 1ULL << 30);
+  EXPECT_EQ(d.budget, ((1ULL << 30) - databases(10000)) / 10 * 8);
   EXPECT_EQ(d.decoded_estimate, set);
   d = DefaultDiskCache(10, 64, 1ULL << 40);  // a floor for tiny sets
   EXPECT_EQ(d.budget, 64ULL << 20);
-  d = DefaultDiskCache(10, 64, 10ULL << 20);  // but never past the room
-  EXPECT_EQ(d.budget, (10ULL << 20) / 10 * 8);
+  d = DefaultDiskCache(10, 64, 50ULL << 20);  // but never past the room
+  EXPECT_EQ(d.budget, ((50ULL << 20) - databases(10)) / 10 * 8);
+  // The probe's 40 MiB cache filesystem: the tier plus its databases fit.
+  d = DefaultDiskCache(200, 256, 40ULL << 20);
+  EXPECT_LE(d.budget + databases(200), 40ULL << 20);
+  EXPECT_EQ(DefaultDiskCache(10, 64, 10ULL << 20).budget, 1u << 20);  // no room: a token tier
   EXPECT_EQ(DefaultDiskCache(10, 64, 0).budget, 1u << 20);
 }
 

@@ -71,6 +71,11 @@ Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
   rocksdb::Options options;
   options.create_if_missing = true;
   options.paranoid_checks = true;
+  // RocksDB's default replays the WAL up to its first damaged record and
+  // drops the rest silently: hand-outs lost that way would hand an epoch's
+  // samples out again. Only a torn last record (a crash inside a write) is
+  // tolerated; damage before it fails Open() with Corruption.
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   options.max_background_jobs = 1;
   PrepareRocksDb(store->path_, &options);  // no LOG file to fail on a full disk
   rocksdb::DB* db = nullptr;

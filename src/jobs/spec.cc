@@ -239,11 +239,7 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
   const uint32_t n = static_cast<uint32_t>(catalog.size());
   switch (subset.kind) {
     case SubsetSpec::Kind::kAll: ids.addRange(0, n); break;
-    case SubsetSpec::Kind::kClasses:
-      for (const auto& [first, last] : subset.ranges) {
-        ids |= catalog.IdsWithLabels(static_cast<int64_t>(first), static_cast<int64_t>(last));
-      }
-      break;
+    case SubsetSpec::Kind::kClasses: ids = catalog.IdsWithLabels(subset.ranges); break;
     case SubsetSpec::Kind::kRange:
       for (const auto& [first, last] : subset.ranges) ids.addRange(first, last + 1);
       break;

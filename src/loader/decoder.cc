@@ -56,66 +56,54 @@ std::atomic<uint64_t> max_pixels{kDefaultMaxPixels};
 // Room for headers, EXIF, ICC profiles beyond the pixels in an image file.
 constexpr uint64_t kMetadataBytes = 1 << 20;
 
-// Reads a regular file whole. A path may name a FIFO or a device where the
-// catalog saw an image (replaced since, or a symlink to /dev): those are
-// refused before opening when stat() shows them, and opened without
-// blocking, then refused, when they appear between the two calls. Files too
-// large to hold an allowed picture are refused unread.
-Status ReadFile(const std::string& path, uint64_t max_bytes, std::string* out) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return Status::IOError(path + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Status::IOError(path + ": not a regular file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  if (!regular || static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
-    if (!regular) return Status::IOError(path + ": not a regular file");
-    return Status::Corruption(path + ": " + std::to_string(st.st_size) + " bytes, over the " +
-                              std::to_string(max_bytes) + " an image within max_pixels may take");
-  }
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out->size()) {
-    const ssize_t n = ::read(fd, out->data() + done, out->size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      return Status::IOError(path + ": " + std::strerror(error));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  out->resize(done);
-  return Status::Ok();
+int64_t MtimeNs(const struct stat& st) {
+  return st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
 }
 
-// Reads the `range.length` bytes at `range.offset` of `range.path` with
-// one pread() (continued only when a signal cuts it short), after checking
-// the file is the one the scan indexed.
-Status ReadRange(const FileRange& range, uint64_t max_bytes, std::string* out) {
+// Reads the bytes of `range` (a whole file, or `length` bytes at `offset`)
+// with pread() from one open descriptor, continued only when a signal cuts
+// it short. The path may name a FIFO or a device where the catalog saw an
+// image (replaced since, or a symlink to /dev): those are refused before
+// opening when stat() shows them, and opened without blocking, then
+// refused, when they appear between the two calls. Files too large to hold
+// an allowed picture are refused unread.
+//
+// The bytes are bound to the identity of the file they came from, the
+// open descriptor's: a `checked` member is read only from a shard with the
+// scan's size, modification time and inode, and `*as_scanned` says whether
+// a whole file had them. Either way the file must still have the size and
+// time it had when opened once read (not rewritten in place meanwhile).
+Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
+                      bool* as_scanned) {
   const std::string& path = range.path;
+  struct stat st {};
+  if (!range.partial) {
+    if (::stat(path.c_str(), &st) != 0) return Status::IOError(path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) return Status::IOError(path + ": not a regular file");
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
-  struct stat st {};
   Status s;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  uint64_t length = range.length;
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  *as_scanned = regular && range.checked && static_cast<uint64_t>(st.st_size) == range.file_size &&
+                MtimeNs(st) == range.mtime_ns && st.st_ino == range.inode;
+  if (!regular) {
     s = Status::IOError(path + ": not a regular file");
-  } else if (static_cast<uint64_t>(st.st_size) != range.file_size ||
-             st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec != range.mtime_ns ||
-             st.st_ino != range.inode) {
+  } else if (range.partial && !*as_scanned) {
     s = Status::IOError(path +
                         ": changed since the scan (size, time or inode); remount to "
                         "index it again");
-  } else if (range.length > max_bytes) {
-    s = Status::Corruption(path + ": member of " + std::to_string(range.length) +
-                           " bytes, over the " + std::to_string(max_bytes) +
-                           " an image within max_pixels may take");
+  } else {
+    if (!range.partial) length = static_cast<uint64_t>(st.st_size);
+    if (length > max_bytes) {
+      s = Status::Corruption(path + ": " + (range.partial ? "member of " : "") +
+                             std::to_string(length) + " bytes, over the " +
+                             std::to_string(max_bytes) + " an image within max_pixels may take");
+    }
   }
   if (s.ok()) {
-    out->resize(range.length);
+    out->resize(length);
     size_t done = 0;
     while (done < out->size()) {
       const ssize_t n = ::pread(fd, out->data() + done, out->size() - done,
@@ -126,11 +114,17 @@ Status ReadRange(const FileRange& range, uint64_t max_bytes, std::string* out) {
         break;
       }
       if (n == 0) {
-        s = Status::IOError(path + ": ends inside a member");
+        s = Status::IOError(path +
+                            (range.partial ? ": ends inside a member" : ": shrank while read"));
         break;
       }
       done += static_cast<size_t>(n);
     }
+  }
+  struct stat after {};
+  if (s.ok() &&
+      (::fstat(fd, &after) != 0 || after.st_size != st.st_size || MtimeNs(after) != MtimeNs(st))) {
+    s = Status::IOError(path + ": changed while read");
   }
   ::close(fd);
   return s;
@@ -216,7 +210,7 @@ namespace {
 
 // The picture at the smallest JPEG IDCT scale whose shorter side is at least
 // `min_shorter` (0: full size), or at full size for other formats.
-Status DecodeRgb(const FileRange& range, uint32_t min_shorter, RgbImage* rgb) {
+Status DecodeRgb(const FileRange& range, uint32_t min_shorter, RgbImage* rgb, bool* as_scanned) {
   const uint64_t limit = MaxPixels();
   // The file is read once into memory and decoded from there: opening it by
   // name makes libvips probe every loader and reopen the file. An allowed
@@ -224,8 +218,7 @@ Status DecodeRgb(const FileRange& range, uint32_t min_shorter, RgbImage* rgb) {
   const std::string path =
       range.partial ? range.path + "@" + std::to_string(range.offset) : range.path;
   std::string file;
-  Status s = range.partial ? ReadRange(range, limit * 8 + kMetadataBytes, &file)
-                           : ReadFile(range.path, limit * 8 + kMetadataBytes, &file);
+  Status s = ReadImageBytes(range, limit * 8 + kMetadataBytes, &file, as_scanned);
   if (!s.ok()) return s;
   s = Status::InvalidArgument("not a JPEG");
   if (IsJpeg(file)) {
@@ -248,7 +241,8 @@ void TakePixels(RgbImage* rgb, DecodedSample* out) {
 
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
   RgbImage rgb;
-  Status s = DecodeRgb(FileRange::WholeFile(path), size, &rgb);
+  bool as_scanned = false;
+  Status s = DecodeRgb(FileRange::WholeFile(path), size, &rgb, &as_scanned);
   if (!s.ok()) return s;
   if (size == 0) {
     TakePixels(&rgb, out);
@@ -265,12 +259,13 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
 }
 
 Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out) {
-  return DecodeBase(FileRange::WholeFile(path), base, out);
+  bool as_scanned = false;
+  return DecodeBase(FileRange::WholeFile(path), base, out, &as_scanned);
 }
 
-Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out) {
+Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out, bool* as_scanned) {
   RgbImage rgb;
-  Status s = DecodeRgb(range, base, &rgb);
+  Status s = DecodeRgb(range, base, &rgb, as_scanned);
   if (!s.ok()) return s;
   TakePixels(&rgb, out);
   return Status::Ok();

@@ -56,9 +56,13 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out);
 // DecodeImage() does.
 Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out);
 // The same for the image at `range`: a whole file, or a member of a tar
-// shard read with one pread() at its offset. A member whose file changed
-// since the scan (size, modification time or inode) fails with IOError.
-Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out);
+// shard read with one pread() at its offset. `*as_scanned` says whether the
+// bytes decoded came from the file the scan saw (`range`'s size,
+// modification time and inode, checked on the open descriptor): only such
+// a decode may be kept under the scan's fingerprint. A member whose shard
+// changed since the scan fails with IOError, and so does a file rewritten
+// while it was read.
+Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out, bool* as_scanned);
 
 }  // namespace joaderfs
 

@@ -1,0 +1,217 @@
+"""Faults of the third hostile probe (issue 28): the identity of the bytes a
+decode caches, crafted tar sizes, a full cache_dir, and a damaged job store.
+Every mount is daemonized, as users run it.
+
+Run: JOADERFS_BIN=build/joaderfs python3 -m unittest -v test_faults
+(from tests/integration)."""
+
+import glob
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+from harness import (DatasetMixin, JoaderTestCase, FUSERMOUNT, make_imagefolder,
+                     read_epoch, reference_pixels)
+
+
+class SwappedFileTest(DatasetMixin, JoaderTestCase):
+    """A file swapped for another image while mounted, then put back with its
+    inode, size and mtime, must never leave the other image in the disk tier
+    under the original's identity (issue 28, failure 1)."""
+
+    def mad(self, record, path):
+        ref = reference_pixels(path, 64).astype(np.int16)
+        return float(np.abs(record.pixels().astype(np.int16) - ref).mean())
+
+    def test_a_swapped_file_never_reaches_the_disk_tier(self):
+        cache_dir = self.tempdir()
+        opts = {"cache_dir": cache_dir, "disk_cache": "64M"}
+        victim, _ = self.order[0]
+        other = next(rel for rel, label in self.order if label != self.order[0][1])
+        victim_path = os.path.join(self.source, victim)
+        other_path = os.path.join(self.source, other)
+        aside = os.path.join(self.tempdir(), "aside.jpg")
+
+        m = self.mount(self.source, opts)
+        os.rename(victim_path, aside)
+        self.addCleanup(lambda: os.path.exists(aside) and os.replace(aside, victim_path))
+        shutil.copyfile(other_path, victim_path)
+        swapped = {r.id: r for r in read_epoch(m.mkjob("swapped"))[0]}
+        # The job gets what the path holds now; the disk tier must not keep
+        # it under the identity the scan saw.
+        self.assertEqual(sorted(swapped), list(range(self.N)))
+        self.assertLess(self.mad(swapped[0], other_path), 6.0)
+        os.replace(aside, victim_path)  # the original, with its inode, size and mtime
+        m.unmount()
+
+        m = self.mount(self.source, opts)
+        records = {r.id: r for r in read_epoch(m.mkjob("after"))[0]}
+        self.assertEqual(sorted(records), list(range(self.N)))
+        self.assertEqual(records[0].label, self.order[0][1])
+        self.assertLess(self.mad(records[0], victim_path), 6.0,
+                        "id 0 delivered pixels that are not its file's")
+        self.assertGreater(self.mad(records[0], other_path), 6.0)
+
+
+def add_member(tar, name, data, pax=None):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mtime = 1_700_000_000
+    if pax:
+        info.pax_headers = pax
+    tar.addfile(info, io.BytesIO(data))
+
+
+def kill_daemons_of(mnt):
+    """Kills what a test could not unmount: a daemon still scanning (no
+    mount yet) or one that ignores SIGTERM, found by its mountpoint."""
+    subprocess.run(["pkill", "-KILL", "-f", " " + mnt + "$"], check=False)
+    subprocess.run([FUSERMOUNT, "-u", "-z", mnt], check=False,
+                   stderr=subprocess.DEVNULL)
+
+
+class CraftedShardTest(JoaderTestCase):
+    """A pax size that wraps the offset arithmetic must not loop the scan;
+    the members behind an implausible size still serve; labels outside
+    0..2^24-1 count as no label (issue 28, failure 2)."""
+
+    def test_a_wrapping_pax_size_costs_one_sample(self):
+        src = self.tempdir()
+        photos = make_imagefolder(os.path.join(self.tempdir(), "photos"),
+                                  {"a": ["p%d.jpg" % i for i in range(4)]})
+        jpegs = sorted(glob.glob(os.path.join(photos, "a", "*.jpg")))
+        data = [open(p, "rb").read() for p in jpegs]
+        with tarfile.open(os.path.join(src, "shard-000.tar"), "w",
+                          format=tarfile.PAX_FORMAT) as tar:
+            add_member(tar, "k0.jpg", data[0])
+            add_member(tar, "k0.cls", b"1")
+            add_member(tar, "k1.jpg", data[1], pax={"size": "18446744073709550080"})
+            add_member(tar, "k1.cls", b"2")
+            add_member(tar, "k2.jpg", data[2])
+            add_member(tar, "k2.cls", b"2147483647")
+            add_member(tar, "k3.jpg", data[3])
+            add_member(tar, "k3.json", json.dumps({"cls": -5}).encode())
+        m = self.mount(src, start=False)
+        m.mount_timeout = 20
+        self.addCleanup(kill_daemons_of, m.mnt)
+        m.start()
+        manifest = {rel: label for _, label, rel in m.manifest()}
+        # k1's header claims more than the shard holds: k1 is lost, and the
+        # scan finds k2 and k3 behind it instead of dropping the shard's rest.
+        self.assertEqual(sorted(manifest), ["shard-000.tar/k0.jpg", "shard-000.tar/k2.jpg",
+                                            "shard-000.tar/k3.jpg"])
+        self.assertEqual(manifest["shard-000.tar/k0.jpg"], 1)
+        self.assertEqual(manifest["shard-000.tar/k2.jpg"], -1)
+        self.assertEqual(manifest["shard-000.tar/k3.jpg"], -1)
+        self.assertEqual(m.info()["classes"], 2)
+        records = read_epoch(m.mkjob("j"))[0]
+        self.assertEqual(sorted(r.id for r in records), [0, 1, 2])
+
+
+class FullCacheDirTest(JoaderTestCase):
+    """A cache filesystem of 40 MiB: the default disk tier leaves room for
+    its databases, and a daemon killed with the filesystem full starts again
+    (issue 28, failure 3)."""
+
+    N = 160
+
+    @classmethod
+    def setUpClass(cls):
+        # 400 x 300 photos: 360 KB each decoded at base 256, 56 MiB in all,
+        # more than the cache filesystem holds.
+        from PIL import Image
+        cls._data_dir = tempfile.mkdtemp(prefix="joaderfs-data-")
+        cls.source = os.path.join(cls._data_dir, "src")
+        rng = np.random.default_rng(0)
+        y, x = np.mgrid[0:300, 0:400]
+        for i in range(cls.N):
+            os.makedirs(os.path.join(cls.source, "c%d" % (i % 4)), exist_ok=True)
+            base = rng.integers(0, 255, 3)
+            img = np.stack([(x * (k + 1) + y * (3 - k) + base[k]) % 256 for k in range(3)],
+                           axis=-1).astype(np.uint8)
+            Image.fromarray(img).save(
+                os.path.join(cls.source, "c%d" % (i % 4), "p%03d.jpg" % i), quality=90)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls._data_dir, True)
+
+    def small_fs(self, mib):
+        d = self.tempdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % mib, "tmpfs", d],
+                       check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", d], check=False)
+        return d
+
+    def test_a_full_cache_dir_does_not_stop_a_restart(self):
+        cache_dir = self.small_fs(40)
+        # base 256: 160 images of ~256 KiB decoded, more than the 40 MiB.
+        opts = {"cache_dir": cache_dir, "base": "256", "ram_cache": "16M"}
+        m = self.mount(self.source, opts)
+        self.assertEqual(len(read_epoch(m.mkjob("j"))[0]), self.N)
+        m.proc.kill()  # kill -9, as the probe did
+        m.wait_exit(10)
+        st = os.statvfs(cache_dir)
+        self.assertGreater(st.f_bavail * st.f_frsize, 16 << 20,
+                           "the default disk tier left its databases no room")
+
+        # Fill what is left, then start again on the full filesystem.
+        with open(os.path.join(cache_dir, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        started = time.monotonic()
+        m = self.mount(self.source, opts)
+        took = time.monotonic() - started
+        print("\nstart on a full cache_dir: %.2f s" % took)
+        self.assertEqual(sorted(r.id for r in read_epoch(m.mkjob("k"))[0]),
+                         list(range(self.N)))
+        with open(m.log_path) as f:
+            log = f.read()
+        self.assertRegex(log, "disk cache .* (afresh|without a disk tier)")
+
+
+class DamagedJobStoreTest(DatasetMixin, JoaderTestCase):
+    """Garbage inside the job store's WAL must not roll a finished epoch
+    back silently: the store is refused and the log says so (issue 28)."""
+
+    def test_wal_garbage_never_repeats_an_epoch_silently(self):
+        cache_dir = self.tempdir()
+        opts = {"cache_dir": cache_dir}
+        m = self.mount(self.source, opts)
+        nxt = m.mkjob("j")
+        with open(nxt, "rb") as f:  # one epoch, read in small replies
+            while f.read(4096):
+                pass
+        self.assertEqual(m.status("j")["remaining"], 0)
+        m.proc.kill()
+        m.wait_exit(10)
+        (wal,) = glob.glob(os.path.join(cache_dir, "*-jobs1", "*.log"))
+        size = os.path.getsize(wal)
+        with open(wal, "r+b") as f:  # garbage over a middle stretch
+            f.seek(size // 2)
+            f.write(os.urandom(64))
+
+        m = self.mount(self.source, opts)
+        with open(m.log_path) as f:
+            log = f.read()
+        if os.path.isdir(m.path("jobs", "j")):
+            self.assertEqual(m.status("j")["remaining"], 0,
+                             "the finished epoch came back: its samples would repeat")
+        else:
+            self.assertRegex(log, "job store .*(orrupt|damaged)")
+
+
+if __name__ == "__main__":
+    unittest.main()
