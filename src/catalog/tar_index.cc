@@ -197,8 +197,8 @@ Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts*
     }
     resyncing = false;
     const char type = h[156];
-    std::optional<uint64_t> length = Number(h + 124, 12);
-    if (pax_size && type != 'x' && type != 'g' && type != 'L' && type != 'K') length = pax_size;
+    const bool pax_sized = pax_size && type != 'x' && type != 'g' && type != 'L' && type != 'K';
+    const std::optional<uint64_t> length = pax_sized ? pax_size : Number(h + 124, 12);
     if (!length) {
       finish(true);
       ++counts->damaged;
