@@ -430,6 +430,7 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
                                    "M of RAM");
   }
   if (Status s = CheckSizeFitsBudget(o.size, o.ram_cache); !s.ok()) return s;
+  if (o.max_unread_per_user == 0) o.max_unread_per_user = DefaultUnreadPerUser(o.ram_cache);
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.log != "syslog" && !o.log.empty()) o.log = fs::absolute(o.log, ec).string();
   if (o.cache_dir.empty()) return Status::Ok();
@@ -483,6 +484,10 @@ std::optional<uint64_t> CgroupMemoryLimit(
 
 uint64_t DefaultRamCache(uint64_t ram, std::optional<uint64_t> cgroup_limit) {
   return std::min(ram, cgroup_limit.value_or(ram)) / 4;
+}
+
+uint64_t DefaultUnreadPerUser(uint64_t ram_cache) {
+  return std::min(ram_cache / 2, uint64_t{2} << 30);
 }
 
 uint64_t DecodedSampleEstimate(uint32_t base) {
@@ -556,8 +561,9 @@ options:
     -o max_readers_per_user=N  stream files one uid may have open (default
                              256); past it open fails with EMFILE
     -o max_unread_per_user=SIZE  deliveries one uid's jobs may hold planned or
-                             handed out and not yet read (default 2G); past
-                             it they plan nothing more until read
+                             handed out and not yet read (default half of
+                             ram_cache, at most 2G); past it they plan
+                             nothing more until read
     -o limit_root=0|1        apply the per-user limits to root too (default 0)
     -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,
                              else field NAME of <key>.json, else -1 (default cls)

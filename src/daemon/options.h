@@ -42,7 +42,7 @@ struct DaemonOptions {
   uint32_t max_jobs_per_user = 64;
   uint32_t max_streams_per_user = 1024;
   uint32_t max_readers_per_user = 256;
-  uint64_t max_unread_per_user = uint64_t{2} << 30;
+  uint64_t max_unread_per_user = 0;  // 0: DefaultUnreadPerUser(ram_cache)
   bool limit_root = false;
   std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
@@ -105,6 +105,12 @@ DiskCacheSizing DefaultDiskCache(uint64_t samples, uint32_t base, uint64_t room)
 // side is `base`, plus 1/8 for the slot and the index; 1 MiB for base 0
 // (full size: unknown before decoding).
 uint64_t DecodedSampleEstimate(uint32_t base);
+
+// The default of max_unread_per_user: half of ram_cache, at most 2 GiB, so
+// that the daemon's bound (README "Limits") follows the memory it may use:
+// a 300 MiB cgroup gets ram_cache 75 MiB and an allowance of 37.5 MiB a
+// user, where a fixed 2 GiB let one user's readers get it OOM-killed.
+uint64_t DefaultUnreadPerUser(uint64_t ram_cache);
 
 // cache_dir's free space plus the bytes of the files in it.
 uint64_t CacheDirRoom(const std::string& dir);

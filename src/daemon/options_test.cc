@@ -143,6 +143,16 @@ TEST(OptionsTest, CgroupMemoryLimit) {
   EXPECT_EQ(DefaultRamCache(24ULL << 30, 64ULL << 30), 6ULL << 30);
 }
 
+// max_unread_per_user follows the memory the daemon may use (issue 28,
+// failure 5: a fixed 2G let one user's readers OOM a 300 MiB cgroup).
+TEST(OptionsTest, DefaultUnreadPerUser) {
+  EXPECT_EQ(DefaultUnreadPerUser(75ULL << 20), 75ULL << 19);
+  EXPECT_EQ(DefaultUnreadPerUser(6ULL << 30), 2ULL << 30);
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_EQ(o.max_unread_per_user, 0u);  // derived once ram_cache is known
+}
+
 TEST(OptionsTest, DefaultDiskCache) {
   DaemonOptions o;
   ASSERT_TRUE(ParseLine("", &o).ok());
