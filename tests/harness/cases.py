@@ -12,7 +12,7 @@ import tempfile
 import time
 import unittest
 
-from .daemon import FUSERMOUNT, SIZE, Mount, is_mounted, require_binary
+from .daemon import BIN, FUSERMOUNT, SIZE, Mount, is_mounted, require_binary
 from .datasets import DEFAULT_LAYOUT, imagefolder_order, make_imagefolder
 from .records import digests, read_epoch
 
@@ -45,6 +45,33 @@ class JoaderTestCase(unittest.TestCase):
         self.addCleanup(m.cleanup)
         return m.start() if start else m
 
+    def memory_cgroup_launcher(self, limit_bytes):
+        """A launcher for Mount.argv[0] that joins a new memory cgroup
+        limited to `limit_bytes`, then runs the daemon (which it forks stays
+        in it); (launcher, cgroup folder). Skips without root or cgroups."""
+        if os.geteuid() != 0:
+            self.skipTest("makes a cgroup: needs root")
+        found = own_memory_cgroup()
+        if found is None:
+            self.skipTest("no memory cgroup")
+        parent, limit_file = found
+        cgroup = os.path.join(parent, "joaderfs-test-%d-%d" % (os.getpid(), len(self._mounts)))
+        try:
+            os.mkdir(cgroup)
+        except OSError as e:
+            self.skipTest("cannot make a cgroup under %s: %s" % (parent, e))
+        # Cleanups run last-in first-out: the mounts made later are gone,
+        # their processes with them, before the cgroup is removed.
+        self.addCleanup(remove_cgroup, cgroup)
+        with open(os.path.join(cgroup, limit_file), "w") as f:
+            f.write(str(limit_bytes))
+        launcher = os.path.join(self.tempdir(), "in-cgroup")
+        with open(launcher, "w") as f:
+            f.write('#!/bin/sh\necho $$ > %s/cgroup.procs || exit 99\n'
+                    'exec %s "$@"\n' % (cgroup, os.path.abspath(BIN)))
+        os.chmod(launcher, 0o755)
+        return launcher, cgroup
+
     def assertErrno(self, err, fn, *args, **kwargs):
         with self.assertRaises(OSError) as cm:
             fn(*args, **kwargs)
@@ -54,6 +81,36 @@ class JoaderTestCase(unittest.TestCase):
                             errno.errorcode.get(cm.exception.errno),
                             cm.exception))
         return cm.exception
+
+
+def own_memory_cgroup():
+    """(folder of this process's memory cgroup, limit file name), v2 or v1,
+    or None."""
+    with open("/proc/self/cgroup") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        hid, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return "/sys/fs/cgroup/memory" + path.rstrip("/"), \
+                "memory.limit_in_bytes"
+    for line in lines:
+        hid, controllers, path = line.split(":", 2)
+        if hid == "0" and controllers == "":
+            return "/sys/fs/cgroup" + path.rstrip("/"), "memory.max"
+    return None
+
+
+def remove_cgroup(cgroup):
+    """Removes a cgroup whose processes have exited (or are exiting)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.rmdir(cgroup)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 class DatasetMixin:

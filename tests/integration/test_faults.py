@@ -300,5 +300,85 @@ class ControlWriteCostTest(JoaderTestCase):
         self.assertLess(loaded, 10 * alone + 2.0)
 
 
+# uid 65534's readers: argv[1] the job's next, argv[2] how many. Each opens
+# the stream, reads one byte, and holds it open until stdin closes.
+ONE_BYTE_READERS = r"""
+import os, sys, threading
+fds = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(int(sys.argv[2]))]
+def one(fd):
+    try:
+        os.read(fd, 1)
+    except OSError:
+        pass
+for fd in fds:
+    threading.Thread(target=one, args=(fd,), daemon=True).start()
+print(len(fds), flush=True)
+sys.stdin.read()
+"""
+
+# uid 65534's resume handles: argv[1] the job folder, argv[2] how many.
+# Half write 64 MiB with no line end, half 64 MiB of id lines; the handles
+# stay open until stdin closes.
+RESUME_HOARDERS = r"""
+import os, sys
+fds = [os.open(os.path.join(sys.argv[1], "resume"), os.O_WRONLY) for _ in range(int(sys.argv[2]))]
+refused = 0
+for k, fd in enumerate(fds):
+    chunk = b"7" * (1 << 20) if k % 2 else b"epoch=0\n" + b"0\n" * ((1 << 20) // 2 - 4)
+    for _ in range(64):
+        try:
+            os.write(fd, chunk)
+        except OSError:
+            refused += 1
+            break
+        chunk = chunk if k % 2 else b"0\n" * ((1 << 20) // 2)
+print(refused, flush=True)
+sys.stdin.read()
+"""
+
+
+class MemoryBoundTest(DatasetMixin, JoaderTestCase):
+    """Inside a 300 MiB cgroup at the default limits, uid 65534's 256
+    one-byte readers of a size=2364 job and its resume handles keep the
+    daemon alive and within the bound (issue 28, failure 5: OOM-killed
+    within 5 s; resume handles took RSS from 40 to 2326 MiB)."""
+
+    def test_readers_and_resume_handles_stay_within_a_small_cgroup(self):
+        launcher, _ = self.memory_cgroup_launcher(300 << 20)
+        m = self.mount(self.source, {"ram_cache": False, "allow_other": None},
+                       start=False)
+        m.argv[0] = launcher
+        m.start()
+        os.chmod(m.workdir, 0o755)
+        ram_cache = m.stats()["ram_budget"]
+        self.assertEqual(ram_cache, 75 << 20)
+        attack = os.path.join(m.mnt, "jobs", "big")
+        subprocess.run(NOBODY + ["mkdir", attack], check=True)
+        subprocess.run(NOBODY + ["sh", "-c", "echo size=2364 > %s/spec" % attack], check=True)
+        readers = subprocess.Popen(
+            NOBODY + [sys.executable, "-c", ONE_BYTE_READERS, os.path.join(attack, "next"), "256"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hoarders = subprocess.Popen(
+            NOBODY + [sys.executable, "-c", RESUME_HOARDERS, attack, "8"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(readers.stdout.readline().strip(), "256")
+            hoarders.stdout.readline()
+            time.sleep(5)  # the probe's daemon was dead by now
+            self.assertIsNone(m.proc.poll(), "the daemon died (OOM?)")
+            hwm_mib = m.hwm_kib() / 1024
+            # root still gets its epoch meanwhile
+            self.assertEqual(len(read_epoch(m.mkjob("root"))[0]), self.N)
+        finally:
+            for p in (readers, hoarders):
+                p.kill()
+                p.wait()
+        sys.stderr.write("\n[memory] daemon peak RSS %.0f MiB in a 300 MiB cgroup "
+                         "(ram_cache %d MiB)\n" % (hwm_mib, ram_cache >> 20))
+        # README "Limits": fixed + 1.25 x ram_cache + threads x D + one
+        # user's (allowance + D + streams): well inside the cgroup.
+        self.assertLess(hwm_mib, 250)
+
+
 if __name__ == "__main__":
     unittest.main()
