@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
       const size_t lookups = std::min<size_t>(catalog->size(), 20000);
       std::vector<std::string> relpaths;
       for (size_t i = 0; i < lookups; ++i) {
-        relpaths.push_back(catalog->relpath(static_cast<joaderfs::SampleId>(
-            i * (catalog->size() / lookups))));
+        relpaths.push_back(
+            catalog->relpath(static_cast<joaderfs::SampleId>(i * (catalog->size() / lookups))));
       }
       double best = 1e9;
       size_t found = 0;
@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
         for (const std::string& r : relpaths) found += catalog->FindRelpath(r).has_value();
         best = std::min(best, Seconds(start));
       }
-      std::printf("relpath lookups: %zu (%zu found), %.4f s, %.2f us each (best of 3)\n",
-                  lookups, found, best, best * 1e6 / lookups);
+      std::printf("relpath lookups: %zu (%zu found), %.4f s, %.2f us each (best of 3)\n", lookups,
+                  found, best, best * 1e6 / lookups);
     }
   }
   return 0;

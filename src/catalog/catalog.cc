@@ -300,12 +300,12 @@ Status Catalog::ReadManifest() {
   Status s = ParseManifest(text, &manifest);
   if (!s.ok()) {
     // Most often an image or a tar passed as SOURCE: say how it was read.
-    return Status::InvalidArgument(
-        "manifest " + source_ + " " + s.message() + " (SOURCE is a file, so it was read as a " +
-        "manifest" +
-        (IsImageName(source_) || IsTarName(source_) ? ", though it is named as an image or shard"
-                                                    : "") +
-        "; " + kLayouts + ")");
+    return Status::InvalidArgument("manifest " + source_ + " " + s.message() +
+                                   " (SOURCE is a file, so it was read as a manifest" +
+                                   (IsImageName(source_) || IsTarName(source_)
+                                        ? ", though it is named as an image or shard"
+                                        : "") +
+                                   "; " + kLayouts + ")");
   }
   int64_t max_label = -1;
   for (ManifestEntry& e : manifest.entries) {

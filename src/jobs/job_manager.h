@@ -163,8 +163,7 @@ class JobManager {
   // Busy or Permission as SetSpec would fail, else Ok. With `ids`, as
   // SetIdSubset would for a list that holds them: a started job takes the
   // ids of its subset again.
-  Status CheckWritable(const std::string& name, uint32_t uid,
-                       const Roaring* ids = nullptr) const;
+  Status CheckWritable(const std::string& name, uint32_t uid, const Roaring* ids = nullptr) const;
 
   // Sets the rest of an epoch (docs/design.md 2.7): `text` is `epoch=E`, an
   // optional `rank=R`, then the ids consumed (the ids file's syntax). The

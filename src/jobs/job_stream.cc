@@ -34,8 +34,7 @@ void JobStream::MarkRequested(uint64_t position) {
   slot.state = State::kRequested;
 }
 
-bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample,
-                         Tier tier) {
+bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample, Tier tier) {
   if (!running_ || epoch != epoch_ || position < window_start_ ||
       position >= window_start_ + slots_.size()) {
     return false;

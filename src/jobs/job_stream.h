@@ -57,8 +57,7 @@ class JobStream {
   // changes nothing. A null sample means the image is bad: the position is
   // skipped (done), and Skipped() counts it. `tier`: where the sample's base
   // image came from, handed on with it (Ready).
-  bool OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample,
-                Tier tier = Tier::kRam);
+  bool OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample, Tier tier = Tier::kRam);
 
   // The next ready sample of the current window, if any.
   std::optional<Ready> PeekReady() const;

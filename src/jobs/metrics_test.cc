@@ -55,9 +55,10 @@ TEST(RenderMetrics, EscapesLabelsAndListsRanks) {
   EXPECT_NE(text.find("joaderfs_stall_seconds_total{mount=\"/mnt/x\\\"y\"} 1.5\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("joaderfs_job_stall_seconds_total{mount=\"/mnt/x\\\"y\",job=\"a\\\"b\\\\c\\nd\"}"
-                      " 0.25\n"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("joaderfs_job_stall_seconds_total{mount=\"/mnt/x\\\"y\",job=\"a\\\"b\\\\c\\nd\"}"
+                " 0.25\n"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("joaderfs_job_decodes_total{mount=\"/mnt/x\\\"y\",job=\"r\",rank=\"1\"} 4\n"),
             std::string::npos)
@@ -116,8 +117,9 @@ TEST(RenderMetrics, HasASeriesForEveryStatsFigure) {
     std::istringstream names(keys);
     for (std::string key; names >> key;) {
       if (key == "=") continue;
-      const std::string path = "/" + std::regex_replace(std::regex_replace(key, std::regex("ID"), "j"),
-                                                        std::regex("\\."), "/");
+      const std::string path =
+          "/" + std::regex_replace(std::regex_replace(key, std::regex("ID"), "j"),
+                                   std::regex("\\."), "/");
       ASSERT_TRUE(figures.count(path)) << name << " names " << key << ", which /stats lacks";
       EXPECT_EQ(values[name], figures[path]) << name << " vs /stats " << key;
       shown.insert(path);
@@ -126,7 +128,7 @@ TEST(RenderMetrics, HasASeriesForEveryStatsFigure) {
   for (const auto& [key, value] : figures) EXPECT_TRUE(shown.count(key)) << key << " has no series";
   EXPECT_EQ(figures["/decode_busy_seconds"], "2.5");
   EXPECT_EQ(figures["/jobs/j/total/decodes"], "24");
-  EXPECT_EQ(figures["/jobs/j/decodes"], "24");  // the older name of total.decodes
+  EXPECT_EQ(figures["/jobs/j/decodes"], "24");    // the older name of total.decodes
   EXPECT_EQ(figures["/jobs/j/delivered"], "21");  // of this_epoch.delivered
 }
 

@@ -30,7 +30,7 @@ std::string Shown(std::string_view line) {
 
 Status ResumeText::TakeHeadLine(std::string_view raw, bool* taken) {
   const std::string_view line = Trim(raw);
-  const std::string where = "resume line " + std::to_string(lines_ + 1) + ": ";
+  const std::string where = "resume: line " + std::to_string(lines_ + 1) + ": ";
   *taken = true;
   if (line.empty()) return Status::Ok();
   if (!epoch_) {

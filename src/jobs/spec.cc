@@ -13,7 +13,7 @@ namespace joaderfs {
 namespace {
 
 // The keys ParseJobSpec takes, for the hint after an unknown one.
-const std::vector<std::string_view> kSpecKeys = {"subset", "size",      "epochs", "window", "ranks",
+const std::vector<std::string_view> kSpecKeys = {"subset",    "size", "epochs", "window", "ranks",
                                                  "drop_last", "crop", "flip",   "seed"};
 
 std::vector<std::string_view> Split(std::string_view s, std::string_view separators) {
@@ -267,8 +267,8 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
   return ids;
 }
 
-Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out,
-                   size_t first_line, std::string_view file) {
+Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out, size_t first_line,
+                   std::string_view file) {
   Roaring ids;
   size_t lineno = first_line - 1;
   for (size_t i = 0; i < text.size();) {
@@ -284,8 +284,9 @@ Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out,
     } else if (auto found = catalog.FindRelpath(line)) {
       ids.add(*found);
     } else {
-      return Status::InvalidArgument(std::string(file) + " line " + std::to_string(lineno) + ": '" +
-                                     std::string(line) + "' is neither an id nor a relpath");
+      return Status::InvalidArgument(std::string(file) + ": line " + std::to_string(lineno) +
+                                     ": '" + std::string(line) +
+                                     "' is neither an id nor a relpath");
     }
   }
   *out = std::move(ids);

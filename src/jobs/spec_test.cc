@@ -354,10 +354,10 @@ TEST_F(SpecTest, ParseIdListNamesTheBadLine) {
   const Status s = ParseIdList("1\n2\nnot-a-sample\n3\n", *catalog_, &ids);
   ASSERT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(s.message().find("not-a-sample"), std::string::npos) << s.message();
-  EXPECT_EQ(s.message().find("ids line 3: 'not-a-sample'"), 0u) << s.message();
+  EXPECT_EQ(s.message().find("ids: line 3: 'not-a-sample'"), 0u) << s.message();
   // Counted from the first line of the file, which `text` need not start.
   const Status later = ParseIdList("1\nbad\n", *catalog_, &ids, 7, "resume");
-  EXPECT_EQ(later.message().find("resume line 8: 'bad'"), 0u) << later.message();
+  EXPECT_EQ(later.message().find("resume: line 8: 'bad'"), 0u) << later.message();
 }
 
 // Each line of a resume file is judged alone as it comes, counted across
@@ -373,13 +373,13 @@ TEST_F(SpecTest, ResumeTextJudgesEachLineAlone) {
   EXPECT_EQ(Ids(t.ids()), (std::vector<uint32_t>{0, 2}));
 
   EXPECT_EQ(ResumeText(*catalog_).Add("hello world\n", false).message(),
-            "resume line 1: expected epoch=E on the first line, got 'hello world'");
+            "resume: line 1: expected epoch=E on the first line, got 'hello world'");
   ResumeText late(*catalog_);
   EXPECT_TRUE(late.Add("epoch=1\n1\n", false).ok());
   EXPECT_EQ(late.Add("rank=2\n", false).message(),
-            "resume line 3: 'rank=2' is neither an id nor a relpath");
+            "resume: line 3: 'rank=2' is neither an id nor a relpath");
   EXPECT_EQ(ResumeText(*catalog_).Add("epoch=1\nrank=x\n", false).message(),
-            "resume line 2: rank= expects a number, got 'rank=x'");
+            "resume: line 2: rank= expects a number, got 'rank=x'");
   EXPECT_NE(ResumeText(*catalog_).Add("epoch=4294967296\n", false).message().find("32 bits"),
             std::string::npos);
   EXPECT_FALSE(ResumeText(*catalog_).Finish().ok());  // no epoch= line

@@ -65,8 +65,7 @@ void LoaderPool::AddBusy(Clock::time_point start, Clock::time_point end) {
   const int64_t last = SecondOf(end);
   for (int64_t second = std::max(SecondOf(start), last - kBusyWindow + 1); second <= last;
        ++second) {
-    const Clock::time_point from =
-        std::max(start, Clock::time_point(std::chrono::seconds(second)));
+    const Clock::time_point from = std::max(start, Clock::time_point(std::chrono::seconds(second)));
     const Clock::time_point to = std::min(end, Clock::time_point(std::chrono::seconds(second + 1)));
     const size_t slot = static_cast<size_t>(second % kBusyWindow);
     if (busy_second_[slot] != second) {
@@ -108,8 +107,7 @@ void LoaderPool::Work(size_t index) {
       if (ran) {
         const Clock::time_point end = Clock::now();
         AddBusy(*ran, end);
-        busy_ns_ +=
-            std::chrono::duration_cast<std::chrono::nanoseconds>(end - *ran).count();
+        busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - *ran).count();
         running_[index].reset();
       }
       wake_.wait(lock, [this]() REQUIRES(mu_) {

@@ -201,7 +201,6 @@ class JobsTest(DatasetMixin, JoaderTestCase):
                           exist_ok=True)
         joaderfs.write_ids(job, [0, 1, 2, 3])
         m.write_spec("rerun", "epochs=3\nsize=32\n")
-        m.write_spec("rerun", shown)
         m.write_file("rerun", "ids", "3\n2\n1\n0\n")
         self.assertEqual(m.read_text("jobs", "rerun", "error"), "")
         self.assertEqual(m.read_text("jobs", "rerun", "spec"), shown)
@@ -223,6 +222,15 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(m.read_text("jobs", "rerun", "spec"), shown)
         self.assertEqual(m.status("rerun")["subset_size"], 4)
 
+        # What the spec file shows, written back; a subset named by the
+        # spec must be the same one.
+        read_epoch(m.mkjob("plain", spec="subset=range:0-5 flip=0.5"))
+        m.write_spec("plain", m.read_text("jobs", "plain", "spec"))
+        m.write_spec("plain", "flip=0.5 subset=range:0-5")
+        self.assertErrno(errno.EBUSY, m.write_spec, "plain",
+                         "subset=range:0-6 flip=0.5")
+        self.assertErrno(errno.EBUSY, m.write_spec, "plain", "flip=0.5")
+
     def test_shell_writes_name_the_line_and_fail_at_once(self):
         """bash writes a line per write(): ids errors count lines from the
         open, and a resume line that is bad on its own fails the write()
@@ -237,20 +245,20 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         r = sh("printf '1\\n2\\n3\\nabc\\n' > ids")
         self.assertNotEqual(r.returncode, 0, r)
         self.assertEqual(m.read_text("jobs", "sh", "error"),
-                         "ids: ids line 4: 'abc' is neither an id nor a relpath\n")
+                         "ids: line 4: 'abc' is neither an id nor a relpath\n")
 
         r = sh("printf 'hello world\\n' > resume")
         self.assertNotEqual(r.returncode, 0, r)
         self.assertIn("Invalid argument", r.stderr)
-        self.assertIn("resume line 1: expected epoch=E on the first line, got 'hello world'",
+        self.assertIn("resume: line 1: expected epoch=E on the first line, got 'hello world'",
                       m.read_text("jobs", "sh", "error"))
         r = sh("printf 'epoch=0\\nrank=x\\n' > resume")
         self.assertNotEqual(r.returncode, 0, r)
-        self.assertIn("resume line 2: rank= expects a number",
+        self.assertIn("resume: line 2: rank= expects a number",
                       m.read_text("jobs", "sh", "error"))
         r = sh("printf 'epoch=0\\n1\\n2\\nnope\\n' > resume")
         self.assertNotEqual(r.returncode, 0, r)
-        self.assertIn("resume line 4: 'nope' is neither an id nor a relpath",
+        self.assertIn("resume: line 4: 'nope' is neither an id nor a relpath",
                       m.read_text("jobs", "sh", "error"))
         self.assertEqual(m.status("sh")["epoch"], 0)
         # What needs the job is judged at close, where a shell does not
