@@ -350,7 +350,8 @@ std::string RenderReadme(const Catalog& catalog) {
          "  echo 'subset=classes:0-9 size=224 epochs=10' > jobs/myjob/spec\n"
          "  python train.py --data jobs/myjob     # the job folder: the client reads its next\n"
          "\n"
-         "Spec keys (write before the first read of next; each write holds whole pairs):\n"
+         "Spec keys (write before the first read of next, after it only the same spec again;\n"
+         "each write holds whole pairs; a misspelt key names the nearest):\n"
          "  subset=all | classes:A-B[,C-D...] | range:A-B | random:F:SEED\n"
          "  size=N     shorter side resized to N, centre crop N x N (default: the mount's size);\n"
          "             0 resizes nothing: the image as the cache holds it (shorter side at\n"
@@ -384,8 +385,10 @@ std::string RenderReadme(const Catalog& catalog) {
          "size, sample id, label, epoch, flags, height, width, channels, dtype (1 = uint8),\n"
          "payload bytes - then HWC RGB uint8 pixels, zero-padded to a multiple of 64 bytes.\n"
          "\n"
-         "A rejected write to spec, ids or resume fails with EINVAL; jobs/<id>/error says why\n"
-         "(empty when the last write was good).\n"
+         "A rejected write to spec, ids or resume fails with EINVAL (EBUSY: a started job's\n"
+         "spec or ids that differ); jobs/<id>/error says why (empty when the last write was\n"
+         "good). An ids or resume line that is bad on its own fails the write that ends it;\n"
+         "what needs the job (rank, epochs=, readers) is judged at close: see error.\n"
          "\n"
          "SOURCE may also be a folder of WebDataset shards (*.tar): a sample is a key with a\n"
          "jpg/jpeg/png/webp member, labelled by key.cls or the label_key field of key.json\n"
@@ -393,7 +396,9 @@ std::string RenderReadme(const Catalog& catalog) {
          "\n"
          "Other files: stats (JSON counters), dataset/info, dataset/manifest (id, label, path),\n"
          "jobs/<id>/status (JSON). See joaderfs(8).\n"
-         "metrics: Prometheus text; stall_seconds (status, stats) is how long reads waited.\n";
+         "metrics: every stats figure in Prometheus text. status has this_epoch and total\n"
+         "counts; stall_seconds is how long reads waited, and stats decode_busy_fraction\n"
+         "near 1 means the decode threads are saturated (input-bound).\n";
 }
 
 }  // namespace joaderfs

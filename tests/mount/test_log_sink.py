@@ -205,7 +205,8 @@ class LogSinkTest(unittest.TestCase):
         first = self.result["cache_dir_none"]
         second = self.result["cache_dir_none_2"]
         self.assertNotEqual(first["log_file"], second["log_file"])
-        self.assertIn("with-cache-dir-none-2", second["log_file"])
+        self.assertTrue(second["log_file"].endswith(
+            "-with%2Dcache%2Ddir%2Dnone%2D2-mnt.log"), second["log_file"])
         # Each daemon's lines (its start names its mountpoint) are in its
         # own file only.
         self.assertNotIn("with-cache-dir-none-2", first["log"])
