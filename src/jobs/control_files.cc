@@ -73,8 +73,9 @@ class ResumeFile : public ControlFile {
       : ControlFile(Kind::kResume, jobs, std::move(job)) {}
 
  private:
-  // content_ holds a partial last line; each complete line is judged
-  // alone as it comes (ResumeText), the whole at flush.
+  // content_ holds a partial last line (a line is at most kMaxIdsLine
+  // bytes, as in ids); each complete line is judged alone as it comes
+  // (ResumeText) and held parsed, the whole judged at flush.
   Status DoWrite(uint32_t, std::string_view data) override {
     if (written_ + data.size() > kMaxResumeBytes) {
       return Status::InvalidArgument("resume: more than " + std::to_string(kMaxResumeBytes) +
@@ -82,13 +83,17 @@ class ResumeFile : public ControlFile {
     }
     written_ += data.size();
     const size_t end = data.rfind('\n');
-    if (end == std::string_view::npos) {
-      content_.append(data);
-      return Status::Ok();
+    if (end != std::string_view::npos) {
+      content_.append(data.substr(0, end + 1));
+      if (Status s = text_.Add(content_, /*last=*/false); !s.ok()) return s;
+      content_.clear();
+      data.remove_prefix(end + 1);
     }
-    content_.append(data.substr(0, end + 1));
-    if (Status s = text_.Add(content_, /*last=*/false); !s.ok()) return s;
-    content_.assign(data.substr(end + 1));
+    if (content_.size() + data.size() > kMaxIdsLine) {
+      return Status::InvalidArgument("resume: a line longer than " + std::to_string(kMaxIdsLine) +
+                                     " bytes");
+    }
+    content_.append(data);
     return Status::Ok();
   }
 

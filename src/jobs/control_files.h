@@ -11,8 +11,10 @@
 //           open); the subset is set on flush, a last line without a
 //           newline included;
 //   resume  each complete line is judged alone by the write that completes
-//           it (jobs/resume_text.h), at most kMaxResumeBytes in all; the
-//           whole is applied on flush, where what needs the job is judged.
+//           it (jobs/resume_text.h) and kept parsed: the handle holds a
+//           partial line (at most kMaxIdsLine bytes) and the ids, at most
+//           kMaxResumeBytes written in all; the whole is applied on flush,
+//           where what needs the job is judged.
 //
 // Once the job has started, spec and ids may still be written with what
 // the job has (a rerun of the same script); a write that differs is Busy.
@@ -39,7 +41,7 @@
 
 namespace joaderfs {
 
-// An ids line is one id or path.
+// An ids or resume line is one id or path.
 inline constexpr size_t kMaxIdsLine = 4096;
 // A resume file lists the ids of at most one epoch.
 inline constexpr size_t kMaxResumeBytes = 256 << 20;

@@ -261,6 +261,11 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         self.assertIn("resume: line 4: 'nope' is neither an id nor a relpath",
                       m.read_text("jobs", "sh", "error"))
         self.assertEqual(m.status("sh")["epoch"], 0)
+        # A line the handle would have to hold without end.
+        self.assertErrno(errno.EINVAL, m.write_file, "sh", "resume",
+                         "epoch=0\n" + "1" * 5000)
+        self.assertIn("longer than 4096 bytes",
+                      m.read_text("jobs", "sh", "error"))
         # What needs the job is judged at close, where a shell does not
         # look: the error file tells.
         r = sh("printf 'epoch=0\\nrank=5\\n' > resume")
