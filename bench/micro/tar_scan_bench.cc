@@ -2,7 +2,9 @@
 // and what its index holds per sample, beside a plain walk over the same
 // tar headers (one pread of 512 bytes per header, data skipped), the least
 // any scan must read. Each is run twice; the page cache is warm for all
-// but the first walk. Prints one line per figure.
+// but the first walk. Then the relpath lookup an `ids` file of relpaths
+// makes (Catalog::FindRelpath), for up to 20000 samples spread over the
+// shards, best of 3. Prints one line per figure.
 //
 //   joaderfs-tar-scan-bench SOURCE
 
@@ -89,6 +91,24 @@ int main(int argc, char** argv) {
         "bytes/sample\n",
         run, catalog->size(), seconds, catalog->index_bytes() / 1048576.0,
         catalog->index_bytes() / n, (RssKib() - rss) * 1024.0 / n);
+    if (run == 1) {
+      const size_t lookups = std::min<size_t>(catalog->size(), 20000);
+      std::vector<std::string> relpaths;
+      for (size_t i = 0; i < lookups; ++i) {
+        relpaths.push_back(
+            catalog->relpath(static_cast<joaderfs::SampleId>(i * (catalog->size() / lookups))));
+      }
+      double best = 1e9;
+      size_t found = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto start = Clock::now();
+        found = 0;
+        for (const std::string& r : relpaths) found += catalog->FindRelpath(r).has_value();
+        best = std::min(best, Seconds(start));
+      }
+      std::printf("relpath lookups: %zu (%zu found), %.4f s, %.2f us each (best of 3)\n", lookups,
+                  found, best, best * 1e6 / lookups);
+    }
   }
   return 0;
 }

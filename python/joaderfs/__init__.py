@@ -18,9 +18,10 @@ to EOF reads one epoch; opening it again reads the next epoch.
   of single samples (imports torch on first use).  DataLoader workers take
   whole batches of the epoch (``shares``): ceil(N/B) batches per epoch
   whatever ``num_workers``.
-- ``make_job``, ``read_stats``, ``job_status``, ``dataset_info``,
+- ``make_job``, ``read_stats``, ``job_status(job)``, ``dataset_info``,
   ``read_manifest``: the control files.  A write the daemon rejects raises
-  ``RejectedWrite`` with the reason it left in the job's ``error`` file.
+  ``RejectedWrite`` with the reason it left in the job's ``error`` file;
+  the same spec written again after the first read (a rerun) succeeds.
 - ``StreamState``: the ids the training process has received this epoch,
   as a ``state_dict`` for checkpoints; ``load_state_dict`` resumes exactly
   (``write_resume`` writes the ``resume`` file itself);

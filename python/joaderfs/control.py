@@ -71,35 +71,45 @@ def make_job(mount: PathLike, job_id: str, spec: Spec | None = None,
     return path
 
 
+# The errors of a write the daemon judged and refused, its reason left in
+# the job's ``error`` file: a bad value (EINVAL), a started job's spec or
+# subset that differs (EBUSY), a limit (EDQUOT).
+REJECTED_ERRNOS = (errno.EINVAL, errno.EBUSY, errno.EDQUOT)
+
+
 def write_spec(job: PathLike, spec: Spec) -> None:
-    """Replaces a job's spec; possible until its ``next`` is first read.
-    Raises ``RejectedWrite`` with the daemon's reason for a bad spec."""
+    """Replaces a job's spec; possible until its ``next`` is first read,
+    and after that with the same spec (a rerun of the same script).
+    Raises ``RejectedWrite`` with the daemon's reason for a bad spec, or
+    one that differs from a started job's."""
     text = format_spec(spec)
     try:
         # One write call: each write to spec replaces the whole spec.
         _write_all(Path(job) / "spec", text.encode(), whole=True)
     except OSError as e:
-        if e.errno == errno.EINVAL:
+        if e.errno in REJECTED_ERRNOS:
             raise rejected_write(job, "spec", text) from e
         raise
 
 
 def write_ids(job: PathLike, ids: Iterable[int | str]) -> None:
-    """Sets a job's subset to the given sample ids or relative paths.
-    Raises ``RejectedWrite`` with the daemon's reason for a bad id."""
+    """Sets a job's subset to the given sample ids or relative paths (on a
+    started job, only the same subset again).  Raises ``RejectedWrite``
+    with the daemon's reason for a bad id or a subset that differs."""
     text = "".join(f"{i}\n" for i in ids)
     try:
         _write_all(Path(job) / "ids", text.encode(), whole=False)
     except OSError as e:
-        if e.errno == errno.EINVAL:
+        if e.errno in REJECTED_ERRNOS:
             raise rejected_write(job, "ids", text) from e
         raise
 
 
 class RejectedWrite(ValueError):
     """The daemon refused a write to a job's ``spec``, ``ids`` or ``resume``
-    (EINVAL).  ``reason`` is the job's ``error`` file, ``<file>: <why>``, or
-    None with a daemon too old to have one."""
+    (one of ``REJECTED_ERRNOS``; the OSError is its ``__cause__``).
+    ``reason`` is the job's ``error`` file, ``<file>: <why>``, or None with
+    a daemon too old to have one."""
 
     def __init__(self, message: str, reason: str | None) -> None:
         super().__init__(message)
@@ -107,8 +117,8 @@ class RejectedWrite(ValueError):
 
 
 def rejected_write(job: PathLike, name: str, text: str) -> RejectedWrite:
-    """The exception for a write to ``job``'s file ``name`` that failed with
-    EINVAL, carrying the reason the daemon left in the job's ``error``."""
+    """The exception for a write to ``job``'s file ``name`` that the daemon
+    refused, carrying the reason it left in the job's ``error``."""
     try:
         reason = (Path(job) / "error").read_text().strip() or None
     except FileNotFoundError:  # a daemon without the error file
@@ -132,10 +142,12 @@ def read_stats(mount: PathLike) -> dict[str, Any]:
     return _read_json(Path(mount) / "stats")
 
 
-def job_status(mount: PathLike, job_id: str) -> dict[str, Any]:
-    """A job's ``status``: epoch, delivered, remaining, subset_size and
-    readers."""
-    return _read_json(job_dir(mount, job_id) / "status")
+def job_status(job: PathLike, job_id: str | None = None) -> dict[str, Any]:
+    """A job's ``status`` (epoch, delivered, remaining, subset_size,
+    readers...), given the job's folder as every other helper takes it, or
+    the older ``(mount, job_id)``."""
+    path = Path(job) if job_id is None else job_dir(job, job_id)
+    return _read_json(path / "status")
 
 
 def dataset_info(mount: PathLike) -> dict[str, Any]:

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from .control import rejected_write
+from .control import REJECTED_ERRNOS, rejected_write
 from .distributed import default_rank, initialised_process_group
 from .stream import PathLike
 
@@ -203,7 +203,7 @@ def write_resume(job: PathLike, epoch: int, consumed: Iterable[int],
             return
         except OSError as e:
             if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                if e.errno == errno.EINVAL:
+                if e.errno in REJECTED_ERRNOS:
                     raise rejected_write(job, "resume", text) from e
                 raise
             time.sleep(0.1)

@@ -92,6 +92,35 @@ class PipInstallTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-5000:])
         self.assertRegex(r.stderr, r"\nOK")
 
+    def test_leaves_a_checkout_clean(self) -> None:
+        """``pip install ./python`` in a checkout, as the README says: the
+        build folder and egg-info that setuptools leaves in python/ are
+        ignored by git, so the work tree stays clean."""
+        git = shutil.which("git")
+        if git is None:
+            self.skipTest("no git")
+        tree = self.root / "checkout"
+        shutil.copytree(PROJECT / "joaderfs", tree / "python" / "joaderfs",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(PROJECT / "pyproject.toml", tree / "python")
+        shutil.copy(PROJECT.parent / ".gitignore", tree)
+
+        def run(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(args, cwd=tree, capture_output=True,
+                                  text=True, env=self.env)
+        self.assertEqual(run(git, "init", "-q").returncode, 0)
+        self.assertEqual(run(git, "add", "-A").returncode, 0)
+        r = run(str(self.python), "-m", "pip", "install", "--no-index",
+                "--no-build-isolation", "./python")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        left = [line for line in run(git, "status", "--porcelain",
+                                     "--untracked-files=all").stdout
+                .splitlines() if line.startswith("??")]
+        self.assertEqual(left, [])
+        # setuptools did leave them: the ignore is what keeps git clean.
+        self.assertTrue((tree / "python" / "build").exists() or
+                        any((tree / "python").glob("*.egg-info")))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -298,7 +298,15 @@ Status Catalog::ReadManifest() {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Manifest manifest;
   Status s = ParseManifest(text, &manifest);
-  if (!s.ok()) return Status::InvalidArgument("manifest " + source_ + " " + s.message());
+  if (!s.ok()) {
+    // Most often an image or a tar passed as SOURCE: say how it was read.
+    return Status::InvalidArgument("manifest " + source_ + " " + s.message() +
+                                   " (SOURCE is a file, so it was read as a manifest" +
+                                   (IsImageName(source_) || IsTarName(source_)
+                                        ? ", though it is named as an image or shard"
+                                        : "") +
+                                   "; " + kLayouts + ")");
+  }
   int64_t max_label = -1;
   for (ManifestEntry& e : manifest.entries) {
     max_label = std::max(max_label, e.label);
@@ -413,6 +421,32 @@ void Catalog::IndexShards() {
     h = Fnv1a(h, &f, sizeof f);
   }
   identity_ = h;
+
+  size_t slots = 16;
+  while (slots * 7 < members_.size() * 10) slots *= 2;
+  by_member_.assign(slots, 0);
+  for (SampleId id = 0; id < members_.size(); ++id) {
+    const Member& m = members_[id];
+    const std::string_view name = std::string_view(names_).substr(m.name_at, m.name_size);
+    for (size_t slot = MemberSlot(m.shard, name);; slot = (slot + 1) & (slots - 1)) {
+      const uint32_t held = by_member_[slot];
+      if (held == 0) {
+        by_member_[slot] = id + 1;
+        break;
+      }
+      // A name repeated in one shard: the first member keeps it, as a scan would find.
+      const Member& other = members_[held - 1];
+      if (other.shard == m.shard &&
+          std::string_view(names_).substr(other.name_at, other.name_size) == name) {
+        break;
+      }
+    }
+  }
+}
+
+size_t Catalog::MemberSlot(uint32_t shard, std::string_view member) const {
+  const uint64_t h = Fnv1a(Fnv1a(kFnv1aBasis, &shard, sizeof shard), member.data(), member.size());
+  return static_cast<size_t>(h) & (by_member_.size() - 1);
 }
 
 std::string Catalog::relpath(SampleId id) const {
@@ -465,7 +499,8 @@ uint64_t Catalog::fingerprint(SampleId id) const {
 }
 
 size_t Catalog::index_bytes() const {
-  size_t bytes = members_.capacity() * sizeof(Member) + names_.capacity();
+  size_t bytes = members_.capacity() * sizeof(Member) + names_.capacity() +
+                 by_member_.capacity() * sizeof(uint32_t);
   for (const Shard& s : shards_) bytes += sizeof(Shard) + s.name.capacity();
   bytes += entries_.capacity() * sizeof(Entry);
   for (const Entry& e : entries_) bytes += e.relpath.capacity() > 15 ? e.relpath.capacity() : 0;
@@ -501,21 +536,22 @@ Roaring Catalog::IdsWithLabels(int64_t first, int64_t last) const {
 
 std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {
   if (!shards_.empty()) {
-    // `<shard>/<member>`: the shard by binary search, then its members in
-    // order (a shard holds ~1000; no per-sample table is kept).
+    // `<shard>/<member>`: the shard by binary search, then the member by hash.
     const size_t slash = relpath.find('/');
     if (slash == std::string_view::npos) return {};
     const std::string_view shard = relpath.substr(0, slash), member = relpath.substr(slash + 1);
     auto it = std::lower_bound(shards_.begin(), shards_.end(), shard,
                                [](const Shard& s, std::string_view n) { return s.name < n; });
     if (it == shards_.end() || it->name != shard) return {};
-    const SampleId end =
-        it + 1 == shards_.end() ? static_cast<SampleId>(members_.size()) : (it + 1)->first;
-    for (SampleId id = it->first; id < end; ++id) {
-      const Member& m = members_[id];
-      if (std::string_view(names_).substr(m.name_at, m.name_size) == member) return id;
+    const auto index = static_cast<uint32_t>(it - shards_.begin());
+    for (size_t slot = MemberSlot(index, member);; slot = (slot + 1) & (by_member_.size() - 1)) {
+      const uint32_t held = by_member_[slot];
+      if (held == 0) return {};
+      const Member& m = members_[held - 1];
+      if (m.shard == index && std::string_view(names_).substr(m.name_at, m.name_size) == member) {
+        return held - 1;
+      }
     }
-    return {};
   }
   auto it = by_relpath_.find(relpath);
   if (it == by_relpath_.end()) return {};

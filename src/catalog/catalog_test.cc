@@ -270,6 +270,25 @@ TEST(CatalogTest, ManifestPathsThatLeaveItsFolderAreRejectedAndCounted) {
   EXPECT_EQ(Catalog::Open(d / "m/bad.tsv", &empty).code(), Status::Code::kInvalidArgument);
 }
 
+// An image passed as SOURCE is read as a manifest: the error says so and
+// names the layouts.
+TEST(CatalogTest, ImageFileSourceSaysItWasReadAsAManifest) {
+  TempDir d;
+  WriteFile(d / "img000000.jpg", std::string("\xff\xd8\xff\xe0\x00\x10JFIF\x00", 11));
+  std::unique_ptr<Catalog> c;
+  const Status s = Catalog::Open(d / "img000000.jpg", &c);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("line 1: expected relpath<TAB>label"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("SOURCE is a file, so it was read as a manifest, though it is named "
+                             "as an image or shard"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("SOURCE/<class>/<image> (ImageFolder)"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("WebDataset shards SOURCE/*.tar"), std::string::npos) << s.message();
+}
+
 TEST(ManifestTest, EscapesFolder) {
   for (const char* inside : {"a.jpg", "a/b.jpg", "a/../b.jpg", "./a.jpg", "a//b.jpg", "a/./b",
                              "a/b/../../c", "...", "..a/b", "a/..b", "a/..", "."}) {
@@ -561,6 +580,36 @@ TEST(CatalogTest, TarShardsInNameThenMemberOrder) {
   EXPECT_EQ(c->FindRelpath("b.tar/k1.jpg"), std::nullopt);
   EXPECT_EQ(c->FindRelpath("c.tar/k1.jpg"), std::nullopt);
   EXPECT_EQ(Ids(c->IdsWithLabels(1, 2)), (std::vector<uint32_t>{1, 2}));
+}
+
+// One shard of 20000 members, each looked up by relpath: a scan of the
+// shard per lookup costs 2e8 name comparisons (over a second even at -O2);
+// the hash table answers in milliseconds. The bound is 20x what the table
+// needs on a loaded machine, so only the quadratic lookup fails it.
+TEST(CatalogTest, TarRelpathLookupIsLinearInLookups) {
+  TempDir d;
+  constexpr int kMembers = 20000;
+  TarBuilder t;
+  for (int i = 0; i < kMembers; ++i) t.Add("dir/k" + std::to_string(i) + ".jpg", "");
+  WriteFile(d / "a.tar", t.Bytes());
+  WriteFile(d / "b.tar",
+            TarBuilder().Add("dir/k0.jpg", "").Add("dir/k1.jpg", "").Add("dir/k0.jpg", "").Bytes());
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->size(), kMembers + 3u);
+  std::vector<std::string> relpaths = Relpaths(*c);
+  const auto start = std::chrono::steady_clock::now();
+  for (SampleId id = 0; id < kMembers; ++id) ASSERT_EQ(c->FindRelpath(relpaths[id]), id);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 0.25) << "FindRelpath scans the shard";
+  // A name repeated in one shard finds its first member, as before.
+  EXPECT_EQ(c->FindRelpath("b.tar/dir/k0.jpg"), SampleId{kMembers});
+  EXPECT_EQ(c->FindRelpath("b.tar/dir/k1.jpg"), SampleId{kMembers + 1});
+  EXPECT_EQ(c->FindRelpath("b.tar/dir/k2.jpg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a.tar/dir/k20000.jpg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a.tar/"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a.tar"), std::nullopt);
 }
 
 TEST(CatalogTest, TarLabelKeyAndUnlabeledSamples) {

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace joaderfs {
 
@@ -19,6 +21,13 @@ std::optional<uint64_t> ParseSize(std::string_view s);
 
 // A decimal fraction such as "0.5" or "1".
 std::optional<double> ParseDouble(std::string_view s);
+
+// The name of `known` nearest to `name` (optimal string alignment:
+// insertions, deletions, substitutions and swaps of neighbours cost 1),
+// within a third of the name's length and at least 1 edit, as
+// " (did you mean other?)"; empty when none is that near. For the hints of
+// unknown mount options and spec keys.
+std::string DidYouMean(std::string_view name, const std::vector<std::string_view>& known);
 
 }  // namespace joaderfs
 

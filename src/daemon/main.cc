@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <csignal>
@@ -78,11 +79,36 @@ bool SyslogReachable(std::string* why) {
   return false;
 }
 
+// The mountpoint as a file name: '/' between components becomes '-', and
+// each byte but [A-Za-z0-9_.] becomes %XX, so that no two mountpoints
+// share a name ("/mnt/a-b" is "mnt-a%2Db", "/mnt/a/b" is "mnt-a-b").
+std::string MountFileName(const std::string& mountpoint) {
+  std::string out;
+  size_t i = 0;
+  while (i < mountpoint.size() && mountpoint[i] == '/') ++i;
+  for (; i < mountpoint.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(mountpoint[i]);
+    if (c == '/') {
+      out += '-';
+    } else if (std::isalnum(c) || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out.empty() ? "root" : out;
+}
+
 // Opens the log sink; a sink that cannot be opened is a start-up error.
 // Daemonized, the default sink is syslog; where syslog cannot be reached
-// the log goes to <cache_dir>/joaderfs.log (with cache_dir=none, the
-// default cache folder's), and `note` says so: the caller tells the user
-// once the mount is up, so that a start-up error stays one line.
+// the log goes to <cache_dir>/joaderfs.log (one daemon holds a cache_dir),
+// or with cache_dir=none to the default cache folder's
+// joaderfs-<mountpoint>.log (MountFileName: several daemons may use that
+// folder, each gets a log of its own), and `note` says so: the caller
+// tells the user once the mount is up, so that a start-up error stays one
+// line.
 Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out, std::string* note) {
   std::string file = o.log == "syslog" ? "" : o.log;
   std::string unreachable;
@@ -91,7 +117,8 @@ Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out, 
     const std::string folder = o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir;
     std::error_code ec;
     std::filesystem::create_directories(folder, ec);
-    file = folder + "/joaderfs.log";
+    file = folder + (o.cache_dir.empty() ? "/joaderfs-" + MountFileName(o.mountpoint) + ".log"
+                                         : "/joaderfs.log");
     *note = "syslog is not available (" + unreachable + "); logging to " + file;
   }
   try {
@@ -296,7 +323,7 @@ int Run(int argc, char** argv) {
     s = jobs.RestoreJob(stored);
     if (!s.ok()) spdlog::error("job {} not restored: {}", stored.name, s.message());
   }
-  Filesystem filesystem(catalog.get(), &jobs, o.size);
+  Filesystem filesystem(catalog.get(), &jobs, o.size, o.mountpoint);
 
   // Show as "SOURCE on MNT type fuse.joaderfs" in /proc/mounts, as mounts
   // of other file systems do.

@@ -245,44 +245,16 @@ constexpr const char* kOtherOptionNames[] = {
     "atime",       "noatime",    "debug",
 };
 
-// Optimal string alignment distance: insertions, deletions, substitutions
-// and swaps of neighbours each cost 1.
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min(
-          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-// "name (did you mean other?)" for the nearest known option within a third
-// of the name's length (at least 1 edit), else "name".
+// "name (did you mean other?)" for the nearest known option (NearestName).
 std::string Explain(const std::string& option) {
   const std::string name = option.substr(0, option.find('='));
-  std::vector<std::string> names(std::begin(kOtherOptionNames), std::end(kOtherOptionNames));
+  std::vector<std::string_view> names(std::begin(kOtherOptionNames), std::end(kOtherOptionNames));
   for (const fuse_opt& o : kOptions) {
     if (o.templ == nullptr || o.templ[0] == '-') continue;
-    const std::string templ = o.templ;
+    const std::string_view templ = o.templ;
     names.push_back(templ.substr(0, templ.find('=')));
   }
-  std::string best;
-  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
-  for (const std::string& candidate : names) {
-    const size_t distance = EditDistance(name, candidate);
-    if (distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best.empty() ? option : option + " (did you mean " + best + "?)";
+  return option + DidYouMean(name, names);
 }
 
 // Where libfuse's messages go while CheckFuseOptions runs. The options are

@@ -167,10 +167,12 @@ struct Ops {
   }
 };
 
-Filesystem::Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t default_size)
+Filesystem::Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t default_size,
+                       std::string mountpoint)
     : catalog_(catalog),
       jobs_(jobs),
       default_size_(default_size),
+      mountpoint_(std::move(mountpoint)),
       uid_(getuid()),
       gid_(getgid()),
       mount_time_([] {
@@ -492,7 +494,7 @@ Status Filesystem::Render(OpenFile* file) const {
   switch (file->node) {
     case Node::kReadme: file->content = RenderReadme(*catalog_); break;
     case Node::kStats: file->content = RenderStats(jobs_->Stats()); break;
-    case Node::kMetrics: file->content = RenderMetrics(jobs_->Stats()); break;
+    case Node::kMetrics: file->content = RenderMetrics(jobs_->Stats(), mountpoint_); break;
     case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
     case Node::kManifest: file->content = RenderManifest(*catalog_); break;
     case Node::kError: return jobs_->GetError(file->job, &file->content);

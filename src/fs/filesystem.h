@@ -34,7 +34,9 @@ namespace joaderfs {
 
 class Filesystem {
  public:
-  Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t default_size);
+  // `mountpoint` labels the /metrics series.
+  Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t default_size,
+             std::string mountpoint);
   ~Filesystem();
 
   // The operations to pass to fuse_session_new(), with `this` as userdata.
@@ -91,6 +93,7 @@ class Filesystem {
   const Catalog* catalog_;
   JobManager* jobs_;
   const uint32_t default_size_;
+  const std::string mountpoint_;
   const uid_t uid_;
   const gid_t gid_;
   const timespec mount_time_;

@@ -7,17 +7,218 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// One figure of /stats and its /metrics series, so that both files show
+// the same figures: /stats key (a dot names a member of an object), the
+// series, its type and help. The help ends naming the /stats key, which
+// tells the reader (and the tests) which figure a series is.
+struct MountFigure {
+  const char* key;
+  const char* metric;
+  const char* type;
+  const char* help;
+  Json (*value)(const MountStats&);
+};
+
+const MountFigure kMountFigures[] = {
+    {"decoded", "joaderfs_decoded_total", "counter",
+     "Real decodes since mount (disk hits not counted).",
+     [](const MountStats& s) { return Json(s.cache.decoded); }},
+    {"delivered", "joaderfs_delivered_total", "counter", "Records handed to readers since mount.",
+     [](const MountStats& s) { return Json(s.delivered); }},
+    {"ram_hits", "joaderfs_ram_hits_total", "counter",
+     "Cache requests (picks) the RAM tier answered.",
+     [](const MountStats& s) { return Json(s.cache.hits); }},
+    {"ram_misses", "joaderfs_ram_misses_total", "counter",
+     "Cache requests (picks) that started a load.",
+     [](const MountStats& s) { return Json(s.cache.misses); }},
+    {"disk_hits", "joaderfs_disk_hits_total", "counter", "Loads the disk tier answered.",
+     [](const MountStats& s) { return Json(s.disk.hits); }},
+    {"disk_misses", "joaderfs_disk_misses_total", "counter", "Loads the disk tier did not hold.",
+     [](const MountStats& s) { return Json(s.disk.misses); }},
+    {"ram_bytes", "joaderfs_ram_bytes", "gauge", "Bytes of decoded samples in the RAM tier.",
+     [](const MountStats& s) { return Json(s.cache.bytes); }},
+    {"ram_pinned_bytes", "joaderfs_ram_pinned_bytes", "gauge",
+     "Bytes of the RAM tier pinned by jobs' planned samples.",
+     [](const MountStats& s) { return Json(s.cache.pinned_bytes); }},
+    {"ram_budget", "joaderfs_ram_budget_bytes", "gauge", "The RAM tier's budget.",
+     [](const MountStats& s) { return Json(s.cache.budget); }},
+    {"ram_entries", "joaderfs_ram_entries", "gauge", "Samples in the RAM tier.",
+     [](const MountStats& s) { return Json(s.cache.entries); }},
+    {"ram_evictions", "joaderfs_ram_evictions_total", "counter",
+     "Samples evicted from the RAM tier.",
+     [](const MountStats& s) { return Json(s.cache.evictions); }},
+    {"disk_bytes", "joaderfs_disk_bytes", "gauge", "Bytes in the disk tier.",
+     [](const MountStats& s) { return Json(s.disk.bytes); }},
+    {"disk_budget", "joaderfs_disk_budget_bytes", "gauge", "The disk tier's budget.",
+     [](const MountStats& s) { return Json(s.disk.budget); }},
+    {"disk_entries", "joaderfs_disk_entries", "gauge", "Samples in the disk tier.",
+     [](const MountStats& s) { return Json(s.disk.entries); }},
+    {"disk_evictions", "joaderfs_disk_evictions_total", "counter",
+     "Samples evicted from the disk tier.",
+     [](const MountStats& s) { return Json(s.disk.evictions); }},
+    {"disk_writes", "joaderfs_disk_writes_total", "counter", "Samples written to the disk tier.",
+     [](const MountStats& s) { return Json(s.disk.writes); }},
+    {"disk_write_drops", "joaderfs_disk_write_drops_total", "counter",
+     "Disk tier writes skipped because its queue was full.",
+     [](const MountStats& s) { return Json(s.disk.write_drops); }},
+    {"disk_corrupt", "joaderfs_disk_corrupt_total", "counter",
+     "Disk tier entries that failed their checks, dropped.",
+     [](const MountStats& s) { return Json(s.disk.corrupt); }},
+    {"skipped", "joaderfs_skipped", "gauge", "Samples remembered as bad now.",
+     [](const MountStats& s) { return Json(s.cache.failed); }},
+    {"retries", "joaderfs_retries_total", "counter",
+     "Loads tried again of samples remembered as bad.",
+     [](const MountStats& s) { return Json(s.cache.retries); }},
+    {"healed", "joaderfs_healed_total", "counter", "Bad samples that later loaded.",
+     [](const MountStats& s) { return Json(s.cache.healed); }},
+    {"special_files", "joaderfs_special_files", "gauge",
+     "SOURCE image names left out: not regular files.",
+     [](const MountStats& s) { return Json(s.special_files); }},
+    {"rejected_paths", "joaderfs_rejected_paths", "gauge",
+     "Manifest paths left out: they could leave its folder.",
+     [](const MountStats& s) { return Json(s.rejected_paths); }},
+    {"scan_skips.link_loops", "joaderfs_scan_skips_link_loops", "gauge",
+     "SOURCE symlinks that loop, left out.",
+     [](const MountStats& s) { return Json(s.scan_skips.link_loops); }},
+    {"scan_skips.broken_links", "joaderfs_scan_skips_broken_links", "gauge",
+     "SOURCE symlinks to nothing, left out.",
+     [](const MountStats& s) { return Json(s.scan_skips.broken_links); }},
+    {"scan_skips.revisits", "joaderfs_scan_skips_revisits", "gauge",
+     "SOURCE folders reached a second time, not walked again.",
+     [](const MountStats& s) { return Json(s.scan_skips.revisits); }},
+    {"scan_skips.unreadable", "joaderfs_scan_skips_unreadable", "gauge",
+     "SOURCE entries that could not be examined.",
+     [](const MountStats& s) { return Json(s.scan_skips.unreadable); }},
+    {"shard_skips.damaged", "joaderfs_shard_skips_damaged", "gauge",
+     "Bad tar headers and samples of cut-short shards, left out.",
+     [](const MountStats& s) { return Json(s.shard_skips.damaged); }},
+    {"shard_skips.no_image", "joaderfs_shard_skips_no_image", "gauge",
+     "Shard keys without an image member, left out.",
+     [](const MountStats& s) { return Json(s.shard_skips.no_image); }},
+    {"shard_skips.unlabeled", "joaderfs_shard_skips_unlabeled", "gauge",
+     "Shard samples kept with label -1.",
+     [](const MountStats& s) { return Json(s.shard_skips.unlabeled); }},
+    {"shard_skips.too_large", "joaderfs_shard_skips_too_large", "gauge",
+     "Shard images the index cannot address, left out.",
+     [](const MountStats& s) { return Json(s.shard_skips.too_large); }},
+    {"shard_skips.unreadable_shards", "joaderfs_shard_skips_unreadable_shards", "gauge",
+     "Shards that could not be opened or read.",
+     [](const MountStats& s) { return Json(s.shard_skips.unreadable_shards); }},
+    {"decode_threads", "joaderfs_decode_threads", "gauge", "Decode threads.",
+     [](const MountStats& s) { return Json(s.decode_threads); }},
+    {"decode_queue", "joaderfs_decode_queue", "gauge", "Loads waiting for a decode thread.",
+     [](const MountStats& s) { return Json(s.decode_queue); }},
+    {"decode_busy_seconds", "joaderfs_decode_busy_seconds_total", "counter",
+     "Time the decode threads ran tasks, summed over threads.",
+     [](const MountStats& s) { return Json(s.decode_busy_seconds); }},
+    {"decode_busy_fraction", "joaderfs_decode_busy_fraction", "gauge",
+     "Share of the decode threads' time busy over the last 10 s (1: saturated).",
+     [](const MountStats& s) { return Json(s.decode_busy_fraction); }},
+    {"renders", "joaderfs_renders_total", "counter", "Deliveries resampled from base images.",
+     [](const MountStats& s) { return Json(s.renders); }},
+    {"renders_shared", "joaderfs_renders_shared_total", "counter",
+     "Deliveries handed a render another job made.",
+     [](const MountStats& s) { return Json(s.renders_shared); }},
+    {"stall_seconds", "joaderfs_stall_seconds_total", "counter",
+     "Time readers' reads waited for data, all jobs (reads waiting now included).",
+     [](const MountStats& s) { return Json(s.stall_seconds); }},
+    {"samples_per_s", "joaderfs_samples_per_second", "gauge",
+     "Deliveries per second over the last 10 s.",
+     [](const MountStats& s) { return Json(s.samples_per_s); }},
+    {"planner.rounds", "joaderfs_planner_rounds_total", "counter", "Planner rounds.",
+     [](const MountStats& s) { return Json(s.planner.rounds); }},
+    {"planner.picks", "joaderfs_planner_picks_total", "counter", "Samples planned.",
+     [](const MountStats& s) { return Json(s.planner.picks); }},
+    {"planner.shared_picks", "joaderfs_planner_shared_picks_total", "counter",
+     "Picks that shared a load with another job's.",
+     [](const MountStats& s) { return Json(s.planner.shared_picks); }},
+    {"planner.coupled_picks", "joaderfs_planner_coupled_picks_total", "counter",
+     "Picks the planner coupled across jobs.",
+     [](const MountStats& s) { return Json(s.planner.coupled_picks); }},
+};
+
+// A job stream's figure: its /stats key under jobs.<id> (and, where the
+// status file keeps an older name for it, that name), its series.
+struct JobFigure {
+  const char* key;
+  const char* alias;  // or nullptr
+  const char* metric;
+  const char* type;
+  const char* help;
+  Json (*value)(const JobStatus&);
+};
+
+const JobFigure kJobFigures[] = {
+    {"epoch", nullptr, "joaderfs_job_epoch", "gauge",
+     "The stream's epoch; between epochs, the one that ended.",
+     [](const JobStatus& st) { return Json(st.epoch); }},
+    {"remaining", nullptr, "joaderfs_job_remaining", "gauge", "Samples left in the stream's epoch.",
+     [](const JobStatus& st) { return Json(st.remaining); }},
+    {"subset_size", nullptr, "joaderfs_job_subset_size", "gauge",
+     "Samples in the stream's epoch when whole.",
+     [](const JobStatus& st) { return Json(st.subset_size); }},
+    {"readers", nullptr, "joaderfs_job_readers", "gauge", "Open readers of the stream.",
+     [](const JobStatus& st) { return Json(st.readers); }},
+    {"samples_per_s", nullptr, "joaderfs_job_samples_per_second", "gauge",
+     "The stream's deliveries per second, last 10 s.",
+     [](const JobStatus& st) { return Json(st.samples_per_s); }},
+    {"this_epoch.delivered", "delivered", "joaderfs_job_epoch_delivered", "gauge",
+     "Records the stream delivered in its epoch.",
+     [](const JobStatus& st) { return Json(st.this_epoch.delivered); }},
+    {"this_epoch.skipped", "skipped", "joaderfs_job_epoch_skipped", "gauge",
+     "Picks of bad samples skipped in the stream's epoch.",
+     [](const JobStatus& st) { return Json(st.this_epoch.skipped); }},
+    {"this_epoch.ram_hits", nullptr, "joaderfs_job_epoch_ram_hits", "gauge",
+     "Deliveries of the epoch whose image the RAM tier held.",
+     [](const JobStatus& st) { return Json(st.this_epoch.ram_hits); }},
+    {"this_epoch.disk_hits", nullptr, "joaderfs_job_epoch_disk_hits", "gauge",
+     "Deliveries of the epoch whose load read the disk tier.",
+     [](const JobStatus& st) { return Json(st.this_epoch.disk_hits); }},
+    {"this_epoch.decodes", nullptr, "joaderfs_job_epoch_decodes", "gauge",
+     "Deliveries of the epoch whose load decoded.",
+     [](const JobStatus& st) { return Json(st.this_epoch.decodes); }},
+    {"this_epoch.stall_seconds", nullptr, "joaderfs_job_epoch_stall_seconds", "gauge",
+     "Time the stream's reads waited for data in its epoch.",
+     [](const JobStatus& st) { return Json(st.this_epoch.stall_seconds); }},
+    {"total.delivered", "delivered_total", "joaderfs_job_delivered_total", "counter",
+     "Records the stream delivered over its life.",
+     [](const JobStatus& st) { return Json(st.total.delivered); }},
+    {"total.skipped", nullptr, "joaderfs_job_skipped_total", "counter",
+     "Picks of bad samples the stream skipped over its life.",
+     [](const JobStatus& st) { return Json(st.total.skipped); }},
+    {"total.ram_hits", "ram_hits", "joaderfs_job_ram_hits_total", "counter",
+     "The stream's deliveries whose image the RAM tier held.",
+     [](const JobStatus& st) { return Json(st.total.ram_hits); }},
+    {"total.disk_hits", "disk_hits", "joaderfs_job_disk_hits_total", "counter",
+     "The stream's deliveries whose load read the disk tier.",
+     [](const JobStatus& st) { return Json(st.total.disk_hits); }},
+    {"total.decodes", "decodes", "joaderfs_job_decodes_total", "counter",
+     "The stream's deliveries whose load decoded.",
+     [](const JobStatus& st) { return Json(st.total.decodes); }},
+    {"total.stall_seconds", "stall_seconds", "joaderfs_job_stall_seconds_total", "counter",
+     "Time the stream's reads waited for data (reads waiting now included).",
+     [](const JobStatus& st) { return Json(st.total.stall_seconds); }},
+};
+
+// Sets `json`'s member at `key` ("a" or "a.b").
+void Put(Json* json, std::string_view key, Json value) {
+  const size_t dot = key.find('.');
+  if (dot == std::string_view::npos) {
+    (*json)[std::string(key)] = std::move(value);
+  } else {
+    (*json)[std::string(key.substr(0, dot))][std::string(key.substr(dot + 1))] = std::move(value);
+  }
+}
+
+// The figures of a job (or rank) /stats shows: the table's, then the
+// older flat names the status file has always had.
 Json StatusJson(const JobStatus& st) {
-  return Json{{"epoch", st.epoch},
-              {"delivered", st.delivered},
-              {"remaining", st.remaining},
-              {"subset_size", st.subset_size},
-              {"readers", st.readers},
-              {"stall_seconds", st.stall_seconds},
-              {"samples_per_s", st.samples_per_s},
-              {"ram_hits", st.ram_hits},
-              {"disk_hits", st.disk_hits},
-              {"decodes", st.decodes}};
+  Json json = Json::object();
+  for (const JobFigure& f : kJobFigures) {
+    if (f.alias != nullptr) json[f.alias] = f.value(st);
+  }
+  for (const JobFigure& f : kJobFigures) Put(&json, f.key, f.value(st));
+  return json;
 }
 
 // Byte strings from the file system (paths, job ids are checked) may hold
@@ -44,7 +245,7 @@ std::string LabelValue(const std::string& value) {
   return out;
 }
 
-void Family(std::string* out, const char* name, const char* type, const char* help) {
+void Family(std::string* out, const char* name, const char* type, const std::string& help) {
   *out += std::string("# HELP ") + name + " " + help + "\n";
   *out += std::string("# TYPE ") + name + " " + type + "\n";
 }
@@ -62,8 +263,6 @@ std::string RenderJobStatus(const JobStatus& st) {
   Json json = StatusJson(st);
   json["running"] = st.running;
   json["epochs_completed"] = st.epochs_completed;
-  json["skipped"] = st.skipped;
-  json["delivered_total"] = st.delivered_total;
   json["size"] = st.size;
   json["window"] = st.window;
   json["shared_picks"] = st.shared_picks;
@@ -75,8 +274,6 @@ std::string RenderJobStatus(const JobStatus& st) {
       Json r = StatusJson(rank);
       r["running"] = rank.running;
       r["epochs_completed"] = rank.epochs_completed;
-      r["skipped"] = rank.skipped;
-      r["delivered_total"] = rank.delivered_total;
       ranks.push_back(std::move(r));
     }
     json["ranks"] = std::move(ranks);
@@ -85,73 +282,21 @@ std::string RenderJobStatus(const JobStatus& st) {
 }
 
 std::string RenderStats(const MountStats& s) {
-  Json json{{"decoded", s.cache.decoded},
-            {"delivered", s.delivered},
-            {"ram_hits", s.cache.hits},
-            {"ram_misses", s.cache.misses},
-            {"disk_hits", s.disk.hits},
-            {"disk_misses", s.disk.misses},
-            {"ram_bytes", s.cache.bytes},
-            {"ram_pinned_bytes", s.cache.pinned_bytes},
-            {"ram_budget", s.cache.budget},
-            {"ram_entries", s.cache.entries},
-            {"ram_evictions", s.cache.evictions},
-            {"disk_bytes", s.disk.bytes},
-            {"disk_budget", s.disk.budget},
-            {"disk_entries", s.disk.entries},
-            {"disk_evictions", s.disk.evictions},
-            {"disk_writes", s.disk.writes},
-            {"disk_write_drops", s.disk.write_drops},
-            {"disk_corrupt", s.disk.corrupt},
-            {"skipped", s.cache.failed},
-            {"special_files", s.special_files},
-            {"rejected_paths", s.rejected_paths},
-            {"decode_threads", s.decode_threads},
-            {"decode_queue", s.decode_queue},
-            {"decode_busy_seconds", s.decode_busy_seconds},
-            {"renders", s.renders},
-            {"renders_shared", s.renders_shared},
-            {"stall_seconds", s.stall_seconds},
-            {"samples_per_s", s.samples_per_s}};
-  json["planner"] = Json{{"rounds", s.planner.rounds},
-                         {"picks", s.planner.picks},
-                         {"shared_picks", s.planner.shared_picks},
-                         {"coupled_picks", s.planner.coupled_picks}};
+  Json json = Json::object();
+  for (const MountFigure& f : kMountFigures) Put(&json, f.key, f.value(s));
   Json jobs = Json::object();
   for (const auto& [name, status] : s.jobs) jobs[name] = StatusJson(status);
   json["jobs"] = std::move(jobs);
   return Dump(json);
 }
 
-std::string RenderMetrics(const MountStats& s) {
+std::string RenderMetrics(const MountStats& s, const std::string& mount) {
   std::string out;
-  struct Mount {
-    const char* name;
-    const char* type;
-    const char* help;
-    Json value;
-  };
-  const Mount mount[] = {
-      {"joaderfs_decoded_total", "counter", "Real decodes since mount (disk hits not counted).",
-       s.cache.decoded},
-      {"joaderfs_delivered_total", "counter", "Records handed to readers since mount.",
-       s.delivered},
-      {"joaderfs_ram_hits_total", "counter", "Cache requests the RAM tier answered.", s.cache.hits},
-      {"joaderfs_disk_hits_total", "counter", "Loads the disk tier answered.", s.disk.hits},
-      {"joaderfs_ram_bytes", "gauge", "Bytes of decoded samples in the RAM tier.", s.cache.bytes},
-      {"joaderfs_ram_budget_bytes", "gauge", "The RAM tier's budget.", s.cache.budget},
-      {"joaderfs_disk_bytes", "gauge", "Bytes in the disk tier.", s.disk.bytes},
-      {"joaderfs_decode_queue", "gauge", "Loads waiting for a decode thread.", s.decode_queue},
-      {"joaderfs_stall_seconds_total", "counter",
-       "Time readers' reads waited for data, all jobs (reads waiting now included).",
-       s.stall_seconds},
-      {"joaderfs_samples_per_second", "gauge", "Deliveries per second over the last 10 s.",
-       s.samples_per_s},
-  };
+  const std::string labels = "mount=\"" + LabelValue(mount) + "\"";
   // Numbers as /stats writes them (shortest round trip): both files agree.
-  for (const Mount& m : mount) {
-    Family(&out, m.name, m.type, m.help);
-    out += std::string(m.name) + " " + m.value.dump() + "\n";
+  for (const MountFigure& f : kMountFigures) {
+    Family(&out, f.metric, f.type, std::string(f.help) + " (/stats " + f.key + ")");
+    out += std::string(f.metric) + "{" + labels + "} " + f.value(s).dump() + "\n";
   }
   // Per job stream: a job's one stream, or each rank's.
   struct Stream {
@@ -160,7 +305,7 @@ std::string RenderMetrics(const MountStats& s) {
   };
   std::vector<Stream> streams;
   for (const auto& [name, st] : s.jobs) {
-    const std::string job = "job=\"" + LabelValue(name) + "\"";
+    const std::string job = labels + ",job=\"" + LabelValue(name) + "\"";
     if (st.ranks.empty()) {
       streams.push_back({job, &st});
     } else {
@@ -169,33 +314,13 @@ std::string RenderMetrics(const MountStats& s) {
       }
     }
   }
-  struct PerJob {
-    const char* name;
-    const char* type;
-    const char* help;
-    Json (*value)(const JobStatus&);
-  };
-  const PerJob per_job[] = {
-      {"joaderfs_job_stall_seconds_total", "counter",
-       "Time the stream's reads waited for data (reads waiting now included).",
-       [](const JobStatus& st) { return Json(st.stall_seconds); }},
-      {"joaderfs_job_samples_per_second", "gauge", "The stream's deliveries per second, last 10 s.",
-       [](const JobStatus& st) { return Json(st.samples_per_s); }},
-      {"joaderfs_job_delivered_total", "counter", "Records the stream delivered over its life.",
-       [](const JobStatus& st) { return Json(st.delivered_total); }},
-      {"joaderfs_job_ram_hits_total", "counter", "The stream's picks found in the RAM tier.",
-       [](const JobStatus& st) { return Json(st.ram_hits); }},
-      {"joaderfs_job_disk_hits_total", "counter",
-       "The stream's picks whose load read the disk tier.",
-       [](const JobStatus& st) { return Json(st.disk_hits); }},
-      {"joaderfs_job_decodes_total", "counter", "The stream's picks whose load decoded.",
-       [](const JobStatus& st) { return Json(st.decodes); }},
-  };
-  for (const PerJob& m : per_job) {
-    Family(&out, m.name, m.type, m.help);
+  for (const JobFigure& f : kJobFigures) {
+    std::string help = std::string(f.help) + " (/stats jobs.ID." + f.key;
+    if (f.alias != nullptr) help += " = jobs.ID." + std::string(f.alias);
+    Family(&out, f.metric, f.type, help + "; one series per rank for a ranked job)");
     for (const Stream& stream : streams) {
-      out +=
-          std::string(m.name) + "{" + stream.labels + "} " + m.value(*stream.status).dump() + "\n";
+      out += std::string(f.metric) + "{" + stream.labels + "} " + f.value(*stream.status).dump() +
+             "\n";
     }
   }
   return out;
@@ -223,9 +348,10 @@ std::string RenderReadme(const Catalog& catalog) {
          "\n"
          "  mkdir jobs/myjob\n"
          "  echo 'subset=classes:0-9 size=224 epochs=10' > jobs/myjob/spec\n"
-         "  python train.py --data jobs/myjob/next\n"
+         "  python train.py --data jobs/myjob     # the job folder: the client reads its next\n"
          "\n"
-         "Spec keys (write before the first read of next; each write holds whole pairs):\n"
+         "Spec keys (write before the first read of next, after it only the same spec again;\n"
+         "each write holds whole pairs; a misspelt key names the nearest):\n"
          "  subset=all | classes:A-B[,C-D...] | range:A-B | random:F:SEED\n"
          "  size=N     shorter side resized to N, centre crop N x N (default: the mount's size);\n"
          "             0 resizes nothing: the image as the cache holds it (shorter side at\n"
@@ -259,8 +385,10 @@ std::string RenderReadme(const Catalog& catalog) {
          "size, sample id, label, epoch, flags, height, width, channels, dtype (1 = uint8),\n"
          "payload bytes - then HWC RGB uint8 pixels, zero-padded to a multiple of 64 bytes.\n"
          "\n"
-         "A rejected write to spec, ids or resume fails with EINVAL; jobs/<id>/error says why\n"
-         "(empty when the last write was good).\n"
+         "A rejected write to spec, ids or resume fails with EINVAL (EBUSY: a started job's\n"
+         "spec or ids that differ); jobs/<id>/error says why (empty when the last write was\n"
+         "good). An ids or resume line that is bad on its own fails the write that ends it;\n"
+         "what needs the job (rank, epochs=, readers) is judged at close: see error.\n"
          "\n"
          "SOURCE may also be a folder of WebDataset shards (*.tar): a sample is a key with a\n"
          "jpg/jpeg/png/webp member, labelled by key.cls or the label_key field of key.json\n"
@@ -268,7 +396,9 @@ std::string RenderReadme(const Catalog& catalog) {
          "\n"
          "Other files: stats (JSON counters), dataset/info, dataset/manifest (id, label, path),\n"
          "jobs/<id>/status (JSON). See joaderfs(8).\n"
-         "metrics: Prometheus text; stall_seconds (status, stats) is how long reads waited.\n";
+         "metrics: every stats figure in Prometheus text. status has this_epoch and total\n"
+         "counts; stall_seconds is how long reads waited, and stats decode_busy_fraction\n"
+         "near 1 means the decode threads are saturated (input-bound).\n";
 }
 
 }  // namespace joaderfs

@@ -23,9 +23,11 @@ std::string RenderInfo(const Catalog& catalog, uint32_t default_size);
 std::string RenderManifest(const Catalog& catalog);
 std::string RenderJobStatus(const JobStatus& status);
 std::string RenderStats(const MountStats& stats);
-// The figures of 2.5 per mount and per job stream (labels job and, for a
-// ranked job, rank; a ranked job has no series without rank).
-std::string RenderMetrics(const MountStats& stats);
+// Every figure of RenderStats (one table holds both), each series
+// labelled mount="<mount>"; job figures per job stream (labels job and,
+// for a ranked job, rank; a ranked job has no series without rank). Each
+// HELP ends naming the /stats key of its figure.
+std::string RenderMetrics(const MountStats& stats, const std::string& mount);
 
 }  // namespace joaderfs
 

@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
+#include "jobs/resume_text.h"
 #include "jobs/spec.h"
 
 namespace joaderfs {
@@ -27,7 +30,9 @@ class IdsFile : public ControlFile {
   IdsFile(JobManager* jobs, std::string job) : ControlFile(Kind::kIds, jobs, std::move(job)) {}
 
  private:
-  // content_ holds a partial last line; ids_ the complete lines so far.
+  // content_ holds a partial last line; ids_ the complete lines so far,
+  // lines_ of them (a shell writes one line per write: errors count lines
+  // from the open).
   Status DoWrite(uint32_t uid, std::string_view data) override {
     const size_t end = data.rfind('\n');
     if (end == std::string_view::npos) {
@@ -39,25 +44,27 @@ class IdsFile : public ControlFile {
     }
     const std::string lines = content_ + std::string(data.substr(0, end + 1));
     Roaring ids;
-    Status s = ParseIdList(lines, jobs_->catalog(), &ids);
-    if (s.ok()) s = jobs_->CheckWritable(job_, uid);
+    Status s = ParseIdList(lines, jobs_->catalog(), &ids, lines_ + 1);
+    if (s.ok()) s = jobs_->CheckWritable(job_, uid, &ids);
     if (s.ok() && data.size() - end - 1 > kMaxIdsLine) {
       s = Status::InvalidArgument("ids: line too long");
     }
     if (!s.ok()) return s;
     ids_ |= ids;
+    lines_ += static_cast<size_t>(std::count(lines.begin(), lines.end(), '\n'));
     content_.assign(data.substr(end + 1));
     return Status::Ok();
   }
 
   Status DoFlush(uint32_t uid) override {
     Roaring last;
-    Status s = ParseIdList(content_, jobs_->catalog(), &last);
+    Status s = ParseIdList(content_, jobs_->catalog(), &last, lines_ + 1);
     if (!s.ok()) return s;
     return jobs_->SetIdSubset(job_, uid, ids_ | last);
   }
 
   Roaring ids_;
+  size_t lines_ = 0;
 };
 
 class ResumeFile : public ControlFile {
@@ -66,16 +73,38 @@ class ResumeFile : public ControlFile {
       : ControlFile(Kind::kResume, jobs, std::move(job)) {}
 
  private:
+  // content_ holds a partial last line (a line is at most kMaxIdsLine
+  // bytes, as in ids); each complete line is judged alone as it comes
+  // (ResumeText) and held parsed, the whole judged at flush.
   Status DoWrite(uint32_t, std::string_view data) override {
-    if (content_.size() + data.size() > kMaxResumeBytes) {
+    if (written_ + data.size() > kMaxResumeBytes) {
       return Status::InvalidArgument("resume: more than " + std::to_string(kMaxResumeBytes) +
+                                     " bytes");
+    }
+    written_ += data.size();
+    const size_t end = data.rfind('\n');
+    if (end != std::string_view::npos) {
+      content_.append(data.substr(0, end + 1));
+      if (Status s = text_.Add(content_, /*last=*/false); !s.ok()) return s;
+      content_.clear();
+      data.remove_prefix(end + 1);
+    }
+    if (content_.size() + data.size() > kMaxIdsLine) {
+      return Status::InvalidArgument("resume: a line longer than " + std::to_string(kMaxIdsLine) +
                                      " bytes");
     }
     content_.append(data);
     return Status::Ok();
   }
 
-  Status DoFlush(uint32_t uid) override { return jobs_->Resume(job_, uid, content_); }
+  Status DoFlush(uint32_t uid) override {
+    if (Status s = text_.Add(content_, /*last=*/true); !s.ok()) return s;
+    content_.clear();
+    return jobs_->Resume(job_, uid, &text_);
+  }
+
+  ResumeText text_{jobs_->catalog()};
+  size_t written_ = 0;
 };
 
 }  // namespace
@@ -98,12 +127,14 @@ Status ControlFile::Open(Kind kind, JobManager* jobs, const std::string& job, ui
       file->reset(new SpecFile(jobs, job));
       // A writer starts from nothing (its writes are the new spec), or from
       // the current spec when appending.
-      if (writing) s = jobs->CheckWritable(job, uid);
+      // A started job's spec may be written again unchanged (a rerun of
+      // the same script): the write judges it.
+      if (writing) s = jobs->CheckOwner(job, uid);
       if (s.ok() && (!writing || (flags & O_APPEND))) s = jobs->GetSpec(job, &(*file)->content_);
       break;
     case Kind::kIds:
       file->reset(new IdsFile(jobs, job));
-      s = writing ? jobs->CheckWritable(job, uid) : Status::Permission("ids is write-only");
+      s = writing ? jobs->CheckOwner(job, uid) : Status::Permission("ids is write-only");
       break;
     case Kind::kResume:
       file->reset(new ResumeFile(jobs, job));
@@ -116,10 +147,10 @@ Status ControlFile::Open(Kind kind, JobManager* jobs, const std::string& job, ui
 
 Status ControlFile::CheckTruncate(Kind kind, JobManager* jobs, const std::string& job,
                                   uint32_t uid) {
-  // resume may be written after the job started; only its owner's writes
-  // (checked at open) count.
+  // resume may be written after the job started, and spec and ids again
+  // unchanged; only the owner's writes (checked at open) count.
   if (kind == Kind::kResume) return Status::Ok();
-  return jobs->CheckWritable(job, uid);
+  return jobs->CheckOwner(job, uid);
 }
 
 Status ControlFile::Write(uint32_t uid, std::string_view data) {

@@ -7,10 +7,17 @@
 //   spec    each write holds whole key=value pairs and replaces the spec
 //           with everything written through the handle so far;
 //   ids     complete lines are parsed as they come (a line is one id or
-//           path, at most kMaxIdsLine bytes); the subset is set on flush,
-//           a last line without a newline included;
-//   resume  buffered (at most kMaxResumeBytes) and applied whole on flush:
-//           the first line names the epoch.
+//           path, at most kMaxIdsLine bytes; errors count lines from the
+//           open); the subset is set on flush, a last line without a
+//           newline included;
+//   resume  each complete line is judged alone by the write that completes
+//           it (jobs/resume_text.h) and kept parsed: the handle holds a
+//           partial line (at most kMaxIdsLine bytes) and the ids, at most
+//           kMaxResumeBytes written in all; the whole is applied on flush,
+//           where what needs the job is judged.
+//
+// Once the job has started, spec and ids may still be written with what
+// the job has (a rerun of the same script); a write that differs is Busy.
 //
 // A rejected write or flush leaves the job as it was, and the handle
 // changes nothing any more. Its reason becomes the job's error (its `error`
@@ -34,7 +41,7 @@
 
 namespace joaderfs {
 
-// An ids line is one id or path.
+// An ids or resume line is one id or path.
 inline constexpr size_t kMaxIdsLine = 4096;
 // A resume file lists the ids of at most one epoch.
 inline constexpr size_t kMaxResumeBytes = 256 << 20;

@@ -7,32 +7,12 @@
 #include <optional>
 
 #include "cache/budget.h"
-#include "common/parse.h"
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
 #include "jobs/rank_split.h"
 #include "jobs/record.h"
 
 namespace joaderfs {
-
-namespace {
-
-// If the first non-blank line of `text` starts with `key`, consumes it and
-// sets `value` to the number after the key (empty if it is not one).
-bool TakeNumberLine(std::string_view* text, std::string_view key, std::optional<uint64_t>* value) {
-  const size_t start = text->find_first_not_of(" \t\r\n");
-  if (start == std::string_view::npos || !text->substr(start).starts_with(key)) return false;
-  const size_t end = std::min(text->find('\n', start), text->size());
-  std::string_view number = text->substr(start + key.size(), end - start - key.size());
-  while (!number.empty() && (number.back() == '\r' || number.back() == ' ')) {
-    number.remove_suffix(1);
-  }
-  *value = ParseUint(number);
-  text->remove_prefix(std::min(end + 1, text->size()));
-  return true;
-}
-
-}  // namespace
 
 JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
                        PlanGroups* groups, JobManagerOptions options, JobStore* store)
@@ -226,17 +206,23 @@ Status JobManager::GetSpec(const std::string& name, std::string* text) const {
   return Status::Ok();
 }
 
-Status JobManager::CheckWritableLocked(const Job* job, uint32_t uid) const {
+Status JobManager::CheckWritableLocked(const Job* job, uint32_t uid, const Roaring* ids) const {
   if (Status s = CheckJobOwner(job->name, job->uid, uid); !s.ok()) return s;
-  if (job->started) return Status::Busy("job " + job->name + " has started; its spec is fixed");
-  return Status::Ok();
+  if (!job->started) return Status::Ok();
+  if (ids == nullptr) return Status::Busy("job " + job->name + " has started; its spec is fixed");
+  // A rerun of the same script writes the same ids again: only an id
+  // outside the subset tells that they differ before the whole list is in.
+  Roaring outside = *ids - job->subset;
+  if (outside.isEmpty()) return Status::Ok();
+  return Status::Busy("job " + job->name + " has started; its subset is fixed, and id " +
+                      std::to_string(outside.minimum()) + " is not in it");
 }
 
-Status JobManager::CheckWritable(const std::string& name, uint32_t uid) const {
+Status JobManager::CheckWritable(const std::string& name, uint32_t uid, const Roaring* ids) const {
   MutexLock lock(lanes_.mu);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  return CheckWritableLocked(job, uid);
+  return CheckWritableLocked(job, uid, ids);
 }
 
 Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_view text) {
@@ -263,9 +249,19 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  s = CheckWritableLocked(job, uid);
+  s = CheckJobOwner(name, job->uid, uid);
   if (!s.ok()) return s;
   const bool keeps_ids = !names_subset && job->spec.subset.kind == SubsetSpec::Kind::kIds;
+  if (keeps_ids) spec.subset = job->spec.subset;  // the ids file's subset stays
+  if (job->started) {
+    // A rerun of the same training script writes the same spec again.
+    if (spec.ToString() == job->spec.ToString() && (keeps_ids || subset == job->subset)) {
+      return Status::Ok();
+    }
+    return Status::Busy("job " + name +
+                        " has started; its spec is fixed, and this spec differs from it (only the "
+                        "spec its spec file shows may be written again)");
+  }
   s = CheckRanksFit(spec, keeps_ids ? job->subset : subset);
   if (!s.ok()) return s;
   const bool new_lanes = spec.ranks != job->spec.ranks;
@@ -285,11 +281,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
           ", past max_streams_per_user=" + std::to_string(options_.limits.max_streams));
     }
   }
-  if (keeps_ids) {
-    spec.subset = job->spec.subset;  // the ids file's subset stays
-  } else {
-    job->subset = std::move(subset);
-  }
+  if (!keeps_ids) job->subset = std::move(subset);
   job->spec = std::move(spec);
   job->splits.clear();  // made for the old subset or drop_last
   if (new_lanes) {
@@ -317,8 +309,14 @@ Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring id
   MutexLock lock(lanes_.mu);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
-  Status s = CheckWritableLocked(job, uid);
+  Status s = CheckWritableLocked(job, uid, &ids);
   if (!s.ok()) return s;
+  if (job->started) {
+    if (ids == job->subset) return Status::Ok();  // the same ids written again
+    return Status::Busy("job " + name + " has started; its subset is fixed, and these " +
+                        std::to_string(ids.cardinality()) + " ids differ from its " +
+                        std::to_string(job->subset.cardinality()));
+  }
   s = CheckRanksFit(job->spec, ids);
   if (!s.ok()) return s;
   job->subset = std::move(ids);
@@ -333,22 +331,16 @@ Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring id
 }
 
 Status JobManager::Resume(const std::string& name, uint32_t uid, std::string_view text) {
-  // epoch=E, then an optional rank=R, then the ids: parsed outside the lock.
-  std::optional<uint64_t> epoch, rank;
-  if (!TakeNumberLine(&text, "epoch=", &epoch) || !epoch) {
-    return Status::InvalidArgument("resume: expected epoch=E on the first line");
-  }
-  if (*epoch > kMaxRecordEpoch) {
-    return Status::InvalidArgument("resume: epoch=" + std::to_string(*epoch) + " is past " +
-                                   std::to_string(kMaxRecordEpoch) +
-                                   ", the last epoch a record can name (32 bits)");
-  }
-  if (TakeNumberLine(&text, "rank=", &rank) && !rank) {
-    return Status::InvalidArgument("resume: rank= expects a number");
-  }
-  Roaring consumed;
-  Status s = ParseIdList(text, *catalog_, &consumed);
+  ResumeText parsed(*catalog_);
+  Status s = parsed.Add(text, /*last=*/true);
   if (!s.ok()) return s;
+  return Resume(name, uid, &parsed);
+}
+
+Status JobManager::Resume(const std::string& name, uint32_t uid, ResumeText* text) {
+  if (Status s = text->Finish(); !s.ok()) return s;
+  const std::optional<uint64_t> epoch = text->epoch(), rank = text->rank();
+  Roaring consumed = std::move(text->ids());
   // Without rank=, a ranked job splits the rest of the epoch anew (elastic).
   ElasticSplit elastic;
   if (rank) {
@@ -644,18 +636,13 @@ JobStatus JobManager::StatusLocked(const Job& job) const {
     JobStatus r = lanes_.StatusOf(*lane);
     st.epoch = std::min(st.epoch, r.epoch);
     st.epochs_completed = std::min(st.epochs_completed, r.epochs_completed);
-    st.delivered += r.delivered;
     st.remaining += r.remaining;
     st.readers += r.readers;
     st.running = st.running || r.running;
-    st.skipped += r.skipped;
-    st.delivered_total += r.delivered_total;
+    st.this_epoch += r.this_epoch;
+    st.total += r.total;
     st.shared_picks += r.shared_picks;
-    st.stall_seconds += r.stall_seconds;
     st.samples_per_s += r.samples_per_s;
-    st.ram_hits += r.ram_hits;
-    st.disk_hits += r.disk_hits;
-    st.decodes += r.decodes;
     st.ranks.push_back(std::move(r));
   }
   st.subset_size = job.subset.cardinality();
@@ -680,10 +667,13 @@ MountStats JobManager::Stats() const {
   stats.decode_threads = pool_->threads();
   stats.decode_queue = pool_->queue_depth();
   stats.decode_busy_seconds = pool_->busy_seconds();
+  stats.decode_busy_fraction = pool_->busy_fraction();
   stats.renders = lanes_.shared_renders().renders();
   stats.renders_shared = lanes_.shared_renders().reused();
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
+  stats.scan_skips = catalog_->scan_skips();
+  stats.shard_skips = catalog_->shard_skips();
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();

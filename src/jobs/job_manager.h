@@ -57,6 +57,7 @@
 #include "common/status.h"
 #include "jobs/job_store.h"
 #include "jobs/lane.h"
+#include "jobs/resume_text.h"
 #include "jobs/shared_renders.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
@@ -102,6 +103,7 @@ struct MountStats {
   unsigned decode_threads = 0;
   uint64_t decode_queue = 0;
   double decode_busy_seconds = 0;
+  double decode_busy_fraction = 0;  // LoaderPool::busy_fraction
   uint64_t delivered = 0;
   double stall_seconds = 0;     // every job's readers' waits (Lanes::StallSeconds)
   double samples_per_s = 0;     // deliveries, recent (RateWindow)
@@ -109,6 +111,8 @@ struct MountStats {
   uint64_t renders_shared = 0;  // deliveries handed a render another job made
   uint64_t special_files = 0;   // SOURCE entries left out: not regular files
   uint64_t rejected_paths = 0;  // manifest paths left out: outside its folder
+  ScanSkips scan_skips;
+  ShardSkips shard_skips;
   PlannerStats planner;
   std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
 };
@@ -145,16 +149,21 @@ class JobManager {
   Status GetSpec(const std::string& name, std::string* text) const;
   // Replaces the spec with `text` parsed over the defaults (a subset set
   // through the ids file stays unless `text` names one). InvalidArgument
-  // past kMaxSpecBytes. Busy once the job has been read from; Permission
-  // unless `uid` owns the job or is 0. Quota when its ranks= would take the
-  // owner past max_streams. Parses without holding the lock.
+  // past kMaxSpecBytes. Once the job has been read from, Ok without a
+  // change for the spec it has (a rerun of the same script), else Busy;
+  // Permission unless `uid` owns the job or is 0. Quota when its ranks=
+  // would take the owner past max_streams. Parses without holding the lock.
   Status SetSpec(const std::string& name, uint32_t uid, std::string_view text);
   // Sets the subset to the ids or relative paths listed in `text`.
   Status SetIds(const std::string& name, uint32_t uid, std::string_view text);
-  // Sets the subset to `ids` (parsed already, e.g. line by line).
+  // Sets the subset to `ids` (parsed already, e.g. line by line). Once the
+  // job has been read from, Ok without a change for the subset it has, else
+  // Busy.
   Status SetIdSubset(const std::string& name, uint32_t uid, Roaring ids);
-  // Busy or Permission as SetSpec would fail, else Ok.
-  Status CheckWritable(const std::string& name, uint32_t uid) const;
+  // Busy or Permission as SetSpec would fail, else Ok. With `ids`, as
+  // SetIdSubset would for a list that holds them: a started job takes the
+  // ids of its subset again.
+  Status CheckWritable(const std::string& name, uint32_t uid, const Roaring* ids = nullptr) const;
 
   // Sets the rest of an epoch (docs/design.md 2.7): `text` is `epoch=E`, an
   // optional `rank=R`, then the ids consumed (the ids file's syntax). The
@@ -166,6 +175,8 @@ class JobManager {
   // (several ranks may write theirs). Busy while a named stream has
   // readers; Permission as SetSpec. Fixes the spec.
   Status Resume(const std::string& name, uint32_t uid, std::string_view text);
+  // The same, with the text parsed already (line by line as it was written).
+  Status Resume(const std::string& name, uint32_t uid, ResumeText* text);
 
   // Records the outcome of a write (or the flush that applies it) to the
   // job's control file `file` (spec, ids, resume): a rejection's reason
@@ -224,7 +235,8 @@ class JobManager {
   // Jobs, lanes and readers are reached through the maps below: lanes_.mu
   // guards them too, so every helper that takes one REQUIRES(lanes_.mu).
   Job* FindJob(const std::string& name) const REQUIRES(lanes_.mu);
-  Status CheckWritableLocked(const Job* job, uint32_t uid) const REQUIRES(lanes_.mu);
+  Status CheckWritableLocked(const Job* job, uint32_t uid, const Roaring* ids = nullptr) const
+      REQUIRES(lanes_.mu);
   // Whether `subset` gives every rank of `spec` at least one sample.
   static Status CheckRanksFit(const JobSpec& spec, const Roaring& subset);
   // Saves the job's record in the store, if any.

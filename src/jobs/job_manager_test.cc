@@ -1345,7 +1345,7 @@ TEST_F(JobManagerTest, RejectedControlWritesLeaveTheirReasonUntilAGoodWrite) {
 
   EXPECT_FALSE(WriteControl(jobs_.get(), Kind::kResume, "j", "epoch=4294967296\n").ok());
   ASSERT_TRUE(jobs_->GetError("j", &error).ok());
-  EXPECT_TRUE(error.starts_with("resume: epoch=4294967296")) << error;
+  EXPECT_TRUE(error.starts_with("resume: line 1: epoch=4294967296")) << error;
   ASSERT_TRUE(WriteControl(jobs_.get(), Kind::kResume, "j", "epoch=0\n").ok());
   ASSERT_TRUE(jobs_->GetError("j", &error).ok());
   EXPECT_EQ(error, "");

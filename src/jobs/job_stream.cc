@@ -34,7 +34,7 @@ void JobStream::MarkRequested(uint64_t position) {
   slot.state = State::kRequested;
 }
 
-bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample) {
+bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample, Tier tier) {
   if (!running_ || epoch != epoch_ || position < window_start_ ||
       position >= window_start_ + slots_.size()) {
     return false;
@@ -47,6 +47,7 @@ bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sam
   } else {
     slot.state = State::kReady;
     slot.sample = sample;
+    slot.tier = tier;
     if (position < window_end()) ready_.push_back(position);
   }
   return true;
@@ -55,7 +56,7 @@ bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sam
 std::optional<JobStream::Ready> JobStream::PeekReady() const {
   if (ready_.empty()) return std::nullopt;
   const Slot& slot = slots_[ready_.front() - window_start_];
-  return Ready{ready_.front(), slot.id, slot.sample};
+  return Ready{ready_.front(), slot.id, slot.sample, slot.tier};
 }
 
 std::optional<JobStream::Ready> JobStream::TakeReady() {
@@ -63,7 +64,7 @@ std::optional<JobStream::Ready> JobStream::TakeReady() {
   const uint64_t position = ready_.front();
   ready_.pop_front();
   Slot& slot = At(position);
-  Ready ready{position, slot.id, std::move(slot.sample)};
+  Ready ready{position, slot.id, std::move(slot.sample), slot.tier};
   ++delivered_;
   ++delivered_total_;
   MarkDone(position);

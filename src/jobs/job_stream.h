@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "cache/sample_cache.h"
 #include "catalog/catalog.h"
 #include "loader/decoded_sample.h"
 
@@ -37,6 +38,7 @@ class JobStream {
     uint64_t position = 0;
     SampleId id = 0;
     SamplePtr sample;
+    Tier tier = Tier::kRam;  // where its base image came from
   };
 
   // Starts the next epoch. REQUIRES: !running().
@@ -53,8 +55,9 @@ class JobStream {
   // A load the owner requested for `epoch` finished. A stale answer (an
   // earlier epoch, a position already done or given back) returns false and
   // changes nothing. A null sample means the image is bad: the position is
-  // skipped (done), and Skipped() counts it.
-  bool OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample);
+  // skipped (done), and Skipped() counts it. `tier`: where the sample's base
+  // image came from, handed on with it (Ready).
+  bool OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample, Tier tier = Tier::kRam);
 
   // The next ready sample of the current window, if any.
   std::optional<Ready> PeekReady() const;
@@ -88,7 +91,8 @@ class JobStream {
   struct Slot {
     SampleId id = 0;
     State state = State::kPlanned;
-    SamplePtr sample;  // while kReady
+    SamplePtr sample;        // while kReady
+    Tier tier = Tier::kRam;  // while kReady
   };
 
   uint64_t window_end() const;

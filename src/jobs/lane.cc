@@ -27,7 +27,29 @@ uint64_t SubsetKey(const Roaring& subset) {
   return key | 1;
 }
 
+// A delivery of a sample whose base image came from `tier`, in both scopes.
+void CountDelivery(Lane* lane, Tier tier) {
+  for (StreamCounts* counts : {&lane->epoch_counts, &lane->total_counts}) {
+    ++counts->delivered;
+    switch (tier) {
+      case Tier::kRam: ++counts->ram_hits; break;
+      case Tier::kDisk: ++counts->disk_hits; break;
+      case Tier::kDecode: ++counts->decodes; break;
+    }
+  }
+}
+
 }  // namespace
+
+StreamCounts& StreamCounts::operator+=(const StreamCounts& other) {
+  delivered += other.delivered;
+  skipped += other.skipped;
+  ram_hits += other.ram_hits;
+  disk_hits += other.disk_hits;
+  decodes += other.decodes;
+  stall_seconds += other.stall_seconds;
+  return *this;
+}
 
 Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
   if (MayUseJob(uid, owner)) return Status::Ok();
@@ -78,7 +100,7 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
     }
   }
   by_serial_.erase(lane->serial);
-  return lane->delivered_earlier + (lane->stream ? lane->stream->delivered_total() : 0);
+  return lane->total_counts.delivered;
 }
 
 void Lanes::Wake(Lane* lane, Actions* actions) {
@@ -136,7 +158,9 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       h.reserved = next->sample->record_box;
       if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
       bytes += h.record_bytes();
-      r->pending.Push(lane->stream->TakeReady()->sample, h);
+      const JobStream::Ready ready = *lane->stream->TakeReady();
+      r->pending.Push(ready.sample, h);
+      CountDelivery(lane, ready.tier);
       // Charged before AfterDone gives back the pick's charge: the owner's
       // unread bytes never dip below what it holds.
       NoteQueued(*r, static_cast<int64_t>(h.record_bytes()), actions);
@@ -314,6 +338,8 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
     lane->group->StartEpoch(lane->handle);
   }
   lane->stream->StartEpoch(ids.cardinality());
+  lane->epoch_counts = {};
+  lane->stalled_before_epoch = LaneStall(*lane, std::chrono::steady_clock::now());
   // Under the lock, so that no hand-out of this epoch is written before it.
   if (store_) store_->StartEpoch(job->name, lane->index, epoch, skip);
   if (job->ranked()) {
@@ -390,7 +416,6 @@ void Lanes::Reset(Lane* lane, Actions* actions) {
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
   EndHold(lane, std::chrono::steady_clock::now());
-  if (lane->stream) lane->delivered_earlier += lane->stream->delivered_total();
   lane->stream.reset();
   lane->released = false;
   // Loads requested for the old stream must not land in the new one.
@@ -501,16 +526,13 @@ void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const S
   auto it = by_serial_.find(serial);
   if (it == by_serial_.end()) return;
   Lane* lane = it->second;
-  if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample)) return;
+  if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample, tier)) return;
   lane->group->Landed(lane->handle);  // the cache's figures count it now
-  if (sample) {
-    switch (tier) {
-      case Tier::kRam: ++lane->ram_hits; break;
-      case Tier::kDisk: ++lane->disk_hits; break;
-      case Tier::kDecode: ++lane->decodes; break;
-    }
+  if (!sample) {
+    ++lane->epoch_counts.skipped;
+    ++lane->total_counts.skipped;
+    AfterDone(lane, &actions);
   }
-  if (!sample) AfterDone(lane, &actions);  // skipped
   ServeWaiters(lane, &actions);
 }
 
@@ -552,7 +574,8 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
                    : job.subset.cardinality();
   st.subset_size = full;
   st.epoch = between && stream->epoch() > 0 ? stream->epoch() - 1 : lane.epoch();
-  st.delivered = stream && !lane.resume_epoch ? stream->delivered() : 0;
+  // A pending resume names an epoch not begun.
+  if (!lane.resume_epoch) st.this_epoch = lane.epoch_counts;
   if (lane.resume_epoch) {
     const Roaring* share = ElasticShare(job, lane, *lane.resume_epoch);
     const uint64_t ids = share ? share->cardinality() : full;
@@ -565,17 +588,16 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
   st.readers = lane.readers.size();
   st.running = lane.running();
   st.epochs_completed = stream ? stream->epochs_completed() : 0;
-  st.skipped = stream ? stream->skipped() : 0;
-  st.delivered_total = lane.delivered_earlier + (stream ? stream->delivered_total() : 0);
   st.size = job.spec.size;
   st.window = job.spec.window;
   st.shared_picks = lane.group ? lane.group->SharedPicks(lane.handle) : 0;
   st.owner = job.uid;
-  st.stall_seconds = Seconds(LaneStall(lane, std::chrono::steady_clock::now()));
-  st.samples_per_s = lane.rate.Rate(std::chrono::steady_clock::now());
-  st.ram_hits = lane.ram_hits;
-  st.disk_hits = lane.disk_hits;
-  st.decodes = lane.decodes;
+  const auto now = std::chrono::steady_clock::now();
+  const auto stall = LaneStall(lane, now);
+  st.total = lane.total_counts;
+  st.total.stall_seconds = Seconds(stall);
+  if (!lane.resume_epoch) st.this_epoch.stall_seconds = Seconds(stall - lane.stalled_before_epoch);
+  st.samples_per_s = lane.rate.Rate(now);
   return st;
 }
 

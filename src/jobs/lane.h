@@ -76,32 +76,42 @@ class Actions {
   std::vector<std::function<void()>> actions_;
 };
 
+// A stream's figures over one scope (docs/design.md 2.5): the epoch a
+// status names (`this_epoch`), or the stream's life in this daemon, across
+// epochs and resumes (`total`).
+struct StreamCounts {
+  uint64_t delivered = 0;
+  uint64_t skipped = 0;  // picks of samples that failed
+  // The delivered samples by where their base image came from: the RAM
+  // tier (ready, or already loading for another pick), or a load their
+  // pick started that read the disk tier or decoded. They add up to
+  // `delivered`: a pick never delivered (its reader gone) counts in none.
+  uint64_t ram_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t decodes = 0;
+  // How long its readers' reads waited for data, reads still waiting
+  // included.
+  double stall_seconds = 0;
+
+  StreamCounts& operator+=(const StreamCounts& other);
+};
+
 // A job's `status` file. Between epochs it describes the epoch that ended.
 struct JobStatus {
   uint64_t epoch = 0;
-  uint64_t delivered = 0;  // this epoch
   uint64_t remaining = 0;  // this epoch
   uint64_t subset_size = 0;
   uint64_t readers = 0;
   bool running = false;
   uint64_t epochs_completed = 0;
-  uint64_t skipped = 0;  // this epoch
-  uint64_t delivered_total = 0;
   uint32_t size = 0;
   uint32_t window = 0;
   uint64_t shared_picks = 0;
   uint32_t owner = 0;
-  // Where the job's time goes (docs/design.md 2.5). Kept across epochs and
-  // resumes. `stall_seconds`: how long its readers' reads waited for data,
-  // counting reads still waiting; `samples_per_s`: RateWindow::Rate.
-  double stall_seconds = 0;
+  StreamCounts this_epoch;
+  StreamCounts total;
+  // RateWindow::Rate of its deliveries.
   double samples_per_s = 0;
-  // Its picks by where their base image came from: the RAM tier (ready or
-  // already loading for another pick), or a load the pick started that
-  // read the disk tier or decoded. Failed samples count in none.
-  uint64_t ram_hits = 0;
-  uint64_t disk_hits = 0;
-  uint64_t decodes = 0;
   // "<file>: <reason>" of the latest rejected write to spec, ids or resume,
   // until a good write to that file; empty when none.
   std::string error;
@@ -205,16 +215,17 @@ struct Lane {
   // ids of it already consumed (or handed out before the restart).
   std::optional<uint64_t> resume_epoch;
   Roaring resume_skip;
-  bool resume_written = false;     // by the resume file, not a restart
-  uint64_t delivered_earlier = 0;  // by streams a resume replaced
+  bool resume_written = false;  // by the resume file, not a restart
 
   // Where its time goes (JobStatus): waits of answered reads, the recent
-  // rate and the tiers of its picks.
+  // rate, and its counts (stall_seconds left 0: LaneStall() less
+  // stalled_before_epoch gives the epoch's) over its life and since its
+  // epoch began.
   std::chrono::steady_clock::duration stalled{};
+  std::chrono::steady_clock::duration stalled_before_epoch{};
   RateWindow rate;
-  uint64_t ram_hits = 0;
-  uint64_t disk_hits = 0;
-  uint64_t decodes = 0;
+  StreamCounts total_counts;
+  StreamCounts epoch_counts;
 
   bool running() const { return stream && stream->running(); }
   // The epoch the stream is in, or begins at its next read.

@@ -2,6 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "fs/render.h"
@@ -35,24 +40,96 @@ TEST(RenderMetrics, EscapesLabelsAndListsRanks) {
   stats.delivered = 7;
   stats.stall_seconds = 1.5;
   JobStatus plain;
-  plain.stall_seconds = 0.25;
-  plain.delivered_total = 3;
+  plain.total.stall_seconds = 0.25;
+  plain.total.delivered = 3;
   JobStatus ranked;
   ranked.ranks.resize(2);
-  ranked.ranks[1].decodes = 4;
+  ranked.ranks[1].total.decodes = 4;
   stats.jobs.emplace_back("a\"b\\c\nd", plain);
   stats.jobs.emplace_back("r", ranked);
-  const std::string text = RenderMetrics(stats);
-  EXPECT_NE(text.find("# TYPE joaderfs_delivered_total counter\njoaderfs_delivered_total 7\n"),
+  const std::string text = RenderMetrics(stats, "/mnt/x\"y");
+  EXPECT_NE(text.find("# TYPE joaderfs_delivered_total counter\n"
+                      "joaderfs_delivered_total{mount=\"/mnt/x\\\"y\"} 7\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("joaderfs_stall_seconds_total 1.5\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("joaderfs_job_stall_seconds_total{job=\"a\\\"b\\\\c\\nd\"} 0.25\n"),
+  EXPECT_NE(text.find("joaderfs_stall_seconds_total{mount=\"/mnt/x\\\"y\"} 1.5\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("joaderfs_job_decodes_total{job=\"r\",rank=\"1\"} 4\n"), std::string::npos)
+  EXPECT_NE(
+      text.find("joaderfs_job_stall_seconds_total{mount=\"/mnt/x\\\"y\",job=\"a\\\"b\\\\c\\nd\"}"
+                " 0.25\n"),
+      std::string::npos)
       << text;
-  EXPECT_EQ(text.find("{job=\"r\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("joaderfs_job_decodes_total{mount=\"/mnt/x\\\"y\",job=\"r\",rank=\"1\"} 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("job=\"r\"}"), std::string::npos) << text;
+}
+
+// Every number of /stats, mount-wide and per job, has its /metrics series
+// (the one whose HELP names its key) with the same value, and no series
+// names a key /stats lacks.
+TEST(RenderMetrics, HasASeriesForEveryStatsFigure) {
+  MountStats stats;
+  // Distinct values, so that a series showing another figure is caught.
+  stats.cache.decoded = 11;
+  stats.cache.hits = 12;
+  stats.cache.misses = 13;
+  stats.cache.failed = 14;
+  stats.cache.retries = 15;
+  stats.cache.healed = 16;
+  stats.disk.hits = 17;
+  stats.decode_busy_seconds = 2.5;
+  stats.decode_busy_fraction = 0.75;
+  stats.scan_skips.revisits = 18;
+  stats.shard_skips.damaged = 19;
+  stats.planner.coupled_picks = 20;
+  JobStatus job;
+  job.epoch = 2;
+  job.this_epoch.delivered = 21;
+  job.this_epoch.ram_hits = 22;
+  job.total.delivered = 23;
+  job.total.decodes = 24;
+  job.total.stall_seconds = 0.5;
+  stats.jobs.emplace_back("j", job);
+  const nlohmann::json json = nlohmann::json::parse(RenderStats(stats));
+  std::map<std::string, std::string> figures;  // /stats key -> its value as written
+  const nlohmann::json flat = json.flatten();
+  for (const auto& [key, value] : flat.items()) {
+    if (value.is_number()) figures[key] = value.dump();
+  }
+  const std::string text = RenderMetrics(stats, "/m");
+  std::map<std::string, std::string> series;  // metric name -> /stats keys it shows
+  std::map<std::string, std::string> values;  // metric name -> the value of its series
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("# HELP ")) {
+      const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      const size_t at = line.find("(/stats ");
+      ASSERT_NE(at, std::string::npos) << line;
+      series[name] = line.substr(at + 8, line.find_first_of(";)", at) - at - 8);
+    } else if (!line.starts_with("#")) {
+      values[line.substr(0, line.find('{'))] = line.substr(line.rfind(' ') + 1);
+    }
+  }
+  std::set<std::string> shown;
+  for (const auto& [name, keys] : series) {
+    std::istringstream names(keys);
+    for (std::string key; names >> key;) {
+      if (key == "=") continue;
+      const std::string path =
+          "/" + std::regex_replace(std::regex_replace(key, std::regex("ID"), "j"),
+                                   std::regex("\\."), "/");
+      ASSERT_TRUE(figures.count(path)) << name << " names " << key << ", which /stats lacks";
+      EXPECT_EQ(values[name], figures[path]) << name << " vs /stats " << key;
+      shown.insert(path);
+    }
+  }
+  for (const auto& [key, value] : figures) EXPECT_TRUE(shown.count(key)) << key << " has no series";
+  EXPECT_EQ(figures["/decode_busy_seconds"], "2.5");
+  EXPECT_EQ(figures["/jobs/j/total/decodes"], "24");
+  EXPECT_EQ(figures["/jobs/j/decodes"], "24");    // the older name of total.decodes
+  EXPECT_EQ(figures["/jobs/j/delivered"], "21");  // of this_epoch.delivered
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 namespace joaderfs {
 namespace {
 
+// The keys ParseJobSpec takes, for the hint after an unknown one.
+const std::vector<std::string_view> kSpecKeys = {"subset",    "size", "epochs", "window", "ranks",
+                                                 "drop_last", "crop", "flip",   "seed"};
+
 std::vector<std::string_view> Split(std::string_view s, std::string_view separators) {
   std::vector<std::string_view> parts;
   size_t i = 0;
@@ -227,7 +231,7 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
       }
       spec.augment.seed = *number;
     } else {
-      return Status::InvalidArgument("unknown key '" + key + "'");
+      return Status::InvalidArgument("unknown key '" + key + "'" + DidYouMean(key, kSpecKeys));
     }
   }
   *out = std::move(spec);
@@ -259,9 +263,10 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
   return ids;
 }
 
-Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out) {
+Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out, size_t first_line,
+                   std::string_view file) {
   Roaring ids;
-  size_t lineno = 0;
+  size_t lineno = first_line - 1;
   for (size_t i = 0; i < text.size();) {
     const size_t end = std::min(text.find('\n', i), text.size());
     std::string_view line = text.substr(i, end - i);
@@ -275,8 +280,9 @@ Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out) 
     } else if (auto found = catalog.FindRelpath(line)) {
       ids.add(*found);
     } else {
-      return Status::InvalidArgument("ids line " + std::to_string(lineno) + ": '" +
-                                     std::string(line) + "' is neither an id nor a relpath");
+      return Status::InvalidArgument(std::string(file) + ": line " + std::to_string(lineno) +
+                                     ": '" + std::string(line) +
+                                     "' is neither an id nor a relpath");
     }
   }
   *out = std::move(ids);

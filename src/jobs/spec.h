@@ -61,8 +61,10 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
 Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog);
 
 // Parses the `ids` file: one sample id or relative path per line (blank
-// lines ignored). Fails naming the first bad line.
-Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out);
+// lines ignored). Fails naming the first bad line as `<file>: line N`, the
+// first line of `text` being line `first_line` of that file.
+Status ParseIdList(std::string_view text, const Catalog& catalog, Roaring* out,
+                   size_t first_line = 1, std::string_view file = "ids");
 
 // The default `seed` of job `name` on a mount whose sampler seed is
 // `mount_seed`.

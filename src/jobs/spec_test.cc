@@ -1,5 +1,7 @@
 #include "jobs/spec.h"
 
+#include "jobs/resume_text.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -239,6 +241,16 @@ TEST_F(SpecTest, SyntaxErrors) {
   }
 }
 
+// A typo gets the mount options' hint (common/parse.h DidYouMean); a key
+// near none gets none.
+TEST_F(SpecTest, UnknownKeyNamesTheNearestKey) {
+  EXPECT_EQ(ParseStatus("epoch=2").message(), "unknown key 'epoch' (did you mean epochs?)");
+  EXPECT_EQ(ParseStatus("szie=32").message(), "unknown key 'szie' (did you mean size?)");
+  EXPECT_EQ(ParseStatus("droplast=1").message(),
+            "unknown key 'droplast' (did you mean drop_last?)");
+  EXPECT_EQ(ParseStatus("colour=red").message(), "unknown key 'colour'");
+}
+
 TEST_F(SpecTest, SeparatorsAreSpacesAndNewlines) {
   const JobSpec spec = Parse("  subset=classes:1\nsize=32   epochs=2\r\n\twindow=8\n\n");
   EXPECT_EQ(spec.subset.kind, SubsetSpec::Kind::kClasses);
@@ -342,6 +354,35 @@ TEST_F(SpecTest, ParseIdListNamesTheBadLine) {
   const Status s = ParseIdList("1\n2\nnot-a-sample\n3\n", *catalog_, &ids);
   ASSERT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(s.message().find("not-a-sample"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("ids: line 3: 'not-a-sample'"), 0u) << s.message();
+  // Counted from the first line of the file, which `text` need not start.
+  const Status later = ParseIdList("1\nbad\n", *catalog_, &ids, 7, "resume");
+  EXPECT_EQ(later.message().find("resume: line 8: 'bad'"), 0u) << later.message();
+}
+
+// Each line of a resume file is judged alone as it comes, counted across
+// the pieces it is given in.
+TEST_F(SpecTest, ResumeTextJudgesEachLineAlone) {
+  ResumeText t(*catalog_);
+  EXPECT_TRUE(t.Add("\nepoch=3\n", false).ok());
+  EXPECT_TRUE(t.Add("rank=1\n0\n", false).ok());
+  EXPECT_TRUE(t.Add("2", true).ok());
+  ASSERT_TRUE(t.Finish().ok());
+  EXPECT_EQ(t.epoch(), 3u);
+  EXPECT_EQ(t.rank(), 1u);
+  EXPECT_EQ(Ids(t.ids()), (std::vector<uint32_t>{0, 2}));
+
+  EXPECT_EQ(ResumeText(*catalog_).Add("hello world\n", false).message(),
+            "resume: line 1: expected epoch=E on the first line, got 'hello world'");
+  ResumeText late(*catalog_);
+  EXPECT_TRUE(late.Add("epoch=1\n1\n", false).ok());
+  EXPECT_EQ(late.Add("rank=2\n", false).message(),
+            "resume: line 3: 'rank=2' is neither an id nor a relpath");
+  EXPECT_EQ(ResumeText(*catalog_).Add("epoch=1\nrank=x\n", false).message(),
+            "resume: line 2: rank= expects a number, got 'rank=x'");
+  EXPECT_NE(ResumeText(*catalog_).Add("epoch=4294967296\n", false).message().find("32 bits"),
+            std::string::npos);
+  EXPECT_FALSE(ResumeText(*catalog_).Finish().ok());  // no epoch= line
 }
 
 TEST(JobNameTest, Valid) {

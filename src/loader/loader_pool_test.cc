@@ -128,6 +128,34 @@ TEST(LoaderPoolTest, BusySecondsGrowsWithWork) {
       << pool.busy_seconds();
 }
 
+// The busy share of the last seconds: every thread working (a task still
+// running counts) is near 1, an idle pool 0, one thread of two busy about
+// a half.
+TEST(LoaderPoolTest, BusyFractionTellsASaturatedPool) {
+  LoaderPool idle(2);
+  idle.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(idle.busy_fraction(), 0);
+
+  LoaderPool pool(2);
+  pool.Start();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  for (int i = 0; i < 2; ++i) pool.Submit([released] { released.wait(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_GT(pool.busy_fraction(), 0.9);  // both tasks still running
+  EXPECT_LE(pool.busy_fraction(), 1.0);
+  release.set_value();
+
+  LoaderPool half(2);
+  half.Start();
+  half.Submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(600)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // 0.6 s of 2 x 0.7 s or more (the sleep may overrun on a loaded machine).
+  EXPECT_GT(half.busy_fraction(), 0.2);
+  EXPECT_LT(half.busy_fraction(), 0.55);
+}
+
 TEST(LoaderPoolTest, DestructorDropsTasksNotStarted) {
   std::atomic<int> ran{0};
   {

@@ -180,6 +180,111 @@ class JobsTest(DatasetMixin, JoaderTestCase):
         self.assertErrno(errno.EBUSY, m.write_spec, "b", "size=48")
         self.assertEqual(m.read_spec("b").get("size"), "32")
 
+    def test_same_spec_and_ids_again_after_first_read(self):
+        """A training script run twice on its job writes the same spec and
+        ids after the first read: accepted, changing nothing. A spec or
+        subset that differs is refused with EBUSY and its reason, which
+        the client raises as RejectedWrite."""
+        import joaderfs
+        m = self.mount(self.source)
+        job = m.path("jobs", "rerun")
+        joaderfs.make_job(m.mnt, "rerun", {"size": 32, "epochs": 3})
+        joaderfs.write_ids(job, [0, 1, 2, 3])
+        fd = os.open(m.path("jobs", "rerun", "next"), os.O_RDONLY)
+        try:
+            self.assertEqual(harness.read_exact(fd, 64)[:4], b"JSF1")
+        finally:
+            os.close(fd)
+        shown = m.read_text("jobs", "rerun", "spec")
+        # The second run of the script.
+        joaderfs.make_job(m.mnt, "rerun", {"size": 32, "epochs": 3},
+                          exist_ok=True)
+        joaderfs.write_ids(job, [0, 1, 2, 3])
+        m.write_spec("rerun", "epochs=3\nsize=32\n")
+        m.write_file("rerun", "ids", "3\n2\n1\n0\n")
+        self.assertEqual(m.read_text("jobs", "rerun", "error"), "")
+        self.assertEqual(m.read_text("jobs", "rerun", "spec"), shown)
+        self.assertEqual(m.status("rerun")["subset_size"], 4)
+
+        with self.assertRaises(joaderfs.RejectedWrite) as cm:
+            joaderfs.write_spec(job, {"size": 48, "epochs": 3})
+        self.assertIn("spec is fixed", cm.exception.reason)
+        self.assertIn("differs", str(cm.exception))
+        self.assertIsInstance(cm.exception.__cause__, OSError)
+        self.assertEqual(cm.exception.__cause__.errno, errno.EBUSY)
+        with self.assertRaises(joaderfs.RejectedWrite) as cm:
+            joaderfs.write_ids(job, [0, 1])  # judged whole, at close
+        self.assertIn("subset is fixed", cm.exception.reason)
+        with self.assertRaises(joaderfs.RejectedWrite) as cm:
+            joaderfs.write_ids(job, [0, 9])  # 9 is refused by its write
+        self.assertIn("id 9 is not in it", cm.exception.reason)
+        self.assertErrno(errno.EBUSY, m.write_spec, "rerun", "size=48")
+        self.assertEqual(m.read_text("jobs", "rerun", "spec"), shown)
+        self.assertEqual(m.status("rerun")["subset_size"], 4)
+
+        # What the spec file shows, written back; a subset named by the
+        # spec must be the same one.
+        read_epoch(m.mkjob("plain", spec="subset=range:0-5 flip=0.5"))
+        m.write_spec("plain", m.read_text("jobs", "plain", "spec"))
+        m.write_spec("plain", "flip=0.5 subset=range:0-5")
+        self.assertErrno(errno.EBUSY, m.write_spec, "plain",
+                         "subset=range:0-6 flip=0.5")
+        self.assertErrno(errno.EBUSY, m.write_spec, "plain", "flip=0.5")
+
+    def test_shell_writes_name_the_line_and_fail_at_once(self):
+        """bash writes a line per write(): ids errors count lines from the
+        open, and a resume line that is bad on its own fails the write()
+        that completes it, so the shell's exit status tells."""
+        m = self.mount(self.source)
+        m.mkjob("sh")
+
+        def sh(command):
+            return subprocess.run(["bash", "-c", command],
+                                  cwd=m.path("jobs", "sh"),
+                                  capture_output=True, text=True)
+        r = sh("printf '1\\n2\\n3\\nabc\\n' > ids")
+        self.assertNotEqual(r.returncode, 0, r)
+        self.assertEqual(m.read_text("jobs", "sh", "error"),
+                         "ids: line 4: 'abc' is neither an id nor a relpath\n")
+
+        r = sh("printf 'hello world\\n' > resume")
+        self.assertNotEqual(r.returncode, 0, r)
+        self.assertIn("Invalid argument", r.stderr)
+        self.assertIn("resume: line 1: expected epoch=E on the first line, got 'hello world'",
+                      m.read_text("jobs", "sh", "error"))
+        r = sh("printf 'epoch=0\\nrank=x\\n' > resume")
+        self.assertNotEqual(r.returncode, 0, r)
+        self.assertIn("resume: line 2: rank= expects a number",
+                      m.read_text("jobs", "sh", "error"))
+        r = sh("printf 'epoch=0\\n1\\n2\\nnope\\n' > resume")
+        self.assertNotEqual(r.returncode, 0, r)
+        self.assertIn("resume: line 4: 'nope' is neither an id nor a relpath",
+                      m.read_text("jobs", "sh", "error"))
+        self.assertEqual(m.status("sh")["epoch"], 0)
+        # A line the handle would have to hold without end.
+        self.assertErrno(errno.EINVAL, m.write_file, "sh", "resume",
+                         "epoch=0\n" + "1" * 5000)
+        self.assertIn("longer than 4096 bytes",
+                      m.read_text("jobs", "sh", "error"))
+        # What needs the job is judged at close, where a shell does not
+        # look: the error file tells.
+        r = sh("printf 'epoch=0\\nrank=5\\n' > resume")
+        self.assertEqual(r.returncode, 0, r)
+        self.assertIn("has no rank 5", m.read_text("jobs", "sh", "error"))
+        r = sh("printf 'epoch=1\\n0\\n1\\n' > resume")
+        self.assertEqual(r.returncode, 0, r)
+        self.assertEqual(m.read_text("jobs", "sh", "error"), "")
+        self.assertEqual(m.status("sh")["epoch"], 1)
+
+    def test_job_status_takes_the_job_path(self):
+        import joaderfs
+        m = self.mount(self.source)
+        job = joaderfs.make_job(m.mnt, "st", {"subset": "range:0-4"})
+        by_path = joaderfs.job_status(job)
+        self.assertEqual(by_path["subset_size"], 5)
+        self.assertEqual(joaderfs.job_status(str(job))["subset_size"], 5)
+        self.assertEqual(joaderfs.job_status(m.mnt, "st"), by_path)
+
     # ----------------------------------------------------------- mkdir
 
     def test_job_id_rules(self):
@@ -379,6 +484,9 @@ print(json.dumps(out))
         self.assertNotIn("\0", text)
         for word in ("mkdir", "jobs", "next", "spec"):
             self.assertIn(word, text)
+        # What train.py gets, as README.md says: the job folder.
+        self.assertIn("python train.py --data jobs/myjob ", text)
+        self.assertNotIn("--data jobs/myjob/next", text)
 
     def test_readme_lists_every_spec_key(self):
         """/README names each key the spec takes (docs/design.md 2.3), and the

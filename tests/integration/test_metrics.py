@@ -4,6 +4,7 @@ and tier counts, and /metrics in Prometheus text format (docs/design.md 2.5).
 
 import os
 import re
+import threading
 import time
 import unittest
 
@@ -44,6 +45,33 @@ def parse_metrics(text: str) -> dict:
             assert key not in samples, "duplicate series %r" % (key,)
             samples[key] = float(value)
     return samples
+
+
+def stats_keys(text: str) -> dict:
+    """{/stats key: metric} from the HELP lines, which end naming the
+    /stats key(s) of their figure: "(/stats a.b)" or
+    "(/stats jobs.ID.x = jobs.ID.y; ...)"."""
+    named = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            m = re.search(r"\(/stats ([^;)]*)", line)
+            assert m, "HELP names no /stats key: " + line
+            for key in m.group(1).split(" = "):
+                assert key not in named, "two series for " + key
+                named[key] = name
+    return named
+
+
+def flatten(obj: dict, prefix: str = "") -> dict:
+    """The numbers of a JSON object, by dotted key."""
+    out = {}
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, prefix + key + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[prefix + key] = value
+    return out
 
 
 def timed_read_to_eof(path: str) -> float:
@@ -117,7 +145,51 @@ class MetricsTest(DatasetMixin, JoaderTestCase):
         self.assertAlmostEqual(stats["stall_seconds"], st["stall_seconds"], places=6)
         self.assertEqual(stats["jobs"]["hungry"]["stall_seconds"], st["stall_seconds"])
 
+    def test_busy_fraction_tells_a_saturated_decoder(self):
+        """decode_busy_fraction: near 1 while one decode thread is the
+        bound (a reader that does nothing else, full-resolution decodes),
+        near 0 for a slow reader of small images."""
+        src = os.path.join(self.tempdir(), "big")
+        rng = np.random.default_rng(4)
+        for k in range(16):
+            os.makedirs(os.path.join(src, "c%d" % (k % 2)), exist_ok=True)
+            pixels = rng.integers(0, 256, (1800, 2400, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(
+                os.path.join(src, "c%d" % (k % 2), "i%d.jpg" % k), quality=95)
+        m = self.mount(src, {"threads": "1", "base": "0", "size": "64",
+                             "ram_cache": "256M"})
+        m.mkjob("hungry")
+        done = threading.Event()
+        reader = threading.Thread(
+            target=lambda: (read_epoch(m.path("jobs", "hungry", "next")),
+                            done.set()))
+        reader.start()
+        try:
+            time.sleep(1.0)
+            busy = m.stats()["decode_busy_fraction"]
+            self.assertFalse(done.is_set(), "the epoch ended too soon to tell")
+        finally:
+            reader.join()
+        self.assertGreater(busy, 0.5)
+        self.assertLessEqual(busy, 1.0)
+
+        calm = self.mount(self.source)
+        calm.mkjob("slow", spec="window=1")
+        record = 64 + 64 * 64 * 3
+        fd = os.open(calm.path("jobs", "slow", "next"),
+                     os.O_RDONLY)
+        try:
+            while os.read(fd, record):
+                time.sleep(0.03)  # a training step
+        finally:
+            os.close(fd)
+        stats = calm.stats()
+        self.assertGreater(stats["decode_busy_seconds"], 0)
+        self.assertLess(stats["decode_busy_fraction"], 0.2, stats)
+
     def test_metrics_match_stats(self):
+        """Key by key: every number of /stats has the series whose HELP
+        names its key, labelled with the mount, showing the same value."""
         m = self.mount(self.source)
         m.mkjob("a")
         read_epoch(m.path("jobs", "a", "next"), readers=2)
@@ -126,39 +198,93 @@ class MetricsTest(DatasetMixin, JoaderTestCase):
         text = m.read_text("metrics")
         samples = parse_metrics(text)
         stats = m.stats()
-        mount = {"joaderfs_decoded_total": "decoded",
-                 "joaderfs_delivered_total": "delivered",
-                 "joaderfs_ram_hits_total": "ram_hits",
-                 "joaderfs_disk_hits_total": "disk_hits",
-                 "joaderfs_ram_bytes": "ram_bytes",
-                 "joaderfs_stall_seconds_total": "stall_seconds"}
-        for name, key in mount.items():
-            self.assertEqual(samples[(name, ())], stats[key], name)
-        self.assertIn(("joaderfs_samples_per_second", ()), samples)
-        per_job = {"joaderfs_job_stall_seconds_total": "stall_seconds",
-                   "joaderfs_job_delivered_total": "delivered_total",
-                   "joaderfs_job_ram_hits_total": "ram_hits",
-                   "joaderfs_job_disk_hits_total": "disk_hits",
-                   "joaderfs_job_decodes_total": "decodes"}
+        named = stats_keys(text)
+        mount = ("mount", m.mnt)
+        # Rates over the last 10 s may move between the two reads.
+        moving = ("samples_per_s", "decode_busy_fraction")
+        figures = flatten({k: v for k, v in stats.items() if k != "jobs"})
+        self.assertIn("decode_busy_seconds", figures)
+        for key, value in figures.items():
+            self.assertIn(key, named, "/stats %s has no series" % key)
+            got = samples[(named[key], (mount,))]
+            if key not in moving:
+                self.assertEqual(got, value, key)
         a = m.status("a")
         r = m.status("r")
-        for name, key in per_job.items():
-            self.assertEqual(samples[(name, (("job", "a"),))], a[key], name)
-            for rank in (0, 1):
-                self.assertEqual(
-                    samples[(name, (("job", "r"), ("rank", str(rank))))],
-                    r["ranks"][rank][key], name)
+        job_keys = {k[len("jobs.ID."):]: v for k, v in named.items()
+                    if k.startswith("jobs.ID.")}
+        for key, value in flatten(stats["jobs"]["a"]).items():
+            self.assertIn(key, job_keys, "/stats jobs.a.%s has no series" % key)
+            got = samples[(job_keys[key], (mount, ("job", "a")))]
+            if not key.endswith(moving):
+                self.assertEqual(got, value, key)
+        for rank in (0, 1):
+            for key, value in flatten(r["ranks"][rank]).items():
+                if key in job_keys and not key.endswith(moving):
+                    self.assertEqual(
+                        samples[(job_keys[key],
+                                 (mount, ("job", "r"), ("rank", str(rank))))],
+                        value, key)
+        for key in ("delivered", "ram_hits", "disk_hits", "decodes",
+                    "stall_seconds", "delivered_total"):
             # A ranked job's figures are its ranks' sums.
-            self.assertAlmostEqual(r[key], sum(x[key] for x in r["ranks"]), places=9)
-        self.assertNotIn(("joaderfs_job_delivered_total", (("job", "r"),)), samples)
+            self.assertAlmostEqual(r[key], sum(x[key] for x in r["ranks"]),
+                                   places=9)
+        self.assertNotIn(("joaderfs_job_delivered_total",
+                          (mount, ("job", "r"))), samples)
         self.assertEqual(a["delivered_total"], self.N)
         self.assertEqual(a["decodes"] + a["ram_hits"], self.N, a)
         self.assertEqual(stats["decoded"], a["decodes"] + r["decodes"])
         self.assertGreater(samples[("joaderfs_job_samples_per_second",
-                                    (("job", "r"), ("rank", "1")))], 0)
+                                    (mount, ("job", "r"), ("rank", "1")))], 0)
         self.assertEqual(samples[("joaderfs_job_samples_per_second",
-                                  (("job", "r"), ("rank", "0")))], 0)
+                                  (mount, ("job", "r"), ("rank", "0")))], 0)
         self.assertEqual(os.stat(m.path("metrics")).st_mode & 0o777, 0o444)
+
+    def test_scopes_add_up(self):
+        """Each job figure in two scopes: this_epoch restarts with each
+        epoch, total does not, and the tiers of the delivered samples add
+        up to delivered in both."""
+        m = self.mount(self.source)
+        m.mkjob("s", spec="epochs=2")
+        read_epoch(m.path("jobs", "s", "next"))
+        first = m.status("s")
+        read_epoch(m.path("jobs", "s", "next"))
+        st = m.status("s")
+        for scope in ("this_epoch", "total"):
+            c = st[scope]
+            self.assertEqual(c["ram_hits"] + c["disk_hits"] + c["decodes"],
+                             c["delivered"], (scope, st))
+        self.assertEqual(first["this_epoch"]["delivered"], self.N, first)
+        self.assertEqual(first["this_epoch"]["decodes"], self.N, first)
+        self.assertEqual(st["this_epoch"]["delivered"], self.N, st)
+        self.assertEqual(st["this_epoch"]["ram_hits"], self.N, st)
+        self.assertEqual(st["this_epoch"]["decodes"], 0, st)
+        self.assertEqual(st["total"]["delivered"], 2 * self.N, st)
+        self.assertEqual(st["total"]["decodes"], self.N, st)
+        # The older names: delivered is the epoch's, ram_hits the total.
+        self.assertEqual(st["delivered"], st["this_epoch"]["delivered"])
+        self.assertEqual(st["ram_hits"], st["total"]["ram_hits"])
+        self.assertEqual(m.stats()["jobs"]["s"]["total"], st["total"])
+
+    def test_hits_count_deliveries_not_picks(self):
+        """A reader that leaves mid-epoch: the samples planned for it and
+        never delivered count in no tier."""
+        m = self.mount(self.source)
+        m.mkjob("k", spec="window=8")
+        fd = os.open(m.path("jobs", "k", "next"), os.O_RDONLY)
+        try:
+            os.read(fd, 64 + 64 * 64 * 3)  # one record; more are planned
+            time.sleep(0.5)  # the planned samples load
+        finally:
+            os.close(fd)
+        st = m.status("k")
+        self.assertEqual(st["delivered_total"], 1, st)
+        self.assertEqual(st["ram_hits"] + st["disk_hits"] + st["decodes"], 1, st)
+        t = st["total"]
+        self.assertEqual(t["delivered"], 1, st)
+        self.assertEqual(t["ram_hits"] + t["disk_hits"] + t["decodes"], 1, st)
+        self.assertGreater(m.stats()["decoded"], 1)  # picks were loaded
 
     def test_parser_is_strict(self):
         good = "# HELP x_total h\n# TYPE x_total counter\nx_total{a=\"q\\\"\"} 1\n"

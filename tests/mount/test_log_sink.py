@@ -5,8 +5,8 @@ Daemonized without log=, the daemon logs to syslog. Where /dev/log cannot
 be reached (no syslog daemon: containers, minimal machines; this test hides
 it when there is one), the mount says so in one line on stderr before it
 detaches and logs to <cache_dir>/joaderfs.log instead, or, with
-cache_dir=none, to the default cache folder's joaderfs.log
-(/var/cache/joaderfs for root). Each case mounts, reads a record,
+cache_dir=none, to the default cache folder's joaderfs-<mountpoint>.log
+(/var/cache/joaderfs for root; one file per mount). Each case mounts, reads a record,
 unmounts, and finds the daemon's start, its warning and its unmount in that
 file.
 
@@ -30,6 +30,19 @@ from harness import doors
 SIZE = 64
 LAYOUT = {"ant": ["a0.jpg", "a1.jpg"], "bee": ["b0.jpg", "b1.jpg"]}
 DEV_LOG = "/dev/log"
+
+
+def mount_file_name(mountpoint: str) -> str:
+    """joaderfs(8): the mountpoint as the fallback log's name."""
+    out = []
+    for c in mountpoint.lstrip("/").encode():
+        if c == ord("/"):
+            out.append("-")
+        elif chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_."):
+            out.append(chr(c))
+        else:
+            out.append("%%%02X" % c)
+    return "".join(out) or "root"
 
 
 def mount_without_log(workdir: str, source: str, name: str,
@@ -108,9 +121,13 @@ def log_sink_scenario(workdir: str, source: str) -> Dict:
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/var/cache"],
                        check=True)
         hidden.append("/var/cache")
-        out["cache_dir_none"] = mount_without_log(
-            workdir, source, "with-cache-dir-none", "none",
-            "/var/cache/joaderfs/joaderfs.log")
+        # Two mounts with cache_dir=none: each logs to a file of its own.
+        for case, name in (("cache_dir_none", "with-cache-dir-none"),
+                           ("cache_dir_none_2", "with-cache-dir-none-2")):
+            mnt = os.path.join(workdir, name, "mnt")
+            out[case] = mount_without_log(
+                workdir, source, name, "none",
+                "/var/cache/joaderfs/joaderfs-%s.log" % mount_file_name(mnt))
         hidden.append("/dev")  # the tmpfs syslog_case puts there
         out["syslog"] = syslog_case(workdir, source)
         return out
@@ -182,6 +199,20 @@ class LogSinkTest(unittest.TestCase):
 
     def test_log_goes_to_the_default_cache_folder(self):
         self.check("cache_dir_none")
+
+    def test_each_mount_without_cache_dir_has_its_own_log(self):
+        self.check("cache_dir_none_2")
+        first = self.result["cache_dir_none"]
+        second = self.result["cache_dir_none_2"]
+        self.assertNotEqual(first["log_file"], second["log_file"])
+        self.assertTrue(second["log_file"].endswith(
+            "-with%2Dcache%2Ddir%2Dnone%2D2-mnt.log"), second["log_file"])
+        # Each daemon's lines (its start names its mountpoint) are in its
+        # own file only.
+        self.assertNotIn("with-cache-dir-none-2", first["log"])
+        self.assertIn("with-cache-dir-none-2", second["log"])
+        self.assertEqual(mount_file_name("/mnt/a-b"), "mnt-a%2Db")
+        self.assertEqual(mount_file_name("/mnt/a/b"), "mnt-a-b")
 
 
 if __name__ == "__main__":
