@@ -304,6 +304,9 @@ class Lanes {
   bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
   void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
   bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
+  // The epoch the lane would begin next is past its spec's `epochs` (or
+  // past what a record can number): a reader opened now gets EOF.
+  static bool EpochsOver(const Lane& lane);
   // The reader's pending read waits for data (Read found none at once).
   void BeginStall(Reader* reader) REQUIRES(mu);
   // Its pending read is answered (or given up): adds its wait, if any, to
@@ -324,6 +327,13 @@ class Lanes {
 
   // The lane's `status` (JobManager adds up a ranked job's).
   JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
+  // The samples the lane may still hand `reader` (docs/design.md 2.4
+  // "File semantics"), or a reader opened now if null: none once its epoch
+  // is over or the job's epochs are; else the rest of the epoch under way
+  // not yet handed out, or between epochs the whole of the epoch its next
+  // read begins (a resume's rest). Other readers and skipped samples may
+  // take some of them.
+  uint64_t Unhanded(const Lane& lane, const Reader* reader) const REQUIRES(mu);
 
   // Serves again the readers of lanes held by the drift bound: a peer
   // moved, went quiet, or their budget refilled. Called after hand-outs
