@@ -13,17 +13,23 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import unittest
+from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
+import harness
 import joaderfs
+from harness.records import REPEAT
 from test_frameworks import framework
-from test_mount import SIZE, MountedCase
+from test_mount import SIZE, MountedCase, unmount_cleanly
 
 tf = framework("tensorflow")
 jax = framework("jax")
@@ -370,6 +376,68 @@ class NativeReaderTest(MountedCase):
             labels_seen += labels.tolist()
         self.assertEqual(traces, [(25, SIZE, SIZE, 3)])
         self.assertEqual(sorted(labels_seen), sorted(self.labels.values()))
+
+
+class SkippedSampleTest(unittest.TestCase):
+    """A reader that sized the file reads its size even when a sample is
+    skipped: a lone reader's last record is repeated, flagged, in place of
+    the bad one; with several readers each gets EOF early."""
+
+    GOOD = 12
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        harness.require_binary()
+        folder = tempfile.mkdtemp(prefix="joaderfs-native-skip-")
+        cls.addClassCleanup(shutil.rmtree, folder, ignore_errors=True)
+        source = Path(folder) / "images"
+        (source / "a").mkdir(parents=True)
+        for i in range(cls.GOOD):
+            Image.new("RGB", (80, 60), (i * 20, 0, 0)).save(
+                source / "a" / f"{i:02d}.jpg")
+        (source / "a" / "99-bad.jpg").write_bytes(b"\xff\xd8 not a jpeg" * 8)
+        daemon = harness.Mount(
+            str(source), folder, {"cache_dir": "none", "size": str(SIZE)},
+            defaults={})
+        cls.addClassCleanup(daemon.cleanup)
+        daemon.start()
+        cls.addClassCleanup(unmount_cleanly, daemon)
+        cls.mount = Path(daemon.mnt)
+
+    def check(self, records, repeats: int) -> None:
+        ids = [r[0] for r in records]
+        flags = np.array([f for _, _, _, f in records])
+        self.assertEqual(sorted(i for i, f in zip(ids, flags) if not f & REPEAT),
+                         list(range(self.GOOD)))
+        self.assertEqual(int((flags & REPEAT != 0).sum()), repeats)
+
+    def fixed(self, data: bytes) -> list[tuple]:
+        array = np.frombuffer(data, RECORD_DTYPE)
+        return [(int(h["id"]), int(h["label"]), int(h["epoch"]),
+                 int(h["flags"])) for h in array["header"]]
+
+    def test_lone_reader_reads_the_size(self) -> None:
+        job = joaderfs.make_job(self.mount, "lone")
+        size = os.stat(job / "next").st_size
+        self.assertEqual(size, (self.GOOD + 1) * RECORD)
+        data = np.fromfile(job / "next", np.uint8).tobytes()
+        self.assertEqual(len(data), size)
+        self.check(self.fixed(data), 1)
+        self.assertEqual(joaderfs.job_status(self.mount, "lone")["skipped"], 1)
+        if tf is not None:  # and TensorFlow's sized readers end cleanly
+            data = tf.io.read_file(str(job / "next")).numpy()
+            self.check(self.fixed(data), 1)
+            self.check(self.fixed(b"".join(
+                r.numpy() for r in tf.data.FixedLengthRecordDataset(
+                    str(job / "next"), RECORD))), 1)
+
+    def test_several_readers_end_early(self) -> None:
+        job = joaderfs.make_job(self.mount, "several")
+        with open(job / "next", "rb", buffering=0) as a, \
+                open(job / "next", "rb") as b:
+            first = a.read(RECORD)  # one record: the rest is b's
+            data = first + b.read() + a.read()
+        self.check(self.fixed(data), 0)
 
 
 if __name__ == "__main__":

@@ -467,6 +467,8 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   reader->lane = lane;
   reader->owner = job->uid;
   reader->epoch = lane->epoch();
+  // What its file's size promised a reader that sized it just before.
+  if (job->spec.record_bytes()) reader->promised = lanes_.Unhanded(*lane, nullptr);
   lane->readers.insert(reader.get());
   *id = reader->id;
   reader_uids_[reader->id] = uid;
@@ -512,7 +514,7 @@ std::optional<uint64_t> JobManager::ReaderUnread(ReaderId id) const {
   const Reader& r = *it->second;
   const std::optional<uint64_t> record = r.lane->job->spec.record_bytes();
   if (!record) return std::nullopt;
-  return r.pending.unread_bytes() + *record * lanes_.Unhanded(*r.lane, &r);
+  return r.pending.unread_bytes() + *record * lanes_.ReaderRecordsLeft(r);
 }
 
 void JobManager::CloseReader(ReaderId id) {

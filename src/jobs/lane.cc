@@ -109,6 +109,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
     return true;
   }
+  if (r->pending.empty() && ReaderAtEof(r)) PadToPromise(r, actions);
   if (r->pending.empty()) {
     if (ReaderAtEof(r)) {
       EndStall(r);
@@ -142,7 +143,10 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       const uint64_t record_bytes = frame->bytes(h.payload_bytes());
       if (bytes > 0 && bytes + record_bytes > r->max_bytes) break;
       bytes += record_bytes;
-      r->pending.Push(lane->stream->TakeReady()->sample, std::move(frame));
+      r->last_sample = lane->stream->TakeReady()->sample;
+      r->last_header = h;
+      ++r->received;
+      r->pending.Push(r->last_sample, std::move(frame));
       // Charged before AfterDone gives back the pick's charge: the owner's
       // unread bytes never dip below what it holds.
       NoteQueued(*r, static_cast<int64_t>(record_bytes), actions);
@@ -153,6 +157,9 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       AfterDone(lane, actions);
     }
     if (r->pending.empty()) return false;
+    for (Reader* other : lane->readers) {
+      if (other != r && other->epoch == r->epoch) other->alone = false;
+    }
     EndHold(lane, now);
     // Its peers held by the drift bound may go on now.
     if (!held_.empty()) {
@@ -536,6 +543,28 @@ void Lanes::AfterDone(Lane* lane, Actions* actions) {
     return;
   }
   Plan(lane->group, actions);
+}
+
+void Lanes::PadToPromise(Reader* r, Actions* actions) {
+  if (!r->alone || !r->last_sample || r->received >= r->promised) return;
+  RecordHeader h = r->last_header;
+  h.flags |= kRecordRepeat;
+  auto frame = std::make_shared<const RecordFrame>(
+      FrameRecord(RecordFormat::kPlain, h, r->last_sample->pixels.get(), false));
+  const uint64_t missing = r->promised - r->received;
+  spdlog::debug("job {}: reader {} pads epoch {} with {} repeated records (skipped samples)",
+                r->lane->job->name, r->id, r->epoch, missing);
+  for (uint64_t i = 0; i < missing; ++i) {
+    r->pending.Push(r->last_sample, frame);
+    NoteQueued(*r, static_cast<int64_t>(frame->bytes(h.payload_bytes())), actions);
+  }
+  r->received = r->promised;
+}
+
+uint64_t Lanes::ReaderRecordsLeft(const Reader& r) const {
+  const uint64_t unhanded = Unhanded(*r.lane, &r);
+  return r.alone && r.promised > r.received ? std::max(unhanded, r.promised - r.received)
+                                            : unhanded;
 }
 
 bool Lanes::ReaderAtEof(const Reader* r) const {

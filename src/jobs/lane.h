@@ -257,6 +257,16 @@ struct Reader {
   uint64_t token = 0;
   size_t max_bytes = 0;
   ReadReply reply;
+  // A reader of records of one size may have sized the file first (docs/
+  // design.md 2.4 "File semantics"): the records the size promised when it
+  // opened, those handed to it since, whether it has been the only reader
+  // handed records of its epoch, and its latest record, repeated at its
+  // end in place of samples skipped (Lanes::PadToPromise).
+  uint64_t promised = 0;
+  uint64_t received = 0;
+  bool alone = true;
+  SamplePtr last_sample;
+  RecordHeader last_header;
 };
 
 // Thread-safe through `mu`; see the top of this file.
@@ -304,6 +314,9 @@ class Lanes {
   bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
   void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
   bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
+  // The records `reader` may still read: its unread bytes aside, what the
+  // lane may hand it, or what pads it to its promise if it is alone.
+  uint64_t ReaderRecordsLeft(const Reader& reader) const REQUIRES(mu);
   // The epoch the lane would begin next is past its spec's `epochs` (or
   // past what a record can number): a reader opened now gets EOF.
   static bool EpochsOver(const Lane& lane);
@@ -396,6 +409,10 @@ class Lanes {
   // The lane's reads are answered: what it waited while held comes out of
   // its hold budget.
   void EndHold(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
+  // At the end of the epoch of a reader that has been alone in it and was
+  // promised more records than it got (samples were skipped): queues its
+  // latest record again, flagged kRecordRepeat, once per missing record.
+  void PadToPromise(Reader* reader, Actions* actions) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,

@@ -17,6 +17,12 @@ namespace joaderfs {
 // Specs and resume writes are held to it (docs/design.md 2.4).
 inline constexpr uint64_t kMaxRecordEpoch = 0xffffffffu;
 
+// A flag of the header beside loader/augment.h's: the record repeats the
+// reader's previous one, in place of a skipped sample, so that a reader
+// that sized the file reads the bytes it was told (docs/design.md 2.4
+// "File semantics").
+inline constexpr uint32_t kRecordRepeat = 1u << 2;
+
 inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kRecordAlignment = 64;
 inline constexpr uint32_t kDtypeUint8 = 1;
