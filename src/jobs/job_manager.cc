@@ -467,8 +467,6 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   reader->lane = lane;
   reader->owner = job->uid;
   reader->epoch = lane->epoch();
-  // What its file's size promised a reader that sized it just before.
-  if (job->spec.record_bytes()) reader->promised = lanes_.Unhanded(*lane, nullptr);
   lane->readers.insert(reader.get());
   *id = reader->id;
   reader_uids_[reader->id] = uid;

@@ -109,7 +109,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
     return true;
   }
-  if (r->pending.empty() && ReaderAtEof(r)) PadToPromise(r, actions);
+  if (r->pending.empty() && ReaderAtEof(r)) PadSkipped(r, actions);
   if (r->pending.empty()) {
     if (ReaderAtEof(r)) {
       EndStall(r);
@@ -145,7 +145,6 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       bytes += record_bytes;
       r->last_sample = lane->stream->TakeReady()->sample;
       r->last_header = h;
-      ++r->received;
       r->pending.Push(r->last_sample, std::move(frame));
       // Charged before AfterDone gives back the pick's charge: the owner's
       // unread bytes never dip below what it holds.
@@ -523,7 +522,12 @@ void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const S
       case Tier::kDecode: ++lane->decodes; break;
     }
   }
-  if (!sample) AfterDone(lane, &actions);  // skipped
+  if (!sample) {  // skipped
+    for (Reader* r : lane->readers) {
+      if (r->epoch == epoch) ++r->skipped;  // PadSkipped
+    }
+    AfterDone(lane, &actions);
+  }
   ServeWaiters(lane, &actions);
 }
 
@@ -545,26 +549,24 @@ void Lanes::AfterDone(Lane* lane, Actions* actions) {
   Plan(lane->group, actions);
 }
 
-void Lanes::PadToPromise(Reader* r, Actions* actions) {
-  if (!r->alone || !r->last_sample || r->received >= r->promised) return;
+void Lanes::PadSkipped(Reader* r, Actions* actions) {
+  if (!r->alone || !r->last_sample || r->skipped == 0 || !r->lane->job->spec.record_bytes()) {
+    return;
+  }
   RecordHeader h = r->last_header;
   h.flags |= kRecordRepeat;
   auto frame = std::make_shared<const RecordFrame>(
       FrameRecord(RecordFormat::kPlain, h, r->last_sample->pixels.get(), false));
-  const uint64_t missing = r->promised - r->received;
   spdlog::debug("job {}: reader {} pads epoch {} with {} repeated records (skipped samples)",
-                r->lane->job->name, r->id, r->epoch, missing);
-  for (uint64_t i = 0; i < missing; ++i) {
+                r->lane->job->name, r->id, r->epoch, r->skipped);
+  for (; r->skipped > 0; --r->skipped) {
     r->pending.Push(r->last_sample, frame);
     NoteQueued(*r, static_cast<int64_t>(frame->bytes(h.payload_bytes())), actions);
   }
-  r->received = r->promised;
 }
 
 uint64_t Lanes::ReaderRecordsLeft(const Reader& r) const {
-  const uint64_t unhanded = Unhanded(*r.lane, &r);
-  return r.alone && r.promised > r.received ? std::max(unhanded, r.promised - r.received)
-                                            : unhanded;
+  return Unhanded(*r.lane, &r) + (r.alone && r.last_sample ? r.skipped : 0);
 }
 
 bool Lanes::ReaderAtEof(const Reader* r) const {

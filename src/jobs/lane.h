@@ -258,12 +258,11 @@ struct Reader {
   size_t max_bytes = 0;
   ReadReply reply;
   // A reader of records of one size may have sized the file first (docs/
-  // design.md 2.4 "File semantics"): the records the size promised when it
-  // opened, those handed to it since, whether it has been the only reader
-  // handed records of its epoch, and its latest record, repeated at its
-  // end in place of samples skipped (Lanes::PadToPromise).
-  uint64_t promised = 0;
-  uint64_t received = 0;
+  // design.md 2.4 "File semantics"): the samples of its epoch skipped since
+  // it opened, whether it has been the only reader handed records of its
+  // epoch, and its latest record, repeated at its end in place of the
+  // skipped samples (Lanes::PadSkipped).
+  uint64_t skipped = 0;
   bool alone = true;
   SamplePtr last_sample;
   RecordHeader last_header;
@@ -314,8 +313,8 @@ class Lanes {
   bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
   void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
   bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
-  // The records `reader` may still read: its unread bytes aside, what the
-  // lane may hand it, or what pads it to its promise if it is alone.
+  // The records `reader` may still read besides its unread bytes: what the
+  // lane may hand it, and the repeats PadSkipped() will give it.
   uint64_t ReaderRecordsLeft(const Reader& reader) const REQUIRES(mu);
   // The epoch the lane would begin next is past its spec's `epochs` (or
   // past what a record can number): a reader opened now gets EOF.
@@ -409,10 +408,11 @@ class Lanes {
   // The lane's reads are answered: what it waited while held comes out of
   // its hold budget.
   void EndHold(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
-  // At the end of the epoch of a reader that has been alone in it and was
-  // promised more records than it got (samples were skipped): queues its
-  // latest record again, flagged kRecordRepeat, once per missing record.
-  void PadToPromise(Reader* reader, Actions* actions) REQUIRES(mu);
+  // At the end of the epoch of a reader of fixed-size records that has
+  // been alone in it: queues its latest record again, flagged
+  // kRecordRepeat, once per sample skipped since it opened, so that it
+  // reads the size its file showed.
+  void PadSkipped(Reader* reader, Actions* actions) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
