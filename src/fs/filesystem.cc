@@ -273,8 +273,8 @@ bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
   // read one epoch.
   st->st_mode = KindOf(node)->mode;
   if (node == Node::kNext || node == Node::kRankNext) {
-    const std::optional<uint64_t> size = jobs_->StreamSize(
-        job, node == Node::kRankNext ? std::optional(rank) : std::nullopt);
+    const std::optional<uint64_t> size =
+        jobs_->StreamSize(job, node == Node::kRankNext ? std::optional(rank) : std::nullopt);
     st->st_size = static_cast<off_t>(size.value_or(0));
   }
   st->st_nlink = S_ISDIR(st->st_mode) ? 2 : 1;

@@ -200,8 +200,7 @@ class JobManager {
   // for a reader opened now: the bytes of the samples it could be handed
   // (Lanes::Unhanded), where the job's records have one size; else nothing
   // (and for a job or stream that does not exist).
-  std::optional<uint64_t> StreamSize(const std::string& name,
-                                     std::optional<uint32_t> rank) const;
+  std::optional<uint64_t> StreamSize(const std::string& name, std::optional<uint32_t> rank) const;
   // The same for an open reader: the bytes it has yet to read, its unread
   // records and what it may still be handed.
   std::optional<uint64_t> ReaderUnread(ReaderId reader) const;

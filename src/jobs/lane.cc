@@ -138,8 +138,8 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       const JobSpec& spec = lane->job->spec;
       // A TFRecord's checksum reads the pixels once (about 10 us for
       // 224 x 224 x 3 with SSE4.2), here under the lock.
-      auto frame = std::make_shared<const RecordFrame>(FrameRecord(
-          spec.format, h, next->sample->pixels.get(), spec.augment.flip > 0));
+      auto frame = std::make_shared<const RecordFrame>(
+          FrameRecord(spec.format, h, next->sample->pixels.get(), spec.augment.flip > 0));
       const uint64_t record_bytes = frame->bytes(h.payload_bytes());
       if (bytes > 0 && bytes + record_bytes > r->max_bytes) break;
       bytes += record_bytes;

@@ -105,8 +105,7 @@ RecordFrame FrameTfRecord(const RecordHeader& h, const uint8_t* pixels, bool fli
   if (h.flags & kRecordCropBox) {
     PutInt64Entry(&features, "image/crop/x", static_cast<int64_t>(h.reserved & 0xffff));
     PutInt64Entry(&features, "image/crop/y", static_cast<int64_t>((h.reserved >> 16) & 0xffff));
-    PutInt64Entry(&features, "image/crop/width",
-                  static_cast<int64_t>((h.reserved >> 32) & 0xffff));
+    PutInt64Entry(&features, "image/crop/width", static_cast<int64_t>((h.reserved >> 32) & 0xffff));
     PutInt64Entry(&features, "image/crop/height", static_cast<int64_t>(h.reserved >> 48));
   }
   if (flip_feature) PutInt64Entry(&features, "image/flipped", (h.flags & kRecordFlipped) ? 1 : 0);
