@@ -352,6 +352,21 @@ class NativeReaderTest(MountedCase):
                           status["delivered_total"]),
                          (1, 0, 2 * len(self.labels)))
 
+    @unittest.skipIf(tf is None, "tensorflow is not installed")
+    def test_tf_dataset_takes_the_native_path(self) -> None:
+        job = self.make_job("tf_dataset_native", {"format": "tfrecord"})
+        handed = []
+        dataset = joaderfs.tf_dataset(
+            job, 32, on_batch=lambda b: handed.append((b.ids, b.labels)))
+        labels = []
+        for images, batch_labels in dataset:
+            self.assertEqual(tuple(images.shape[1:]), (SIZE, SIZE, 3))
+            labels += batch_labels.numpy().tolist()
+        ids = [i for batch_ids, _ in handed for i in batch_ids.tolist()]
+        self.check_epoch(ids, labels)
+        self.assertEqual([len(i) for i, _ in handed],
+                         [32] * 4 + [len(self.labels) - 4 * 32])
+
     @unittest.skipIf(tf is None or jax is None,
                      "tensorflow or jax is not installed")
     def test_jax_jitted_step_on_the_native_pipeline(self) -> None:
