@@ -196,6 +196,7 @@ class NativeReaderTest(MountedCase):
         # samples are divided between them and each gets EOF early, cleanly.
         job = self.make_job("two")
         size = os.stat(job / "next").st_size
+        self.assertEqual(size, len(self.labels) * RECORD)
         a = open(job / "next", "rb")
         b = open(job / "next", "rb")
         with a, b:
