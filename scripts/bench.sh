@@ -13,7 +13,8 @@
 # tests/harness); the micro ones are programs of the build
 # (bench/CMakeLists.txt). A command that needs an ImageFolder and is given no
 # --data (no SOURCE for sample-cost) gets a generated one of 200 images in
-# 10 classes, cached under build/bench-data.
+# 10 classes (512 for tf), cached under build/bench-data. tf runs in the test
+# venv ($JOADERFS_TEST_VENV, default .venv-test), which has TensorFlow.
 #
 # scenarios [--quick] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
 #   joaderfs against the PyTorch DataLoader: the JOADER paper's evaluation
