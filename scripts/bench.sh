@@ -13,7 +13,8 @@
 # tests/harness); the micro ones are programs of the build
 # (bench/CMakeLists.txt). A command that needs an ImageFolder and is given no
 # --data (no SOURCE for sample-cost) gets a generated one of 200 images in
-# 10 classes, cached under build/bench-data.
+# 10 classes (512 for tf), cached under build/bench-data. tf runs in the test
+# venv ($JOADERFS_TEST_VENV, default .venv-test), which has TensorFlow.
 #
 # scenarios [--quick] [--out DIR] [DATASET] [-- DRIVER-OPTIONS]
 #   joaderfs against the PyTorch DataLoader: the JOADER paper's evaluation
@@ -51,6 +52,7 @@ commands=(
   "tiers|python bench.tiers.tier_costs|the cache tiers: a disk hit costs a fraction of a decode, a second epoch from RAM is faster, FUSE throughput of RAM hits"
   "job-store|python bench.tiers.job_store_cost|what keeping jobs across restarts (the job store's writes) costs each read reply"
   "client-cost|python bench.client.client_cost|the Python client's CPU per sample of RAM hits: raw reads, per-sample and batch paths"
+  "tf|python bench.client.tf_native|TensorFlow pipelines, 1 and 4 jobs: the native TFRecordDataset pipeline vs tf_dataset vs tf.data decoding the JPEGs itself (CPU per sample, daemon included)"
   "train|python bench.client.train|end-to-end ResNet-18 training of concurrent jobs through joaderfs vs DataLoaders (GPU when present)"
   "parity|python bench.parity.convergence|training on joaderfs's random crops and flips converges like torchvision's own augmentation"
   "planner|micro joaderfs-planner-bench|the dependent planner's insert time, planning rate and memory against issue 3's targets"
@@ -144,6 +146,11 @@ case $how in
   python\ *)
     module=${how#python }
     need_built joaderfs
+    if [[ $command == tf ]]; then
+      # TensorFlow lives in the test venv (scripts/setup.sh makes it).
+      python=${JOADERFS_TEST_VENV:-$repo/.venv-test}/bin/python
+      [[ -x $python ]] || { echo "bench.sh: no $python (scripts/setup.sh makes it)" >&2; exit 1; }
+    fi
     if ! "$python" -c 'import PIL, numpy' 2>/dev/null; then
       echo "bench.sh: $python lacks PIL/numpy (scripts/setup.sh installs them)" >&2
       exit 1
@@ -151,13 +158,18 @@ case $how in
     extra=()
     case $command in
       tiers) has_arg --bin "$@" || extra+=(--bin "$build/joaderfs") ;;
-      client-cost|train|drift) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
+      client-cost|train|drift|tf) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
     esac
     case $command in
       tiers|client-cost|train)
         if ! has_arg --data "$@" && ! has_arg --help "$@"; then
           need_built joaderfs-gendata
           extra+=(--data "$(dataset 200 10)")
+        fi ;;
+      tf)  # 4 batches of 128 an epoch: a few minutes on 2 cores
+        if ! has_arg --data "$@" && ! has_arg --help "$@"; then
+          need_built joaderfs-gendata
+          extra+=(--data "$(dataset 512 10)")
         fi ;;
     esac
     if [[ $command == drift ]] && ! has_arg --data "$@"; then

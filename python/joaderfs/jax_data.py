@@ -1,6 +1,45 @@
 """A job's batches on a JAX device, the next ones already on their way.
 
-JAX::
+Where TensorFlow is installed, a job made with ``format=tfrecord`` feeds a
+jitted step with no joaderfs import and no Python call per sample:
+TensorFlow's TFRecord reader reads and parses in its own threads
+(joaderfs.tf_data), and ``as_numpy_iterator`` hands the batches over::
+
+    import jax
+    import jax.numpy as jnp
+    import tensorflow as tf
+
+    with open(f"{job}/spec", "w") as f:  # before the job's first read
+        f.write(f"format=tfrecord size={size}")
+
+    def parse(serialized):
+        example = tf.io.parse_single_example(serialized, {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)})
+        image = tf.io.decode_raw(example["image/encoded"], tf.uint8)
+        return tf.reshape(image, [size, size, 3]), example["image/class/label"]
+
+    @jax.jit
+    def train_step(params, images, labels):  # images: [B, H, W, 3] uint8
+        def loss(params):
+            x = images.astype(jnp.float32).mean(axis=(1, 2)) / 255.0
+            logits = x @ params["w"] + params["b"]
+            return -jnp.mean(jnp.take_along_axis(
+                jax.nn.log_softmax(logits), labels[:, None], axis=1))
+        grads = jax.grad(loss)(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+    params = {"w": jnp.zeros((3, classes)), "b": jnp.zeros(classes)}
+    for epoch in range(epochs):  # each pass opens next: one job epoch
+        dataset = (tf.data.TFRecordDataset(f"{job}/next")
+                   .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+                   .batch(30, drop_remainder=True)  # one shape: one compile
+                   .prefetch(tf.data.AUTOTUNE))
+        for images, labels in dataset.as_numpy_iterator():
+            params = train_step(params, images, labels)
+
+Without TensorFlow, ``jax_batches`` reads the plain stream, one Python call
+per batch::
 
     import jax
     import jax.numpy as jnp

@@ -22,16 +22,16 @@ std::array<uint32_t, 256> MakeTable() {
   return table;
 }
 
-uint32_t Crc32cTable(const uint8_t* p, size_t n) {
+uint32_t Crc32cTable(uint32_t start, const uint8_t* p, size_t n) {
   static const std::array<uint32_t, 256> table = MakeTable();
-  uint32_t crc = ~0u;
+  uint32_t crc = ~start;
   for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
   return ~crc;
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const uint8_t* p, size_t n) {
-  uint64_t crc = ~0u;
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t start, const uint8_t* p, size_t n) {
+  uint64_t crc = ~start;
   for (; n >= 8; p += 8, n -= 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);
@@ -45,13 +45,15 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const uint8_t* p, size_t 
 
 }  // namespace
 
-uint32_t Crc32c(const void* data, size_t n) {
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
 #if defined(__x86_64__)
   static const bool sse42 = __builtin_cpu_supports("sse4.2");
-  if (sse42) return Crc32cSse42(p, n);
+  if (sse42) return Crc32cSse42(crc, p, n);
 #endif
-  return Crc32cTable(p, n);
+  return Crc32cTable(crc, p, n);
 }
+
+uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
 }  // namespace joaderfs

@@ -11,6 +11,9 @@
 namespace joaderfs {
 
 uint32_t Crc32c(const void* data, size_t n);
+// The CRC-32C of the bytes that gave `crc`, followed by `data`:
+// Crc32cExtend(Crc32c(a, n), b, m) is the CRC-32C of a then b.
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 
 }  // namespace joaderfs
 

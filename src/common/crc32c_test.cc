@@ -30,5 +30,15 @@ TEST(Crc32c, AnyLengthAndAlignment) {
   EXPECT_NE(Crc32c("abc", 3), Crc32c("abd", 3));
 }
 
+TEST(Crc32c, ExtendEqualsOnePass) {
+  // TFRecord framing checksums a record's head, then its pixels.
+  const std::string data = "123456789 and some more bytes past one word";
+  for (size_t cut = 0; cut <= data.size(); ++cut) {
+    EXPECT_EQ(Crc32cExtend(Crc32c(data.data(), cut), data.data() + cut, data.size() - cut),
+              Crc32c(data.data(), data.size()))
+        << cut;
+  }
+}
+
 }  // namespace
 }  // namespace joaderfs

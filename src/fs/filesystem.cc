@@ -3,9 +3,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/parse.h"
@@ -120,6 +123,9 @@ struct Filesystem::OpenFile {
   std::string content;                   // rendered files
   std::unique_ptr<ControlFile> control;  // spec, ids, resume
   JobManager::ReaderId reader = 0;       // next, next.R
+  // The reader's position: the bytes it has read. Its one valid offset
+  // (docs/design.md 2.4 "File semantics"); shared with replies in flight.
+  std::shared_ptr<std::atomic<uint64_t>> position = std::make_shared<std::atomic<uint64_t>>(0);
   const std::string& data() const { return control ? control->content() : content; }
 };
 
@@ -127,7 +133,7 @@ struct Filesystem::OpenFile {
 struct Ops {
   static Filesystem* Fs(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
   static void Lookup(fuse_req_t r, fuse_ino_t p, const char* n) { Fs(r)->Lookup(r, p, n); }
-  static void Getattr(fuse_req_t r, fuse_ino_t i, fuse_file_info*) { Fs(r)->Getattr(r, i); }
+  static void Getattr(fuse_req_t r, fuse_ino_t i, fuse_file_info* f) { Fs(r)->Getattr(r, i, f); }
   static void Setattr(fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info*) {
     Fs(r)->Setattr(r, i, a, s);
   }
@@ -255,15 +261,24 @@ Filesystem::Node Filesystem::Resolve(fuse_ino_t ino, std::string* job, uint32_t*
 
 bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
   std::string job;
-  const Node node = Resolve(ino, &job);
+  uint32_t rank = 0;
+  const Node node = Resolve(ino, &job, &rank);
   if (node == Node::kNone) return false;
   *st = {};
   st->st_ino = ino;
   st->st_uid = uid_;
   st->st_gid = gid_;
   st->st_atim = st->st_mtim = st->st_ctim = mount_time_;
-  // Rendered and stream files report size 0; they are read with direct_io.
+  // Rendered files report size 0; all are read with direct_io. A stream
+  // reports the bytes a reader opened now could read, where its records have
+  // one size, so that readers that size a file first (TensorFlow's, numpy's)
+  // read one epoch.
   st->st_mode = KindOf(node)->mode;
+  if (node == Node::kNext || node == Node::kRankNext) {
+    const std::optional<uint64_t> size =
+        jobs_->StreamSize(job, node == Node::kRankNext ? std::optional(rank) : std::nullopt);
+    st->st_size = static_cast<off_t>(size.value_or(0));
+  }
   st->st_nlink = S_ISDIR(st->st_mode) ? 2 : 1;
   st->st_blksize = 1 << 20;
   if (!job.empty()) {
@@ -314,11 +329,16 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   fuse_reply_entry(req, &e);
 }
 
-void Filesystem::Getattr(fuse_req_t req, fuse_ino_t ino) {
+void Filesystem::Getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   struct stat st;
   if (!Attr(ino, &st)) {
     fuse_reply_err(req, ENOENT);
     return;
+  }
+  if (const auto* file = fi ? reinterpret_cast<const OpenFile*>(fi->fh) : nullptr;
+      file && file->reader) {
+    const std::optional<uint64_t> unread = jobs_->ReaderUnread(file->reader);
+    st.st_size = unread ? static_cast<off_t>(*file->position + *unread) : 0;
   }
   fuse_reply_attr(req, &st, 0);
 }
@@ -352,7 +372,7 @@ void Filesystem::Setattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_se
       return;
     }
   }
-  Getattr(req, ino);
+  Getattr(req, ino, nullptr);
 }
 
 void Filesystem::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
@@ -467,7 +487,6 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
             ? Status::Permission("next is read-only")
             : jobs_->OpenReader(file->job, uid, &file->reader,
                                 file->node == Node::kRankNext ? std::optional(rank) : std::nullopt);
-    fi->nonseekable = 1;
   } else if (writing) {
     s = Status::Permission("read-only file");
   } else {
@@ -517,17 +536,29 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_f
     fuse_reply_buf(req, data.data() + from, std::min(size, data.size() - from));
     return;
   }
+  // A stream is read in order: a read or pread anywhere but at the
+  // reader's position would re-read or skip, so it fails and takes nothing.
+  if (static_cast<uint64_t>(off) != *file->position) {
+    fuse_reply_err(req, ESPIPE);
+    return;
+  }
   // Register for interrupts first: once Read() is called the reply may
   // come from another thread at any moment, after which `req` is gone.
   const uint64_t token = next_read_token_++;
   fuse_req_interrupt_func(req, Ops::Interrupted, PackInterrupt(file->reader, token));
-  jobs_->Read(file->reader, size, token, [req](const Status& s, std::span<const iovec> data) {
-    if (!s.ok()) {
-      fuse_reply_err(req, ToErrno(s));
-    } else {
-      fuse_reply_iov(req, data.data(), static_cast<int>(data.size()));
-    }
-  });
+  jobs_->Read(file->reader, size, token,
+              [req, position = file->position](const Status& s, std::span<const iovec> data) {
+                if (!s.ok()) {
+                  fuse_reply_err(req, ToErrno(s));
+                  return;
+                }
+                // Before the reply: the reader's next read comes at the new
+                // position.
+                uint64_t n = 0;
+                for (const iovec& v : data) n += v.iov_len;
+                *position += n;
+                fuse_reply_iov(req, data.data(), static_cast<int>(data.size()));
+              });
 }
 
 void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t,

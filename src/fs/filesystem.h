@@ -73,12 +73,16 @@ class Filesystem {
   // (and for kRankNext the rank, if `rank` is given).
   Node Resolve(fuse_ino_t ino, std::string* job, uint32_t* rank = nullptr) const;
   fuse_ino_t JobInode(const std::string& job);
+  // A stream file's size is what a reader opened now could read
+  // (JobManager::StreamSize), else 0.
   bool Attr(fuse_ino_t ino, struct stat* st) const;
   // Renders a read-only file's content when it is opened.
   Status Render(OpenFile* file) const;
 
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
-  void Getattr(fuse_req_t req, fuse_ino_t ino);
+  // With an open stream file (`fi`, as for lseek's SEEK_END), the size is
+  // that reader's position plus what it has yet to read.
+  void Getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void Setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set);
   void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
   void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name);

@@ -485,6 +485,28 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   return Status::Ok();
 }
 
+std::optional<uint64_t> JobManager::StreamSize(const std::string& name,
+                                               std::optional<uint32_t> rank) const {
+  MutexLock lock(lanes_.mu);
+  const Job* job = FindJob(name);
+  if (!job || job->ranked() != rank.has_value() || (rank && *rank >= job->lanes.size())) {
+    return std::nullopt;
+  }
+  const std::optional<uint64_t> record = job->spec.record_bytes();
+  if (!record) return std::nullopt;
+  return *record * lanes_.Unhanded(*job->lanes[rank.value_or(0)], nullptr);
+}
+
+std::optional<uint64_t> JobManager::ReaderUnread(ReaderId id) const {
+  MutexLock lock(lanes_.mu);
+  auto it = readers_.find(id);
+  if (it == readers_.end() || !it->second->lane) return std::nullopt;
+  const Reader& r = *it->second;
+  const std::optional<uint64_t> record = r.lane->job->spec.record_bytes();
+  if (!record) return std::nullopt;
+  return r.pending.unread_bytes() + *record * lanes_.ReaderRecordsLeft(r);
+}
+
 void JobManager::CloseReader(ReaderId id) {
   Actions actions;
   MutexLock lock(lanes_.mu);

@@ -207,6 +207,15 @@ class JobManager {
   // soon as it is issued if it has not reached Read() yet.
   void Interrupt(ReaderId reader, uint64_t token);
 
+  // The size the stream file shows (docs/design.md 2.4 "File semantics"),
+  // for a reader opened now: the bytes of the samples it could be handed
+  // (Lanes::Unhanded), where the job's records have one size; else nothing
+  // (and for a job or stream that does not exist).
+  std::optional<uint64_t> StreamSize(const std::string& name, std::optional<uint32_t> rank) const;
+  // The same for an open reader: the bytes it has yet to read, its unread
+  // records and what it may still be handed.
+  std::optional<uint64_t> ReaderUnread(ReaderId reader) const;
+
   Status GetJobStatus(const std::string& name, JobStatus* status) const;
   MountStats Stats() const;
 

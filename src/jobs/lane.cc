@@ -131,6 +131,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
     return true;
   }
+  if (r->pending.empty() && ReaderAtEof(r)) PadSkipped(r, actions);
   if (r->pending.empty()) {
     if (ReaderAtEof(r)) {
       EndStall(r);
@@ -156,14 +157,22 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       h.channels = next->sample->channels;
       h.flags = next->sample->record_flags;
       h.reserved = next->sample->record_box;
-      if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
-      bytes += h.record_bytes();
+      const JobSpec& spec = lane->job->spec;
+      // A TFRecord's checksum reads the pixels once (about 10 us for
+      // 224 x 224 x 3 with SSE4.2), here under the lock.
+      auto frame = std::make_shared<const RecordFrame>(
+          FrameRecord(spec.format, h, next->sample->pixels.get(), spec.augment.flip > 0));
+      const uint64_t record_bytes = frame->bytes(h.payload_bytes());
+      if (bytes > 0 && bytes + record_bytes > r->max_bytes) break;
+      bytes += record_bytes;
       const JobStream::Ready ready = *lane->stream->TakeReady();
-      r->pending.Push(ready.sample, h);
       CountDelivery(lane, ready.tier);
+      r->last_sample = ready.sample;
+      r->last_header = h;
+      r->pending.Push(r->last_sample, std::move(frame));
       // Charged before AfterDone gives back the pick's charge: the owner's
       // unread bytes never dip below what it holds.
-      NoteQueued(*r, static_cast<int64_t>(h.record_bytes()), actions);
+      NoteQueued(*r, static_cast<int64_t>(record_bytes), actions);
       handed.push_back(next->id);
       ++delivered_;
       lane->rate.Add(now);
@@ -171,6 +180,9 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       AfterDone(lane, actions);
     }
     if (r->pending.empty()) return false;
+    for (Reader* other : lane->readers) {
+      if (other != r && other->epoch == r->epoch) other->alone = false;
+    }
     EndHold(lane, now);
     // Its peers held by the drift bound may go on now.
     if (!held_.empty()) {
@@ -531,6 +543,9 @@ void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const S
   if (!sample) {
     ++lane->epoch_counts.skipped;
     ++lane->total_counts.skipped;
+    for (Reader* r : lane->readers) {
+      if (r->epoch == epoch) ++r->skipped;  // PadSkipped
+    }
     AfterDone(lane, &actions);
   }
   ServeWaiters(lane, &actions);
@@ -554,14 +569,50 @@ void Lanes::AfterDone(Lane* lane, Actions* actions) {
   Plan(lane->group, actions);
 }
 
+void Lanes::PadSkipped(Reader* r, Actions* actions) {
+  if (!r->alone || !r->last_sample || r->skipped == 0 || !r->lane->job->spec.record_bytes()) {
+    return;
+  }
+  RecordHeader h = r->last_header;
+  h.flags |= kRecordRepeat;
+  auto frame = std::make_shared<const RecordFrame>(
+      FrameRecord(RecordFormat::kPlain, h, r->last_sample->pixels.get(), false));
+  spdlog::debug("job {}: reader {} pads epoch {} with {} repeated records (skipped samples)",
+                r->lane->job->name, r->id, r->epoch, r->skipped);
+  for (; r->skipped > 0; --r->skipped) {
+    r->pending.Push(r->last_sample, frame);
+    NoteQueued(*r, static_cast<int64_t>(frame->bytes(h.payload_bytes())), actions);
+  }
+}
+
+uint64_t Lanes::ReaderRecordsLeft(const Reader& r) const {
+  return Unhanded(*r.lane, &r) + (r.alone && r.last_sample ? r.skipped : 0);
+}
+
 bool Lanes::ReaderAtEof(const Reader* r) const {
   const Lane* lane = r->lane;
   if (r->epoch < lane->epoch()) return true;  // its epoch is over
-  if (lane->running()) return false;
+  return !lane->running() && EpochsOver(*lane);
+}
+
+bool Lanes::EpochsOver(const Lane& lane) {
   // No record could name the epoch after the last.
-  if (lane->epoch() > kMaxRecordEpoch) return true;
-  const uint64_t epochs = lane->job->spec.epochs;
-  return epochs != 0 && lane->epoch() >= epochs;
+  if (lane.epoch() > kMaxRecordEpoch) return true;
+  const uint64_t epochs = lane.job->spec.epochs;
+  return epochs != 0 && lane.epoch() >= epochs;
+}
+
+uint64_t Lanes::Unhanded(const Lane& lane, const Reader* r) const {
+  if (r ? ReaderAtEof(r) : !lane.running() && EpochsOver(lane)) return 0;
+  const Job& job = *lane.job;
+  if (lane.running()) return lane.stream->epoch_size() - lane.stream->done();
+  const uint64_t full =
+      job.ranked() ? RankShardSize(job.subset.cardinality(), job.spec.ranks, job.spec.drop_last)
+                   : job.subset.cardinality();
+  if (!lane.resume_epoch) return full;
+  const Roaring* share = ElasticShare(job, lane, *lane.resume_epoch);
+  const uint64_t ids = share ? share->cardinality() : full;
+  return ids - std::min<uint64_t>(ids, lane.resume_skip.cardinality());
 }
 
 JobStatus Lanes::StatusOf(const Lane& lane) const {

@@ -268,6 +268,15 @@ struct Reader {
   uint64_t token = 0;
   size_t max_bytes = 0;
   ReadReply reply;
+  // A reader of records of one size may have sized the file first (docs/
+  // design.md 2.4 "File semantics"): the samples of its epoch skipped since
+  // it opened, whether it has been the only reader handed records of its
+  // epoch, and its latest record, repeated at its end in place of the
+  // skipped samples (Lanes::PadSkipped).
+  uint64_t skipped = 0;
+  bool alone = true;
+  SamplePtr last_sample;
+  RecordHeader last_header;
 };
 
 // Thread-safe through `mu`; see the top of this file.
@@ -315,6 +324,12 @@ class Lanes {
   bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
   void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
   bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
+  // The records `reader` may still read besides its unread bytes: what the
+  // lane may hand it, and the repeats PadSkipped() will give it.
+  uint64_t ReaderRecordsLeft(const Reader& reader) const REQUIRES(mu);
+  // The epoch the lane would begin next is past its spec's `epochs` (or
+  // past what a record can number): a reader opened now gets EOF.
+  static bool EpochsOver(const Lane& lane);
   // The reader's pending read waits for data (Read found none at once).
   void BeginStall(Reader* reader) REQUIRES(mu);
   // Its pending read is answered (or given up): adds its wait, if any, to
@@ -335,6 +350,13 @@ class Lanes {
 
   // The lane's `status` (JobManager adds up a ranked job's).
   JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
+  // The samples the lane may still hand `reader` (docs/design.md 2.4
+  // "File semantics"), or a reader opened now if null: none once its epoch
+  // is over or the job's epochs are; else the rest of the epoch under way
+  // not yet handed out, or between epochs the whole of the epoch its next
+  // read begins (a resume's rest). Other readers and skipped samples may
+  // take some of them.
+  uint64_t Unhanded(const Lane& lane, const Reader* reader) const REQUIRES(mu);
 
   // Serves again the readers of lanes held by the drift bound: a peer
   // moved, went quiet, or their budget refilled. Called after hand-outs
@@ -397,6 +419,11 @@ class Lanes {
   // The lane's reads are answered: what it waited while held comes out of
   // its hold budget.
   void EndHold(Lane* lane, std::chrono::steady_clock::time_point now) REQUIRES(mu);
+  // At the end of the epoch of a reader of fixed-size records that has
+  // been alone in it: queues its latest record again, flagged
+  // kRecordRepeat, once per sample skipped since it opened, so that it
+  // reads the size its file showed.
+  void PadSkipped(Reader* reader, Actions* actions) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,

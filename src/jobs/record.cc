@@ -1,6 +1,10 @@
 #include "jobs/record.h"
 
 #include <cstring>
+#include <string_view>
+
+#include "common/crc32c.h"
+#include "loader/augment.h"
 
 namespace joaderfs {
 namespace {
@@ -22,7 +26,128 @@ T Get(const uint8_t* at) {
 
 constexpr char kMagic[4] = {'J', 'S', 'F', '1'};
 
+// The protobuf wire format, as much of it as a tf.train.Example of ints and
+// one bytes value needs: written here rather than through a protobuf
+// library, which the daemon does not link (docs/design.md 2.4).
+constexpr uint8_t kTagField1Bytes = 0x0a;  // field 1, length-delimited
+constexpr uint8_t kTagField2Bytes = 0x12;  // field 2, length-delimited
+constexpr uint8_t kTagField3Bytes = 0x1a;  // field 3, length-delimited
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+void PutVarint(std::string* out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
+// A length-delimited field's tag and length; its `length` bytes follow.
+void PutDelimited(std::string* out, uint8_t tag, uint64_t length) {
+  out->push_back(static_cast<char>(tag));
+  PutVarint(out, length);
+}
+
+size_t DelimitedSize(uint64_t length) { return 1 + VarintSize(length) + length; }
+
+// One entry of Features' map<string, Feature>: key (1), value (2).
+void PutEntry(std::string* out, std::string_view key, const std::string& feature) {
+  PutDelimited(out, kTagField1Bytes, DelimitedSize(key.size()) + DelimitedSize(feature.size()));
+  PutDelimited(out, kTagField1Bytes, key.size());
+  out->append(key);
+  PutDelimited(out, kTagField2Bytes, feature.size());
+  out->append(feature);
+}
+
+// Feature{int64_list (3): Int64List{value (1), packed}} of one value;
+// negative values take ten bytes, as protobuf writes them.
+void PutInt64Entry(std::string* out, std::string_view key, int64_t value) {
+  const auto v = static_cast<uint64_t>(value);
+  std::string feature;
+  PutDelimited(&feature, kTagField3Bytes, DelimitedSize(VarintSize(v)));
+  PutDelimited(&feature, kTagField1Bytes, VarintSize(v));
+  PutVarint(&feature, v);
+  PutEntry(out, key, feature);
+}
+
+// Feature{bytes_list (1): BytesList{value (1)}} of one value.
+void PutBytesEntry(std::string* out, std::string_view key, std::string_view value) {
+  std::string feature;
+  PutDelimited(&feature, kTagField1Bytes, DelimitedSize(value.size()));
+  PutDelimited(&feature, kTagField1Bytes, value.size());
+  feature.append(value);
+  PutEntry(out, key, feature);
+}
+
+// TFRecord's checksum: the CRC-32C rotated and offset, so that a CRC of
+// data holding CRCs stays well mixed.
+uint32_t MaskedCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+void PutLe32(std::string* out, uint32_t v) {
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out->append(b, 4);
+}
+
+RecordFrame FrameTfRecord(const RecordHeader& h, const uint8_t* pixels, bool flip_feature) {
+  // Every feature but the pixels, then the pixels' entry last, so that the
+  // pixels end the Example and need no copy.
+  std::string features;
+  PutBytesEntry(&features, "image/format", "raw");
+  PutInt64Entry(&features, "image/height", h.height);
+  PutInt64Entry(&features, "image/width", h.width);
+  PutInt64Entry(&features, "image/channels", h.channels);
+  PutInt64Entry(&features, "image/class/label", h.label);
+  PutInt64Entry(&features, "image/id", static_cast<int64_t>(h.sample_id));
+  PutInt64Entry(&features, "image/epoch", h.epoch);
+  if (h.flags & kRecordCropBox) {
+    PutInt64Entry(&features, "image/crop/x", static_cast<int64_t>(h.reserved & 0xffff));
+    PutInt64Entry(&features, "image/crop/y", static_cast<int64_t>((h.reserved >> 16) & 0xffff));
+    PutInt64Entry(&features, "image/crop/width", static_cast<int64_t>((h.reserved >> 32) & 0xffff));
+    PutInt64Entry(&features, "image/crop/height", static_cast<int64_t>(h.reserved >> 48));
+  }
+  if (flip_feature) PutInt64Entry(&features, "image/flipped", (h.flags & kRecordFlipped) ? 1 : 0);
+  const uint64_t n = h.payload_bytes();
+  constexpr std::string_view kEncoded = "image/encoded";
+  const uint64_t bytes_list = DelimitedSize(n);
+  const uint64_t feature = DelimitedSize(bytes_list);
+  const uint64_t entry = DelimitedSize(kEncoded.size()) + DelimitedSize(feature);
+  PutDelimited(&features, kTagField1Bytes, entry);
+  PutDelimited(&features, kTagField1Bytes, kEncoded.size());
+  features.append(kEncoded);
+  PutDelimited(&features, kTagField2Bytes, feature);
+  PutDelimited(&features, kTagField1Bytes, bytes_list);
+  PutDelimited(&features, kTagField1Bytes, n);
+  // Example{features (1)}: the Features' length counts the pixels too.
+  const uint64_t features_length = features.size() + n;
+  std::string example;
+  PutDelimited(&example, kTagField1Bytes, features_length);
+  example += features;
+  const uint64_t length = example.size() + n;
+
+  RecordFrame frame;
+  char length_bytes[8];
+  std::memcpy(length_bytes, &length, 8);
+  frame.head.append(length_bytes, 8);
+  PutLe32(&frame.head, MaskedCrc(Crc32c(length_bytes, 8)));
+  frame.head += example;
+  PutLe32(&frame.tail, MaskedCrc(Crc32cExtend(Crc32c(example.data(), example.size()), pixels, n)));
+  return frame;
+}
+
 }  // namespace
+
+RecordFrame FrameRecord(RecordFormat format, const RecordHeader& h, const uint8_t* pixels,
+                        bool flip_feature) {
+  if (format == RecordFormat::kTfRecord) return FrameTfRecord(h, pixels, flip_feature);
+  RecordFrame frame;
+  const auto header = EncodeRecordHeader(h);
+  frame.head.assign(reinterpret_cast<const char*>(header.data()), header.size());
+  frame.tail.assign(h.record_bytes() - kRecordHeaderSize - h.payload_bytes(), '\0');
+  return frame;
+}
 
 std::array<uint8_t, kRecordHeaderSize> EncodeRecordHeader(const RecordHeader& h) {
   std::array<uint8_t, kRecordHeaderSize> b{};

@@ -1,6 +1,7 @@
 // Record v1 of the sample stream (docs/design.md 2.4, joaderfs-stream(5)): a
 // 64-byte little-endian header, the HWC uint8 payload, zero padding to a
-// multiple of 64 bytes.
+// multiple of 64 bytes. Or, for jobs with `format=tfrecord`, the same sample
+// as a TFRecord holding a tf.train.Example (FrameRecord below).
 
 #ifndef JOADERFS_JOBS_RECORD_H_
 #define JOADERFS_JOBS_RECORD_H_
@@ -8,12 +9,19 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace joaderfs {
 
 // The last epoch a record can name: its header's epoch field has 32 bits.
 // Specs and resume writes are held to it (docs/design.md 2.4).
 inline constexpr uint64_t kMaxRecordEpoch = 0xffffffffu;
+
+// A flag of the header beside loader/augment.h's: the record repeats the
+// reader's previous one, in place of a skipped sample, so that a reader
+// that sized the file reads the bytes it was told (docs/design.md 2.4
+// "File semantics").
+inline constexpr uint32_t kRecordRepeat = 1u << 2;
 
 inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kRecordAlignment = 64;
@@ -48,6 +56,33 @@ std::array<uint8_t, kRecordHeaderSize> EncodeRecordHeader(const RecordHeader& h)
 // Returns the header, or nothing when the bytes are not a v1 header (magic,
 // header size, dtype, or payload size disagree).
 std::optional<RecordHeader> DecodeRecordHeader(const uint8_t* bytes);
+
+// The framing of a job's records (spec key `format`).
+enum class RecordFormat : uint8_t {
+  kPlain,     // JSF1 records, above
+  kTfRecord,  // TFRecords of tf.train.Example (docs/design.md 2.4)
+};
+
+// The bytes of one record around its payload: `head`, the payload's pixels
+// (never copied), then `tail`. Immutable once made: queues and replies share
+// it.
+struct RecordFrame {
+  std::string head;
+  std::string tail;
+  uint64_t bytes(uint64_t payload) const { return head.size() + payload + tail.size(); }
+};
+
+// The frame of a record of `h` whose payload is `pixels` (h.payload_bytes()
+// of them; read only for kTfRecord's checksum). kPlain: the 64-byte header
+// and the zero padding. kTfRecord: the TFRecord length and its masked
+// CRC-32C, the Example's bytes up to its last field's pixels, and the
+// masked CRC-32C of the Example. The Example's features: image/encoded (the
+// pixels), image/format "raw", image/height, image/width, image/channels,
+// image/class/label, image/id, image/epoch; image/crop/{x,y,width,height}
+// where `h` holds a crop box; image/flipped (0 or 1) where `flip_feature`
+// (the job may flip).
+RecordFrame FrameRecord(RecordFormat format, const RecordHeader& h, const uint8_t* pixels,
+                        bool flip_feature);
 
 }  // namespace joaderfs
 

@@ -4,15 +4,17 @@
 #include <cassert>
 
 namespace joaderfs {
-namespace {
-
-const std::array<uint8_t, kRecordAlignment> kZeros{};
-
-}  // namespace
 
 void RecordQueue::Push(SamplePtr sample, const RecordHeader& header) {
-  pieces_.push_back({std::move(sample), EncodeRecordHeader(header), header.record_bytes(), 0});
-  held_bytes_ += header.record_bytes();
+  auto frame = std::make_shared<const RecordFrame>(
+      FrameRecord(RecordFormat::kPlain, header, sample->pixels.get(), false));
+  Push(std::move(sample), std::move(frame));
+}
+
+void RecordQueue::Push(SamplePtr sample, std::shared_ptr<const RecordFrame> frame) {
+  const uint64_t total = frame->bytes(sample->bytes());
+  pieces_.push_back({std::move(sample), std::move(frame), total, 0});
+  held_bytes_ += total;
 }
 
 std::shared_ptr<RecordQueue::Reply> RecordQueue::Take(uint64_t max_bytes) {
@@ -34,12 +36,14 @@ std::shared_ptr<RecordQueue::Reply> RecordQueue::Take(uint64_t max_bytes) {
 }
 
 void RecordQueue::Append(const Piece& piece, uint64_t from, uint64_t n, Reply* reply) {
+  const std::string& head = piece.frame->head;
+  const std::string& tail = piece.frame->tail;
   const uint64_t payload = piece.sample->bytes();
-  const uint64_t header_end = kRecordHeaderSize, payload_end = kRecordHeaderSize + payload;
+  const uint64_t header_end = head.size(), payload_end = header_end + payload;
   const uint64_t to = from + n;
+  if (from < header_end || to > payload_end) reply->frames.push_back(piece.frame);
   if (from < header_end) {
-    reply->headers.push_back(piece.header);
-    reply->iov.push_back({reply->headers.back().data() + from, std::min(to, header_end) - from});
+    reply->iov.push_back({const_cast<char*>(head.data()) + from, std::min(to, header_end) - from});
   }
   if (to > header_end && from < payload_end) {
     const uint64_t a = std::max(from, header_end), b = std::min(to, payload_end);
@@ -48,7 +52,7 @@ void RecordQueue::Append(const Piece& piece, uint64_t from, uint64_t n, Reply* r
   }
   if (to > payload_end) {
     const uint64_t a = std::max(from, payload_end);
-    reply->iov.push_back({const_cast<uint8_t*>(kZeros.data()), to - a});
+    reply->iov.push_back({const_cast<char*>(tail.data()) + (a - payload_end), to - a});
   }
 }
 

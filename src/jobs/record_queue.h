@@ -2,9 +2,9 @@
 // read, and the framing of replies: a read may stop anywhere inside a
 // record and the next read continues it.
 //
-// A reply is a list of iovecs over the queue's headers, the samples' pixels
-// (never copied) and a shared block of zero padding; the Reply keeps all of
-// them alive until it is sent.
+// A reply is a list of iovecs over the records' frames (header and padding,
+// or a TFRecord's framing; jobs/record.h RecordFrame) and the samples'
+// pixels (never copied); the Reply keeps all of them alive until it is sent.
 //
 // Not thread-safe: its owner serialises calls.
 
@@ -13,7 +13,6 @@
 
 #include <sys/uio.h>
 
-#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -29,17 +28,23 @@ class RecordQueue {
   // The bytes of one reply, alive as long as this object.
   struct Reply {
     std::vector<SamplePtr> samples;
-    std::deque<std::array<uint8_t, kRecordHeaderSize>> headers;
+    std::vector<std::shared_ptr<const RecordFrame>> frames;
     std::vector<iovec> iov;
   };
 
-  // Appends a whole record of `sample` under `header`.
+  // Appends a whole JSF1 record of `sample` under `header`.
   void Push(SamplePtr sample, const RecordHeader& header);
+  // Appends a whole record: `frame`'s head, the sample's pixels, its tail.
+  void Push(SamplePtr sample, std::shared_ptr<const RecordFrame> frame);
   bool empty() const { return pieces_.empty(); }
   size_t records() const { return pieces_.size(); }
   // Bytes of the records it holds, whole even when partly read: each keeps
   // its sample alive until its last byte is taken.
   uint64_t held_bytes() const { return held_bytes_; }
+  // Bytes not yet taken: held_bytes() less what was read of the front.
+  uint64_t unread_bytes() const {
+    return held_bytes_ - (pieces_.empty() ? 0 : pieces_.front().offset);
+  }
 
   // Moves up to `max_bytes` (> 0) of the queue's front into a reply.
   // REQUIRES: !empty().
@@ -48,8 +53,8 @@ class RecordQueue {
  private:
   struct Piece {
     SamplePtr sample;
-    std::array<uint8_t, kRecordHeaderSize> header;
-    uint64_t total = 0;   // header + payload + padding
+    std::shared_ptr<const RecordFrame> frame;
+    uint64_t total = 0;   // head + payload + tail
     uint64_t offset = 0;  // bytes already read
   };
   // Appends bytes [from, from + n) of `piece` to `reply`.

@@ -4,6 +4,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "loader/augment.h"
 
 namespace joaderfs {
 namespace {
@@ -189,6 +194,52 @@ TEST(RecordTest, RejectsPayloadMismatch) {
   bytes = EncodeRecordHeader(h);
   PutU32(bytes.data(), 40, 4);
   EXPECT_FALSE(DecodeRecordHeader(bytes.data()).has_value());
+}
+
+uint32_t Unmask(uint32_t masked) {
+  const uint32_t rotated = masked - 0xa282ead8u;
+  return (rotated >> 17) | (rotated << 15);
+}
+
+// The framing TensorFlow's record reader checks (python/tests/test_native.py
+// parses the Examples with TensorFlow itself).
+TEST(RecordTest, TfRecordFraming) {
+  RecordHeader h;
+  h.sample_id = 300;
+  h.label = -1;  // ten bytes as a varint
+  h.epoch = 2;
+  h.height = 2;
+  h.width = 3;
+  h.flags = kRecordFlipped | kRecordCropBox;
+  h.reserved = 1 | uint64_t{2} << 16 | uint64_t{30} << 32 | uint64_t{40} << 48;
+  std::vector<uint8_t> pixels(h.payload_bytes());
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 11);
+  const RecordFrame frame = FrameRecord(RecordFormat::kTfRecord, h, pixels.data(), true);
+  std::string record = frame.head + std::string(pixels.begin(), pixels.end()) + frame.tail;
+  ASSERT_EQ(record.size(), frame.bytes(pixels.size()));
+  const auto* b = reinterpret_cast<const uint8_t*>(record.data());
+  const uint64_t length = U64At(b, 0);
+  ASSERT_EQ(record.size(), 8 + 4 + length + 4);
+  EXPECT_EQ(Unmask(U32At(b, 8)), Crc32c(b, 8));
+  EXPECT_EQ(Unmask(U32At(b, 12 + length)), Crc32c(b + 12, length));
+  // The pixels end the Example, which names its features.
+  EXPECT_EQ(record.substr(12 + length - pixels.size(), pixels.size()),
+            std::string(pixels.begin(), pixels.end()));
+  for (const char* key : {"image/encoded", "image/format", "raw", "image/height", "image/width",
+                          "image/channels", "image/class/label", "image/id", "image/epoch",
+                          "image/crop/x", "image/crop/height", "image/flipped"}) {
+    EXPECT_NE(record.find(key), std::string::npos) << key;
+  }
+  // No crop box, no flip: no such features.
+  h.flags = 0;
+  const RecordFrame plain = FrameRecord(RecordFormat::kTfRecord, h, pixels.data(), false);
+  EXPECT_EQ(plain.head.find("image/crop"), std::string::npos);
+  EXPECT_EQ(plain.head.find("image/flipped"), std::string::npos);
+  // JSF1: the header and the zero padding.
+  const RecordFrame jsf1 = FrameRecord(RecordFormat::kPlain, h, pixels.data(), false);
+  EXPECT_EQ(jsf1.head.size(), kRecordHeaderSize);
+  EXPECT_EQ(jsf1.bytes(pixels.size()), h.record_bytes());
+  EXPECT_EQ(jsf1.tail, std::string(jsf1.tail.size(), '\0'));
 }
 
 }  // namespace

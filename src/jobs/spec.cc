@@ -155,6 +155,12 @@ uint64_t JobSeed(uint64_t mount_seed, std::string_view name) {
   return MixSeed(mount_seed, Fnv1a(kFnv1aBasis, name.data(), name.size()));
 }
 
+std::optional<uint64_t> JobSpec::record_bytes() const {
+  // A TFRecord's varints vary in length with its values.
+  if (format != RecordFormat::kPlain || size == 0) return std::nullopt;
+  return RecordHeader::RecordBytes(uint64_t{3} * size * size);
+}
+
 std::string JobSpec::ToString() const {
   // Unlimited epochs has no value to write: the key is left out, so that
   // what the file shows can be written back.
@@ -164,7 +170,7 @@ std::string JobSpec::ToString() const {
          "\nflip=" + ShortestDouble(augment.flip) + "\nseed=" + std::to_string(augment.seed) +
          (ranks ? "\nranks=" + std::to_string(ranks) + "\ndrop_last=" + (drop_last ? "1" : "0")
                 : "") +
-         "\n";
+         (format == RecordFormat::kTfRecord ? "\nformat=tfrecord" : "") + "\n";
 }
 
 Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,
@@ -214,6 +220,12 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
         return Status::InvalidArgument("drop_last=" + std::string(value) + ": expected 0 or 1");
       }
       spec.drop_last = value == "1";
+    } else if (key == "format") {
+      if (value != "plain" && value != "tfrecord") {
+        return Status::InvalidArgument("format=" + std::string(value) +
+                                       ": expected plain or tfrecord");
+      }
+      spec.format = value == "plain" ? RecordFormat::kPlain : RecordFormat::kTfRecord;
     } else if (key == "crop") {
       Status s = ParseCrop(value, &spec.augment);
       if (!s.ok()) return s;

@@ -6,6 +6,7 @@
 #define JOADERFS_JOBS_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "catalog/catalog.h"
 #include "common/status.h"
+#include "jobs/record.h"
 #include "loader/augment.h"
 
 namespace joaderfs {
@@ -37,9 +39,15 @@ struct JobSpec {
   // else files next.0 ... next.<ranks-1>.
   uint32_t ranks = 0;
   bool drop_last = false;
+  // How the stream frames its records: JSF1, or TFRecords (`format=`).
+  RecordFormat format = RecordFormat::kPlain;
   // crop, flip and seed. The daemon resolves the default seed when it makes
   // the job (JobSeed()), so the spec file always shows one.
   AugmentSpec augment;
+
+  // The bytes of each of its records where they all have one size (JSF1
+  // records of size N > 0), else nothing.
+  std::optional<uint64_t> record_bytes() const;
 
   // The spec as the `spec` file shows it: one key=value per line, which
   // parses back to the same spec (but for kIds subsets).

@@ -302,7 +302,7 @@ TEST_F(SpecTest, ToStringRoundTrips) {
   for (const char* text :
        {"subset=all", "subset=classes:0-1,3 size=32 epochs=2 window=8",
         "subset=classes:2 size=0 window=1", "subset=range:3-7 epochs=5 window=65536",
-        "subset=random:0.5:77 size=8192", "size=17"}) {
+        "subset=random:0.5:77 size=8192", "size=17", "size=17 format=tfrecord"}) {
     const JobSpec spec = Parse(text);
     // Parsed back over a base that differs in every field but epochs: the
     // file leaves out `epochs` when unlimited (there is no value to write),
@@ -322,8 +322,22 @@ TEST_F(SpecTest, ToStringRoundTrips) {
     EXPECT_EQ(back.size, spec.size) << text;
     EXPECT_EQ(back.epochs, spec.epochs) << text;
     EXPECT_EQ(back.window, spec.window) << text;
+    EXPECT_EQ(back.format, spec.format) << text;
     EXPECT_EQ(back.ToString(), spec.ToString()) << text;
   }
+}
+
+TEST_F(SpecTest, Format) {
+  EXPECT_EQ(Parse("size=8").format, RecordFormat::kPlain);
+  EXPECT_EQ(Parse("format=tfrecord").format, RecordFormat::kTfRecord);
+  EXPECT_EQ(Parse("format=plain").format, RecordFormat::kPlain);
+  // The default is not shown, as for an unlimited `epochs`.
+  EXPECT_EQ(Parse("size=8").ToString().find("format"), std::string::npos);
+  EXPECT_NE(Parse("format=tfrecord").ToString().find("\nformat=tfrecord\n"), std::string::npos);
+  JobSpec out;
+  const Status s = ParseJobSpec("format=tfrecords", *catalog_, JobSpec(), &out);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("format=tfrecords"), std::string::npos) << s.message();
 }
 
 TEST_F(SpecTest, ParseIdListIdsAndRelpaths) {

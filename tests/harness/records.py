@@ -172,8 +172,14 @@ def read_epoch(next_path, readers=1, timeout=EPOCH_TIMEOUT, chunk=1 << 20):
             # the connection, which ends the read.
 
 
+REPEAT = 1 << 2  # header flag: a repeat padding a lone reader's epoch
+
+
 def ids_of(records_per_reader):
-    return [r.id for rs in records_per_reader for r in rs]
+    """The ids delivered: records flagged REPEAT, which stand in for
+    skipped samples (docs/design.md 2.4 "File semantics"), are left out."""
+    return [r.id for rs in records_per_reader for r in rs
+            if not r.flags & REPEAT]
 
 
 RECORD = record_size(PIXELS)

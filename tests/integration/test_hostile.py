@@ -197,7 +197,9 @@ print(json.dumps({"bytes": n}))
                                           growth >> 20))
         self.assertEqual(status["skipped"], 1, status)
         self.assertEqual(status["delivered"], 3, status)
-        self.assertEqual(out["bytes"], 3 * harness.record_size(64 * 64 * 3))
+        # A lone reader reads the size it was told: the skipped sample's
+        # place holds a flagged repeat (docs/design.md 2.4).
+        self.assertEqual(out["bytes"], 4 * harness.record_size(64 * 64 * 3))
         self.assertLess(growth, 64 * MIB)
 
     # ------------------------------------------------- failure 3: stall bound
@@ -313,7 +315,8 @@ os._exit(0)  # a reader still blocked must not hold us
                      60)
         record = harness.record_size(32 * 32 * 3)
         self.assertEqual(got.get("other"), len(others) * record, got)
-        self.assertEqual(got.get("fifos"), 1 * record, got)  # a/3.jpg
+        # a/3.jpg, then twice again, flagged, for the two skipped FIFOs.
+        self.assertEqual(got.get("fifos"), 3 * record, got)
         self.assertEqual(m.status("fifos")["skipped"], 2)
         self.assertEqual(m.stats()["special_files"], 1)  # b/7.jpg
 

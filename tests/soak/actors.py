@@ -34,6 +34,7 @@ import threading
 import time
 
 HEADER = struct.Struct("<4sIQqIIIIIIQQ")  # docs/design.md 2.4, record v1
+REPEAT = 1 << 2  # flags: a lone reader's repeat in place of a skipped sample
 SUBSET = 60  # ids 0-59
 
 role, seed, seconds, out = sys.argv[1:5]
@@ -107,7 +108,8 @@ def read_records(fd, ids, epochs):
         body = read_exact(fd, payload + (-payload % 64))
         if len(body) != payload + (-payload % 64):
             raise AssertionError("stream ends inside a record")
-        ids.append(fields[2])
+        if not fields[5] & REPEAT:  # a repeat stands in for a skipped sample
+            ids.append(fields[2])
         epochs.add(fields[4])
 
 
