@@ -113,6 +113,11 @@ std::string RenderStats(const MountStats& s) {
             {"renders_shared", s.renders_shared},
             {"stall_seconds", s.stall_seconds},
             {"samples_per_s", s.samples_per_s}};
+  // Reads of SOURCE on the I/O threads (loader/source_reader.h).
+  json["source_read_seconds"] = s.source.wait_seconds;
+  json["source_bytes"] = s.source.bytes;
+  json["source_reads_timed_out"] = s.source.timed_out;
+  json["source_io_threads_stuck"] = s.source.stuck_threads;
   json["planner"] = Json{{"rounds", s.planner.rounds},
                          {"picks", s.planner.picks},
                          {"shared_picks", s.planner.shared_picks},
@@ -147,6 +152,15 @@ std::string RenderMetrics(const MountStats& s) {
        s.stall_seconds},
       {"joaderfs_samples_per_second", "gauge", "Deliveries per second over the last 10 s.",
        s.samples_per_s},
+      // Reads of SOURCE on the I/O threads.
+      {"joaderfs_source_read_seconds_total", "counter",
+       "Time reads of SOURCE took, summed (an abandoned one until its deadline).",
+       s.source.wait_seconds},
+      {"joaderfs_source_bytes_total", "counter", "Bytes read from SOURCE.", s.source.bytes},
+      {"joaderfs_source_reads_timed_out_total", "counter",
+       "Reads of SOURCE abandoned at read_timeout.", s.source.timed_out},
+      {"joaderfs_source_io_threads_stuck", "gauge",
+       "I/O threads whose read passed read_timeout and has not returned.", s.source.stuck_threads},
   };
   // Numbers as /stats writes them (shortest round trip): both files agree.
   for (const Mount& m : mount) {

@@ -685,6 +685,7 @@ MountStats JobManager::Stats() const {
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
+  stats.source = cache_->ReadStats();
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();
   stats.stall_seconds = lanes_.StallSeconds();

@@ -111,6 +111,7 @@ struct MountStats {
   uint64_t rejected_paths = 0;  // manifest paths left out: outside its folder
   PlannerStats planner;
   std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
+  SourceReaderStats source;                             // reads of SOURCE (loader/source_reader.h)
 };
 
 class JobManager {
