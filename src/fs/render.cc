@@ -282,7 +282,9 @@ std::string RenderReadme(const Catalog& catalog) {
          "\n"
          "Other files: stats (JSON counters), dataset/info, dataset/manifest (id, label, path),\n"
          "jobs/<id>/status (JSON). See joaderfs(8).\n"
-         "metrics: Prometheus text; stall_seconds (status, stats) is how long reads waited.\n";
+         "metrics: Prometheus text; stall_seconds (status, stats) is how long reads waited.\n"
+         "A read of SOURCE past the mount's read_timeout is abandoned and its sample skipped\n"
+         "(stats source_reads_timed_out, source_io_threads_stuck).\n";
 }
 
 }  // namespace joaderfs
