@@ -73,13 +73,15 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
     return {};
   }
 
-  // Calls `done` without the lock; Stop() waits for such calls to end.
+  // Calls `done`, if any, without the lock; Stop() waits for such calls to
+  // end. The result is dropped without the lock too: freeing its bytes
+  // takes it (Release()).
   void Call(Done done, Result result) REQUIRES(mu) {
-    if (!done) return;
     ++calls_running;
     mu.unlock();
-    done(std::move(result));
+    if (done) done(std::move(result));
     done = nullptr;  // its captures go before Stop() may return
+    result = Result{};
     mu.lock();
     if (--calls_running == 0) calls.notify_all();
   }
@@ -134,9 +136,11 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
         // thread serves again only where one is missing.
         --stuck;
         if (--stuck_paths[r->range.path] == 0) stuck_paths.erase(r->range.path);
+        // After Stop() the logger may be gone already.
+        if (stopping) return;
         spdlog::info("a read of {} returned {:.1f} s after its deadline", r->range.path,
                      Seconds(Clock::now() - r->deadline));
-        if (stopping || live >= options.threads) return;
+        if (live >= options.threads) return;
         ++live;
         continue;
       }

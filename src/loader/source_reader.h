@@ -84,9 +84,10 @@ class SourceReader {
   // `expected_bytes` is what it counts in flight until the file's size is
   // known (0: unknown).
   void Read(FileRange range, uint64_t max_bytes, uint64_t expected_bytes, Done done);
-  // Ends every thread not stuck, drops every read not finished (their `done`
-  // is never called) and detaches stuck threads. Later Read()s fail at once
-  // with Aborted. Idempotent.
+  // Drops every read not finished (their `done` is never called, nor is
+  // that of a later Read()) and returns once no `done` is running, without
+  // waiting for threads in a read: idle threads end, and a thread whose read
+  // returns later drops its result and ends. Idempotent.
   void Stop();
 
   SourceReaderStats Stats() const;
