@@ -1,7 +1,8 @@
 // joaderfs-stuck-fs: a test-only FUSE filesystem that passes a folder
 // through, except that reads of chosen files never return, as on a hung
 // network filesystem. Such a read ends only when the kernel interrupts it
-// (its reader was killed) or the filesystem is unmounted.
+// (its reader was killed: as on NFS, a hung read is killable) or the
+// filesystem goes.
 //
 //   joaderfs-stuck-fs ROOT STUCK[,STUCK...] MOUNTPOINT [FUSE options]
 //
@@ -61,6 +62,10 @@ static int Open(const char* path, struct fuse_file_info* fi) {
   const int fd = open(real, O_RDONLY);
   if (fd < 0) return -errno;
   fi->fh = (uint64_t)fd;
+  // A stuck file's reads bypass the page cache: each is its reader's own
+  // request, which a kill interrupts, not a readahead that would leave page
+  // locks held for every later open of the file, by any process.
+  if (IsStuck(path)) fi->direct_io = 1;
   return 0;
 }
 
