@@ -6,7 +6,9 @@
 //
 //   joaderfs-stuck-fs ROOT STUCK[,STUCK...] MOUNTPOINT [FUSE options]
 //
-// STUCK names a file by its path relative to ROOT. Read-only.
+// STUCK names a file by its path relative to ROOT. Read-only. libfuse runs
+// the handlers on several threads; they share only the two strings set in
+// main() before the loop starts.
 
 #define FUSE_USE_VERSION 35
 
@@ -69,8 +71,7 @@ static int Open(const char* path, struct fuse_file_info* fi) {
   return 0;
 }
 
-static int Read(const char* path, char* buf, size_t size, off_t offset,
-                struct fuse_file_info* fi) {
+static int Read(const char* path, char* buf, size_t size, off_t offset, struct fuse_file_info* fi) {
   if (IsStuck(path)) {
     while (!fuse_interrupted()) usleep(20000);
     return -EINTR;
