@@ -20,14 +20,27 @@ FailureRetry FailureRetryFrom(std::chrono::seconds start) {
 }
 
 SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk,
-                         const RefCounts* counts, uint64_t budget_bytes, FailureRetry retry)
+                         const RefCounts* counts, uint64_t budget_bytes, FailureRetry retry,
+                         SourceReader* reader)
     : catalog_(catalog),
       pool_(pool),
       disk_(disk),
       ref_counts_(counts),
       budget_(budget_bytes),
-      retry_(retry) {
+      retry_(retry),
+      reader_(reader) {
   stats_.budget = budget_bytes;
+  if (!reader_) {
+    SourceReaderOptions ro;
+    ro.threads = std::max(1u, pool->threads());
+    own_reader_ = std::make_unique<SourceReader>(ro);
+    reader_ = own_reader_.get();
+  }
+}
+
+// No read's callback may run into a cache that is gone.
+SampleCache::~SampleCache() {
+  if (own_reader_) own_reader_->Stop();
 }
 
 void SampleCache::Acquire(SampleKey key, Callback done) {
@@ -46,7 +59,7 @@ void SampleCache::AcquireWithTier(SampleKey key, TierCallback done) {
       Bad& b = bad->second;
       const Clock::time_point now = Clock::now();
       const bool backoff_over = now >= b.retry_at;
-      if (!backoff_over && now < b.checked_at + retry_.check_interval) {
+      if (!backoff_over && (b.stuck || now < b.checked_at + retry_.check_interval)) {
         answer_bad = true;
       } else {
         b.checked_at = now;
@@ -135,22 +148,44 @@ SampleCache::FileIdentity SampleCache::Identify(SampleId id) const {
 }
 
 void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
-  auto loaded = std::make_shared<DecodedSample>();
-  bool from_disk = false;
-  bool unchanged = false;   // a bad sample whose file is as it was: not tried again
-  bool as_scanned = false;  // decoded from the file the scan saw
-  Status s = Status::NotFound("no disk tier");
+  Outcome o;
   if (unless_same && Identify(key.id) == *unless_same) {
-    unchanged = true;
-  } else {
-    if (disk_) {
-      s = disk_->Get(key.size, key.id, loaded.get());
-      from_disk = s.ok();
-    }
-    if (!from_disk) {
-      s = DecodeBase(catalog_->location(key.id), key.size, loaded.get(), &as_scanned);
-    }
+    o.unchanged = true;
+    return Finish(key, std::move(o));
   }
+  if (disk_) {
+    o.status = disk_->Get(key.size, key.id, o.loaded.get());
+    o.from_disk = o.status.ok();
+    if (o.from_disk) return Finish(key, std::move(o));
+  }
+  // The read runs on the reader's I/O threads, so that a file whose reads
+  // hang holds no decode thread; its bytes come back to a decode thread.
+  FileRange range = catalog_->location(key.id);
+  const uint64_t expected = range.partial ? range.length : range.file_size;
+  reader_->Read(range, MaxImageFileBytes(), expected,
+                [this, key, range](SourceReader::Result read) {
+                  pool_->Submit([this, key, range, read = std::move(read)]() mutable {
+                    Decode(key, range, std::move(read));
+                  });
+                });
+}
+
+void SampleCache::Decode(SampleKey key, const FileRange& range, SourceReader::Result read) {
+  Outcome o;
+  o.status = std::move(read.status);
+  o.as_scanned = read.as_scanned;
+  o.stuck = read.stuck;
+  if (o.status.ok()) o.status = DecodeBaseFromBytes(range, *read.bytes, key.size, o.loaded.get());
+  read.bytes.reset();  // no longer in flight
+  Finish(key, std::move(o));
+}
+
+void SampleCache::Finish(SampleKey key, Outcome o) {
+  const Status& s = o.status;
+  const bool from_disk = o.from_disk;
+  const bool unchanged = o.unchanged;
+  const bool as_scanned = o.as_scanned;
+  auto& loaded = o.loaded;
   SamplePtr sample;
   if (!unchanged && s.ok()) sample = std::move(loaded);
   // Written through: a later epoch, a later job or a restarted daemon may
@@ -160,7 +195,8 @@ void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
   if (sample && !from_disk && as_scanned && disk_) disk_->PutAsync(key.size, key.id, sample);
   // Taken after the attempt, so that a file rewritten during it counts as
   // changed at the next look.
-  const FileIdentity file = sample || unchanged ? FileIdentity{} : Identify(key.id);
+  // Not for an abandoned read: that stat may hang too.
+  const FileIdentity file = sample || unchanged || o.stuck ? FileIdentity{} : Identify(key.id);
 
   std::vector<TierCallback> waiters;
   bool healed = false;
@@ -206,6 +242,7 @@ void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
           b.backoff = std::min(2 * b.backoff, retry_.cap);
         }
         b.file = file;
+        b.stuck = o.stuck;
         b.retry_at = now + b.backoff;
         b.checked_at = now;
       }

@@ -60,6 +60,7 @@
 #include "common/ranked_mutex.h"
 #include "loader/decoded_sample.h"
 #include "loader/loader_pool.h"
+#include "loader/source_reader.h"
 
 namespace joaderfs {
 
@@ -106,8 +107,13 @@ class SampleCache {
   using Callback = std::function<void(const SamplePtr& sample)>;
   using TierCallback = std::function<void(const SamplePtr& sample, Tier tier)>;
   // `disk` may be null (cache_dir=none). `counts` outlives the cache.
+  // SOURCE is read by `reader`, which must be stopped before `pool` goes
+  // (its callbacks submit decodes); null: the cache makes its own, with
+  // default options and the pool's number of threads, and stops it first
+  // when it goes.
   SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, const RefCounts* counts,
-              uint64_t budget_bytes, FailureRetry retry = {});
+              uint64_t budget_bytes, FailureRetry retry = {}, SourceReader* reader = nullptr);
+  ~SampleCache();
 
   // Pins the entry for `key` and calls `done` exactly once with its sample.
   void Acquire(SampleKey key, Callback done);
@@ -130,6 +136,7 @@ class SampleCache {
   uint64_t budget() const { return budget_; }
 
   CacheStats Stats() const;
+  SourceReaderStats ReadStats() const { return reader_->Stats(); }
   // The disk tier behind this cache, or null.
   const DiskCache* disk() const { return disk_; }
 
@@ -159,11 +166,27 @@ class SampleCache {
     Clock::time_point retry_at;    // the back-off ends
     Clock::time_point checked_at;  // the file was last looked at
     Clock::duration backoff{};     // the wait that ends at retry_at
+    // Its read was abandoned (SourceReader::Result::stuck): only the
+    // back-off heals it, as a stat of its file may hang a decode thread.
+    bool stuck = false;
+  };
+  // What one load found, for Finish().
+  struct Outcome {
+    Status status = Status::NotFound("no disk tier");
+    std::shared_ptr<DecodedSample> loaded = std::make_shared<DecodedSample>();
+    bool from_disk = false;
+    bool unchanged = false;   // a bad sample whose file is as it was: not tried again
+    bool as_scanned = false;  // decoded from the file the scan saw
+    bool stuck = false;       // the read was abandoned
   };
   FileIdentity Identify(SampleId id) const;
   // `unless_same`: a bad sample whose back-off has not ended: load it only
   // if its file no longer has this identity, else answer null again.
+  // On a decode thread: the disk tier, else a read by reader_, whose bytes
+  // Decode() decodes on a decode thread; both end in Finish().
   void Load(SampleKey key, std::optional<FileIdentity> unless_same);
+  void Decode(SampleKey key, const FileRange& range, SourceReader::Result read);
+  void Finish(SampleKey key, Outcome o);
   EvictionPolicy* Policy(uint32_t size) REQUIRES(mu_);  // one per output size
   void AddEvictable(const SampleKey& key) REQUIRES(mu_);
   void RemoveEvictable(const SampleKey& key) REQUIRES(mu_);
@@ -176,6 +199,8 @@ class SampleCache {
   const RefCounts* ref_counts_;
   const uint64_t budget_;
   const FailureRetry retry_;
+  std::unique_ptr<SourceReader> own_reader_;  // when none was given
+  SourceReader* reader_;
   std::atomic<uint64_t> committed_{0};
   std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 

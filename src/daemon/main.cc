@@ -47,6 +47,7 @@
 #include "jobs/job_store.h"
 #include "loader/decoder.h"
 #include "loader/loader_pool.h"
+#include "loader/source_reader.h"
 #include "sampling/plan_groups.h"
 
 namespace joaderfs {
@@ -292,8 +293,14 @@ int Run(int argc, char** argv) {
   // Decode threads call into the tiers: the pool is stopped first at
   // shutdown (see below).
   auto pool = std::make_unique<LoaderPool>(o.threads);
+  // SOURCE is read on I/O threads of their own, one per decode thread to
+  // start with (loader/source_reader.h); stopped before the pool.
+  SourceReaderOptions ro;
+  ro.threads = o.threads;
+  ro.timeout = std::chrono::seconds(o.read_timeout);
+  SourceReader reader(ro);
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache,
-                    FailureRetryFrom(std::chrono::seconds(o.retry_failed)));
+                    FailureRetryFrom(std::chrono::seconds(o.retry_failed)), &reader);
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.base = o.base;
@@ -379,7 +386,10 @@ int Run(int argc, char** argv) {
                   ret < 0 ? std::strerror(-ret) : strsignal(ret));
   }
   // A decode finishing now replies to a read through the session, and
-  // writes to the tiers: the pool stops before either goes.
+  // writes to the tiers: the pool stops before either goes, and the reader,
+  // whose callbacks submit decodes, before the pool. Reads blocked in
+  // SOURCE are not waited for (their threads are detached).
+  reader.Stop();
   pool.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

@@ -39,6 +39,7 @@ enum Key {
   kLookahead,
   kIdleTimeout,
   kRetryFailed,
+  kReadTimeout,
   kMaxPixels,
   kMaxJobsPerUser,
   kMaxStreamsPerUser,
@@ -67,6 +68,7 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("lookahead=%s", kLookahead),
     FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
     FUSE_OPT_KEY("retry_failed=%s", kRetryFailed),
+    FUSE_OPT_KEY("read_timeout=%s", kReadTimeout),
     FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
     FUSE_OPT_KEY("max_jobs_per_user=%s", kMaxJobsPerUser),
     FUSE_OPT_KEY("max_streams_per_user=%s", kMaxStreamsPerUser),
@@ -158,6 +160,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kRetryFailed:
       if (!number || *number > kMaxRetryFailed) return bad("seconds, at most 86400");
       o.retry_failed = *number;
+      break;
+    case kReadTimeout:
+      if (!number || *number == 0 || *number > kMaxReadTimeout) return bad("seconds, 1-86400");
+      o.read_timeout = *number;
       break;
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
@@ -523,6 +529,9 @@ options:
     -o retry_failed=SEC      try an image that failed again after SEC, doubling
                              per failure to 60 x SEC, or once its size or
                              mtime changes (default 30)
+    -o read_timeout=SEC      skip an image whose read of SOURCE has not
+                             returned after SEC, like an unreadable one; its
+                             thread is replaced (default 30)
     -o max_pixels=N          refuse images of more than N pixels, from their
                              header (default 89478485, PIL's limit)
     -o max_jobs_per_user=N   jobs one uid may have (default 64); past it

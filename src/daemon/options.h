@@ -37,6 +37,8 @@ struct DaemonOptions {
   // The first back-off of a sample that failed to load (cache/sample_cache.h
   // FailureRetry), in seconds.
   uint64_t retry_failed = 30;
+  // The deadline of one read of SOURCE (loader/source_reader.h), in seconds.
+  uint64_t read_timeout = 30;
   uint64_t max_pixels = kDefaultMaxPixels;
   // Per-user limits (jobs/job_manager.h UserLimits; README "Limits").
   uint32_t max_jobs_per_user = 64;
@@ -62,6 +64,8 @@ inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
 inline constexpr uint64_t kMaxPerUserLimit = 1 << 20;
 // The longest retry_failed: a day (a cap of 60 days).
 inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
+// The longest read_timeout: a day.
+inline constexpr uint64_t kMaxReadTimeout = 24 * 3600;
 
 // Parses argv into `options` and leaves libfuse's options in `fuse_args`
 // (free them with fuse_opt_free_args). Checks each value on its own, and

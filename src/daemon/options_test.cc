@@ -81,6 +81,22 @@ TEST(OptionsTest, RetryFailed) {
   }
 }
 
+TEST(OptionsTest, ReadTimeout) {
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_EQ(o.read_timeout, 30u);
+  ASSERT_TRUE(ParseLine("read_timeout=1", &o).ok());
+  EXPECT_EQ(o.read_timeout, 1u);
+  ASSERT_TRUE(ParseLine("read_timeout=86400", &o).ok());
+  EXPECT_EQ(o.read_timeout, kMaxReadTimeout);
+  for (const char* bad :
+       {"read_timeout=0", "read_timeout=86401", "read_timeout=", "read_timeout=2s"}) {
+    const Status s = ParseLine(bad, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("read_timeout"), std::string::npos) << s.message();
+  }
+}
+
 TEST(OptionsTest, PerUserLimits) {
   DaemonOptions o;
   ASSERT_TRUE(ParseLine("", &o).ok());

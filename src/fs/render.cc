@@ -125,6 +125,18 @@ const MountFigure kMountFigures[] = {
     {"samples_per_s", "joaderfs_samples_per_second", "gauge",
      "Deliveries per second over the last 10 s.",
      [](const MountStats& s) { return Json(s.samples_per_s); }},
+    // Reads of SOURCE on the I/O threads (loader/source_reader.h).
+    {"source_read_seconds", "joaderfs_source_read_seconds_total", "counter",
+     "Time reads of SOURCE took, summed (an abandoned one until its deadline).",
+     [](const MountStats& s) { return Json(s.source.wait_seconds); }},
+    {"source_bytes", "joaderfs_source_bytes_total", "counter", "Bytes read from SOURCE.",
+     [](const MountStats& s) { return Json(s.source.bytes); }},
+    {"source_reads_timed_out", "joaderfs_source_reads_timed_out_total", "counter",
+     "Reads of SOURCE abandoned at read_timeout.",
+     [](const MountStats& s) { return Json(s.source.timed_out); }},
+    {"source_io_threads_stuck", "joaderfs_source_io_threads_stuck", "gauge",
+     "I/O threads whose read passed read_timeout and has not returned.",
+     [](const MountStats& s) { return Json(s.source.stuck_threads); }},
     {"planner.rounds", "joaderfs_planner_rounds_total", "counter", "Planner rounds.",
      [](const MountStats& s) { return Json(s.planner.rounds); }},
     {"planner.picks", "joaderfs_planner_picks_total", "counter", "Samples planned.",
@@ -409,7 +421,9 @@ std::string RenderReadme(const Catalog& catalog) {
          "jobs/<id>/status (JSON). See joaderfs(8).\n"
          "metrics: every stats figure in Prometheus text. status has this_epoch and total\n"
          "counts; stall_seconds is how long reads waited, and stats decode_busy_fraction\n"
-         "near 1 means the decode threads are saturated (input-bound).\n";
+         "near 1 means the decode threads are saturated (input-bound).\n"
+         "A read of SOURCE past the mount's read_timeout is abandoned and its sample skipped\n"
+         "(stats source_reads_timed_out, source_io_threads_stuck).\n";
 }
 
 }  // namespace joaderfs

@@ -697,6 +697,7 @@ MountStats JobManager::Stats() const {
   stats.scan_skips = catalog_->scan_skips();
   stats.shard_skips = catalog_->shard_skips();
   groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
+  stats.source = cache_->ReadStats();
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();
   stats.stall_seconds = lanes_.StallSeconds();

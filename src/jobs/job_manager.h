@@ -115,6 +115,7 @@ struct MountStats {
   ShardSkips shard_skips;
   PlannerStats planner;
   std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
+  SourceReaderStats source;                             // reads of SOURCE (loader/source_reader.h)
 };
 
 class JobManager {

@@ -60,13 +60,12 @@ int64_t MtimeNs(const struct stat& st) {
   return st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
 }
 
-// Reads the bytes of `range` (a whole file, or `length` bytes at `offset`)
-// with pread() from one open descriptor, continued only when a signal cuts
-// it short. The path may name a FIFO or a device where the catalog saw an
-// image (replaced since, or a symlink to /dev): those are refused before
-// opening when stat() shows them, and opened without blocking, then
-// refused, when they appear between the two calls. Files too large to hold
-// an allowed picture are refused unread.
+}  // namespace
+
+// pread() is continued only when a signal cuts it short. The path may name a FIFO or a device where
+// the catalog saw an image (replaced since, or a symlink to /dev): those are refused before opening
+// when stat() shows them, and opened without blocking, then refused, when they appear between the
+// two calls. Files too large to hold an allowed picture are refused unread.
 //
 // The bytes are bound to the identity of the file they came from, the
 // open descriptor's: a `checked` member is read only from a shard with the
@@ -130,7 +129,7 @@ Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* o
   return s;
 }
 
-}  // namespace
+uint64_t MaxImageFileBytes() { return MaxPixels() * 8 + kMetadataBytes; }
 
 void SetMaxPixels(uint64_t limit) { max_pixels.store(limit, std::memory_order_relaxed); }
 
@@ -208,25 +207,32 @@ Status DecodeWithVips(const std::string& path, const std::string& file, uint64_t
 
 namespace {
 
-// The picture at the smallest JPEG IDCT scale whose shorter side is at least
-// `min_shorter` (0: full size), or at full size for other formats.
-Status DecodeRgb(const FileRange& range, uint32_t min_shorter, RgbImage* rgb, bool* as_scanned) {
+std::string ImageName(const FileRange& range) {
+  return range.partial ? range.path + "@" + std::to_string(range.offset) : range.path;
+}
+
+// The picture in `file` at the smallest JPEG IDCT scale whose shorter side
+// is at least `min_shorter` (0: full size), or at full size for other
+// formats. `name` is what errors call it.
+Status DecodeRgb(const std::string& name, const std::string& file, uint32_t min_shorter,
+                 RgbImage* rgb) {
   const uint64_t limit = MaxPixels();
-  // The file is read once into memory and decoded from there: opening it by
-  // name makes libvips probe every loader and reopen the file. An allowed
-  // picture stored raw takes at most 8 bytes a pixel (16-bit RGBA).
-  const std::string path =
-      range.partial ? range.path + "@" + std::to_string(range.offset) : range.path;
-  std::string file;
-  Status s = ReadImageBytes(range, limit * 8 + kMetadataBytes, &file, as_scanned);
-  if (!s.ok()) return s;
-  s = Status::InvalidArgument("not a JPEG");
+  Status s = Status::InvalidArgument("not a JPEG");
   if (IsJpeg(file)) {
     s = DecodeJpeg(file, min_shorter, limit, rgb);
-    if (s.code() == Status::Code::kCorruption) return Status::Corruption(path + ": " + s.message());
+    if (s.code() == Status::Code::kCorruption) return Status::Corruption(name + ": " + s.message());
   }
-  if (!s.ok()) return DecodeWithVips(path, file, limit, rgb);
+  if (!s.ok()) return DecodeWithVips(name, file, limit, rgb);
   return Status::Ok();
+}
+
+// The same, read first. The file is read once into memory and decoded from
+// there: opening it by name makes libvips probe every loader and reopen it.
+Status DecodeRgb(const FileRange& range, uint32_t min_shorter, RgbImage* rgb, bool* as_scanned) {
+  std::string file;
+  Status s = ReadImageBytes(range, MaxImageFileBytes(), &file, as_scanned);
+  if (!s.ok()) return s;
+  return DecodeRgb(ImageName(range), file, min_shorter, rgb);
 }
 
 void TakePixels(RgbImage* rgb, DecodedSample* out) {
@@ -266,6 +272,15 @@ Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out) {
 Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out, bool* as_scanned) {
   RgbImage rgb;
   Status s = DecodeRgb(range, base, &rgb, as_scanned);
+  if (!s.ok()) return s;
+  TakePixels(&rgb, out);
+  return Status::Ok();
+}
+
+Status DecodeBaseFromBytes(const FileRange& range, const std::string& bytes, uint32_t base,
+                           DecodedSample* out) {
+  RgbImage rgb;
+  Status s = DecodeRgb(ImageName(range), bytes, base, &rgb);
   if (!s.ok()) return s;
   TakePixels(&rgb, out);
   return Status::Ok();

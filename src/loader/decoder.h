@@ -64,6 +64,19 @@ Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out);
 // while it was read.
 Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out, bool* as_scanned);
 
+// The two halves of the DecodeBase above, for callers that read on threads
+// of their own (loader/source_reader.h) so that decode threads never wait on
+// I/O. ReadImageBytes reads the bytes of `range`, at most `max_bytes`
+// (MaxImageFileBytes(): a picture within MaxPixels() stored raw, 8 bytes a
+// pixel, plus metadata), opening the file without blocking and refusing
+// what is not a regular file; `*as_scanned` and the IOErrors are those of
+// DecodeBase. DecodeBaseFromBytes decodes them; errors name `range`.
+uint64_t MaxImageFileBytes();
+Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
+                      bool* as_scanned);
+Status DecodeBaseFromBytes(const FileRange& range, const std::string& bytes, uint32_t base,
+                           DecodedSample* out);
+
 }  // namespace joaderfs
 
 #endif  // JOADERFS_LOADER_DECODER_H_
