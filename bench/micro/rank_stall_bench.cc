@@ -29,7 +29,7 @@
 #include "catalog/catalog.h"
 #include "jobs/job_manager.h"
 #include "loader/loader_pool.h"
-#include "sampling/plan_groups.h"
+#include "sampling/plan_group.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -80,15 +80,14 @@ int Run(int reps, uint32_t ranks) {
     std::fprintf(stderr, "catalog: %s\n", s.message().c_str());
     return 1;
   }
-  PlanGroupsOptions g;
+  PlanGroupOptions g;
   g.cadence.lookahead = 16;
-  PlanGroups groups(g);
+  PlanGroup group(g);
   LoaderPool pool(2);
-  SampleCache cache(catalog.get(), &pool, nullptr, &groups, 256 << 20);
+  SampleCache cache(catalog.get(), &pool, nullptr, &group, kSize, 256 << 20);
   JobManagerOptions options;
   options.default_size = kSize;
-  options.base = kSize;
-  JobManager jobs(catalog.get(), &cache, &pool, &groups, options);
+  JobManager jobs(catalog.get(), &cache, &pool, &group, options);
   pool.Start();
 
   // The other job: reads one record at a time, epoch after epoch.

@@ -1,6 +1,7 @@
 // The RAM budget's arithmetic that the mount's options, the planners and the
-// jobs share: how far planning may run past the budget, and the largest
-// delivery a job may ask for. Pure functions; thread-safe.
+// jobs share: how many samples the RAM tier holds, how far planning may run
+// past the budget, and the largest delivery a job may ask for. Pure
+// functions; thread-safe.
 
 #ifndef JOADERFS_CACHE_BUDGET_H_
 #define JOADERFS_CACHE_BUDGET_H_
@@ -11,6 +12,12 @@
 #include "loader/decoded_sample.h"  // SquareSampleBytes
 
 namespace joaderfs {
+
+// How many samples of `sample_bytes` (the mean base image, SampleCache's
+// AverageSampleBytes) a RAM budget of `budget` bytes holds.
+inline uint64_t SamplesHeld(uint64_t budget, uint64_t sample_bytes) {
+  return budget / (sample_bytes > 0 ? sample_bytes : 1);
+}
 
 // What all jobs together may plan past a full budget, shared among them,
 // though each job may always plan one pick. It is also the largest sample a

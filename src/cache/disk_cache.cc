@@ -74,10 +74,11 @@ uint64_t DiskCache::SlotBytes(uint64_t bytes) {
 }
 
 Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
-                       uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
+                       uint32_t base, uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
   std::unique_ptr<DiskCache> c(new DiskCache());
   c->catalog_ = catalog;
   c->ref_counts_ = counts;
+  c->base_ = base;
   char folder[17];
   std::snprintf(folder, sizeof folder, "%016llx",
                 static_cast<unsigned long long>(
@@ -213,11 +214,11 @@ DiskCache::~DiskCache() {
   if (db_) db_->Close();
 }
 
-// Output size, then what identifies the source file's content, then its
-// path (so that two files can never share a key).
-std::string DiskCache::Key(uint32_t size, SampleId id) const {
+// The base, then what identifies the source file's content, then its path
+// (so that two files can never share a key).
+std::string DiskCache::Key(SampleId id) const {
   std::string key;
-  Put<uint32_t>(&key, size);
+  Put<uint32_t>(&key, base_);
   Put<uint64_t>(&key, fingerprints_[id]);
   key += catalog_->relpath(id);
   return key;
@@ -245,8 +246,8 @@ uint64_t DiskCache::AllocateSlot(uint64_t slot_bytes) {
   return file->high_water++;
 }
 
-Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
-  const std::string key = Key(size, id);
+Status DiskCache::Get(SampleId id, DecodedSample* out) {
+  const std::string key = Key(id);
   Location where;
   int fd = -1;
   {
@@ -321,17 +322,17 @@ void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
   if (!s.ok()) spdlog::warn("disk cache: index delete failed: {}", s.ToString());
 }
 
-void DiskCache::PutAsync(uint32_t size, SampleId id, SamplePtr sample) {
+void DiskCache::PutAsync(SampleId id, SamplePtr sample) {
   {
     MutexLock lock(mu_);
-    if (stopping_ || SlotBytes(sample->bytes()) > stats_.budget || index_.count(Key(size, id))) {
+    if (stopping_ || SlotBytes(sample->bytes()) > stats_.budget || index_.count(Key(id))) {
       return;
     }
     if (queue_.size() >= kMaxQueuedWrites) {
       ++stats_.write_drops;
       return;
     }
-    queue_.push_back({size, id, std::move(sample)});
+    queue_.push_back({id, std::move(sample)});
   }
   wake_.notify_one();
 }
@@ -350,8 +351,9 @@ void DiskCache::EvictLocked(std::vector<std::string>* victims) {
     for (int i = 0; i < kEvictionSamples; ++i) {
       const std::string& key = keys_[rng_.Below(keys_.size())];
       const IndexEntry& e = index_[key];
+      // An entry of another base (an earlier mount's) is needed by nobody.
       uint32_t need = 0;
-      ref_counts_->Counts(e.size, std::span(&e.id, 1), std::span(&need, 1));
+      if (e.base == base_) ref_counts_->Counts(std::span(&e.id, 1), std::span(&need, 1));
       if (need < victim_need) {
         victim = &key;
         victim_need = need;
@@ -374,7 +376,7 @@ void DiskCache::WriteLoop() {
       queue_.pop_front();
       writing_ = true;
     }
-    const std::string key = Key(w.size, w.id);
+    const std::string key = Key(w.id);
     const DecodedSample& sample = *w.sample;
     Location where;
     where.bytes = sample.bytes();
@@ -433,7 +435,7 @@ void DiskCache::WriteLoop() {
     if (!stored) DeleteKeys(victims);  // they are gone from the index all the same
     MutexLock lock(mu_);
     if (stored) {
-      index_[key] = {w.id, w.size, where, keys_.size()};
+      index_[key] = {w.id, base_, where, keys_.size()};
       keys_.push_back(key);
       stats_.entries = index_.size();
       ++stats_.writes;

@@ -35,11 +35,11 @@ bool TakeNumberLine(std::string_view* text, std::string_view key, std::optional<
 }  // namespace
 
 JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
-                       PlanGroups* groups, JobManagerOptions options, JobStore* store)
+                       PlanGroup* group, JobManagerOptions options, JobStore* store)
     : catalog_(catalog),
       cache_(cache),
       pool_(pool),
-      groups_(groups),
+      group_(group),
       options_(options),
       default_spec_([&] {
         JobSpec spec;
@@ -47,7 +47,7 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
         return spec;
       }()),
       store_(store),
-      lanes_(catalog, cache, pool, groups, options.base, store,
+      lanes_(catalog, cache, pool, group, store,
              UnreadLimit{options.limits.max_unread, options.limits.limit_root},
              options.drift_bound) {}
 
@@ -684,7 +684,7 @@ MountStats JobManager::Stats() const {
   stats.renders_shared = lanes_.shared_renders().reused();
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
-  groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
+  stats.planner = group_->Stats();
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();
   stats.stall_seconds = lanes_.StallSeconds();

@@ -34,13 +34,12 @@ Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
   return Status::Permission("job " + job + " is not yours");
 }
 
-Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-             uint32_t base, JobStore* store, UnreadLimit unread_limit, bool drift_bound)
+Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
+             JobStore* store, UnreadLimit unread_limit, bool drift_bound)
     : catalog_(catalog),
       cache_(cache),
       pool_(pool),
-      groups_(groups),
-      base_(base),
+      group_(group),
       store_(store),
       unread_limit_(unread_limit),
       drift_bound_(drift_bound) {}
@@ -296,7 +295,7 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
   if (job->elastic && job->elastic->epoch == epoch) job->elastic->read = true;
   const bool full = skip.isEmpty();
   if (!lane->group) {
-    lane->group = groups_->Get(base_, cache_->budget() / SampleBytes());
+    lane->group = group_;
     // What each delivery holds besides the shared base image until read.
     const JobSpec& spec = job->spec;
     lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
@@ -447,14 +446,14 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
 void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   if (lane->released) return;  // requested again when a reader comes back
   lane->stream->MarkRequested(position);
-  const SampleKey key{base_, lane->stream->IdAt(position)};
-  shared_renders_.Hold(key.id);  // dropped with the pin
+  const SampleId id = lane->stream->IdAt(position);
+  shared_renders_.Hold(id);  // dropped with the pin
   const JobSpec& spec = lane->job->spec;
   // A size-0 evaluation job takes the base image as it is.
   const bool render = spec.size > 0 || spec.augment.augmented();
-  actions->Add([this, key, render, augment = spec.augment, size = spec.size, serial = lane->serial,
+  actions->Add([this, id, render, augment = spec.augment, size = spec.size, serial = lane->serial,
                 epoch = lane->epoch(), position] {
-    cache_->AcquireWithTier(key, [=, this](const SamplePtr& base, Tier tier) {
+    cache_->AcquireWithTier(id, [=, this](const SamplePtr& base, Tier tier) {
       if (!render || !base) {
         OnLoaded(serial, epoch, position, base, tier);
         return;
@@ -464,10 +463,10 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
       // reader's FUSE thread, where rendering would serialise that reader:
       // hand it to the loader threads ahead of queued decodes.
       if (LoaderPool::OnWorkerThread()) {
-        Render(augment, size, serial, epoch, position, key.id, base, tier);
+        Render(augment, size, serial, epoch, position, id, base, tier);
       } else {
         pool_->SubmitUrgent(
-            [=, this] { Render(augment, size, serial, epoch, position, key.id, base, tier); });
+            [=, this] { Render(augment, size, serial, epoch, position, id, base, tier); });
       }
     });
   });
@@ -488,7 +487,7 @@ void Lanes::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
   if (ids.empty()) return;
   actions->Add([this, ids = std::move(ids)] {
     for (SampleId id : ids) {
-      cache_->Release({base_, id});
+      cache_->Release(id);
       shared_renders_.Drop(id);
     }
   });

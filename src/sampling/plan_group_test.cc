@@ -20,7 +20,7 @@ PlanGroup MakeGroup(uint64_t lookahead, uint64_t min_lookahead) {
   CadenceOptions cadence;
   cadence.lookahead = lookahead;
   cadence.min_lookahead = min_lookahead;
-  return PlanGroup(32, NewDependentPlanner(1), cadence);
+  return PlanGroup(NewDependentPlanner(1), cadence);
 }
 
 std::map<JobHandle, int> CountByJob(const std::vector<Pick>& picks) {
@@ -173,13 +173,13 @@ TEST(PlanGroup, NeedCountsIncludePlannedSamplesUntilDone) {
   group.Plan(kRoomy, &picks);
   const SampleId id = picks[0].id;
   uint32_t count = 0;
-  group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+  group.Counts(std::span(&id, 1), std::span(&count, 1));
   EXPECT_EQ(count, 2u) << "picked by both, delivered to neither";
   group.Done(a, id);
-  group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+  group.Counts(std::span(&id, 1), std::span(&count, 1));
   EXPECT_EQ(count, 1u);
   const SampleId unknown = 77;
-  group.NeedCounts(std::span(&unknown, 1), std::span(&count, 1));
+  group.Counts(std::span(&unknown, 1), std::span(&count, 1));
   EXPECT_EQ(count, 0u);
 }
 
