@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/hash.h"
 #include "common/rate_limited_log.h"
@@ -37,23 +38,6 @@ constexpr size_t kSlotHeader = 32;
 constexpr size_t kIndexValue = 32;   // id, slot bytes, slot, bytes, crc
 constexpr int kEvictionSamples = 8;  // candidates compared per eviction
 constexpr size_t kMaxQueuedWrites = 512;
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-
-template <typename T>
-void Store(uint8_t* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
-
-template <typename T>
-T Load(const void* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
-}
 
 uint64_t KeyHash(const std::string& key) { return Fnv1a(kFnv1aBasis, key.data(), key.size()); }
 
@@ -79,11 +63,7 @@ Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const Ref
   c->catalog_ = catalog;
   c->ref_counts_ = counts;
   c->base_ = base;
-  char folder[17];
-  std::snprintf(folder, sizeof folder, "%016llx",
-                static_cast<unsigned long long>(
-                    Fnv1a(kFnv1aBasis, catalog->source().data(), catalog->source().size())));
-  c->path_ = dir + "/" + folder + "-" + kFormat;
+  c->path_ = SourceFolder(dir, catalog->source(), kFormat);
   std::error_code ec;
   fs::create_directories(c->path_, ec);
   if (ec) return Status::IOError("cannot create " + c->path_ + ": " + ec.message());
@@ -140,10 +120,11 @@ Status DiskCache::OpenIndex() {
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (it->value().size() != kIndexValue || it->key().size() < 12) continue;
     const char* v = it->value().data();
-    Location where{Load<uint64_t>(v + 4), Load<uint64_t>(v + 12), Load<uint64_t>(v + 20),
-                   Load<uint32_t>(v + 28)};
+    Location where{DecodeFixed<uint64_t>(v + 4), DecodeFixed<uint64_t>(v + 12),
+                   DecodeFixed<uint64_t>(v + 20), DecodeFixed<uint32_t>(v + 28)};
     const std::string key = it->key().ToString();
-    index_[key] = IndexEntry{Load<uint32_t>(v), Load<uint32_t>(key.data()), where, keys_.size()};
+    index_[key] = IndexEntry{DecodeFixed<uint32_t>(v), DecodeFixed<uint32_t>(key.data()), where,
+                             keys_.size()};
     keys_.push_back(key);
     stats_.bytes += where.slot_bytes;
     owners[{where.slot_bytes, where.slot}].push_back(key);
@@ -218,8 +199,8 @@ DiskCache::~DiskCache() {
 // (so that two files can never share a key).
 std::string DiskCache::Key(SampleId id) const {
   std::string key;
-  Put<uint32_t>(&key, base_);
-  Put<uint64_t>(&key, fingerprints_[id]);
+  PutFixed<uint32_t>(&key, base_);
+  PutFixed<uint64_t>(&key, fingerprints_[id]);
   key += catalog_->relpath(id);
   return key;
 }
@@ -266,12 +247,13 @@ Status DiskCache::Get(SampleId id, DecodedSample* out) {
   const ssize_t n =
       pread(fd, buffer.get(), length, static_cast<off_t>(where.slot * where.slot_bytes));
   const uint8_t* h = buffer.get();
-  bool good = n == static_cast<ssize_t>(length) && Load<uint32_t>(h) == kSlotMagic &&
-              Load<uint64_t>(h + 16) == KeyHash(key) && Load<uint32_t>(h + 24) == where.crc;
+  bool good = n == static_cast<ssize_t>(length) && DecodeFixed<uint32_t>(h) == kSlotMagic &&
+              DecodeFixed<uint64_t>(h + 16) == KeyHash(key) &&
+              DecodeFixed<uint32_t>(h + 24) == where.crc;
   if (good) {
-    out->height = Load<uint32_t>(h + 4);
-    out->width = Load<uint32_t>(h + 8);
-    out->channels = Load<uint32_t>(h + 12);
+    out->height = DecodeFixed<uint32_t>(h + 4);
+    out->width = DecodeFixed<uint32_t>(h + 8);
+    out->channels = DecodeFixed<uint32_t>(h + 12);
     good = out->bytes() == where.bytes && Crc32c(h + kSlotHeader, where.bytes) == where.crc;
   }
   if (good) {
@@ -398,12 +380,12 @@ void DiskCache::WriteLoop() {
     bool stored = false;
     if (fd >= 0) {
       std::array<uint8_t, kSlotHeader> header{};
-      Store<uint32_t>(&header[0], kSlotMagic);
-      Store<uint32_t>(&header[4], sample.height);
-      Store<uint32_t>(&header[8], sample.width);
-      Store<uint32_t>(&header[12], sample.channels);
-      Store<uint64_t>(&header[16], KeyHash(key));
-      Store<uint32_t>(&header[24], where.crc);
+      EncodeFixed<uint32_t>(&header[0], kSlotMagic);
+      EncodeFixed<uint32_t>(&header[4], sample.height);
+      EncodeFixed<uint32_t>(&header[8], sample.width);
+      EncodeFixed<uint32_t>(&header[12], sample.channels);
+      EncodeFixed<uint64_t>(&header[16], KeyHash(key));
+      EncodeFixed<uint32_t>(&header[24], where.crc);
       iovec iov[2] = {{header.data(), kSlotHeader}, {sample.pixels.get(), where.bytes}};
       const ssize_t n = pwritev(fd, iov, 2, static_cast<off_t>(where.slot * where.slot_bytes));
       if (n != static_cast<ssize_t>(kSlotHeader + where.bytes)) {
@@ -415,11 +397,11 @@ void DiskCache::WriteLoop() {
         // The index entry goes in after its slot: a crash between the two
         // leaves a slot nobody names, which the next open counts as free.
         std::string value;
-        Put<uint32_t>(&value, w.id);
-        Put<uint64_t>(&value, where.slot_bytes);
-        Put<uint64_t>(&value, where.slot);
-        Put<uint64_t>(&value, where.bytes);
-        Put<uint32_t>(&value, where.crc);
+        PutFixed<uint32_t>(&value, w.id);
+        PutFixed<uint64_t>(&value, where.slot_bytes);
+        PutFixed<uint64_t>(&value, where.slot);
+        PutFixed<uint64_t>(&value, where.bytes);
+        PutFixed<uint32_t>(&value, where.crc);
         rocksdb::WriteBatch batch;
         for (const std::string& v : victims) batch.Delete(v);
         batch.Put(key, value);

@@ -72,7 +72,7 @@ struct Record {
 };
 
 // Splits a reader's bytes into records, checking each is well formed
-// (docs/design.md 2.4): a v1 header, flags 0, 3 channels of uint8, reserved 0,
+// (docs/design.md 2.4): a v1 header, flags 0, 3 channels of uint8, crop box 0,
 // payload, zero padding to 64.
 std::vector<Record> ParseRecords(const std::string& bytes) {
   std::vector<Record> out;
@@ -88,9 +88,9 @@ std::vector<Record> ParseRecords(const std::string& bytes) {
       ADD_FAILURE() << "bad record header at " << at;
       break;
     }
-    uint64_t reserved;
-    std::memcpy(&reserved, b + 56, 8);
-    EXPECT_EQ(reserved, 0u);
+    uint64_t crop_box;
+    std::memcpy(&crop_box, b + 56, 8);
+    EXPECT_EQ(crop_box, 0u);
     EXPECT_EQ(h->flags, 0u);
     EXPECT_EQ(h->channels, 3u);
     EXPECT_EQ(h->dtype, kDtypeUint8);
@@ -696,7 +696,7 @@ TEST_F(JobManagerTest, OneReaderGetsEveryIdOnceWithGoodRecords) {
     // The payload is the centre crop of the base image; an evaluation
     // job's record has no flags.
     EXPECT_EQ(r.header.flags, 0u);
-    EXPECT_EQ(r.header.reserved, 0u);
+    EXPECT_EQ(r.header.crop_box, 0u);
     auto base = std::make_shared<DecodedSample>();
     ASSERT_TRUE(DecodeBase(catalog_->path(id), kSize, base.get()).ok());
     const SamplePtr direct = RenderDelivery(base, AugmentSpec(), kSize, 0, id);

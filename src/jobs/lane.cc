@@ -132,7 +132,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       h.width = next->sample->width;
       h.channels = next->sample->channels;
       h.flags = next->sample->record_flags;
-      h.reserved = next->sample->record_box;
+      h.crop_box = next->sample->record_box;
       if (bytes > 0 && bytes + h.record_bytes() > r->max_bytes) break;
       bytes += h.record_bytes();
       r->pending.Push(lane->stream->TakeReady()->sample, h);

@@ -69,7 +69,7 @@ TEST(RecordTest, HeaderByteLayout) {
   EXPECT_EQ(U32At(b, 40), 3u);    // channels
   EXPECT_EQ(U32At(b, 44), 1u);    // dtype
   EXPECT_EQ(U64At(b, 48), 224u * 200u * 3u);
-  EXPECT_EQ(U64At(b, 56), 0u);  // reserved
+  EXPECT_EQ(U64At(b, 56), 0u);  // crop_box
 }
 
 TEST(RecordTest, PayloadBytesAreHeightWidthChannels) {
