@@ -19,6 +19,16 @@ inline uint64_t SamplesHeld(uint64_t budget, uint64_t sample_bytes) {
   return budget / (sample_bytes > 0 ? sample_bytes : 1);
 }
 
+// What the RAM tier says about its budget when jobs plan.
+struct BudgetView {
+  uint64_t committed = 0;   // bytes that planned samples pin
+  uint64_t budget = 0;      // the RAM tier's budget
+  uint64_t per_sample = 0;  // bytes of one base image (the tier's current mean)
+
+  // The base images the tier holds.
+  uint64_t SamplesHeld() const { return joaderfs::SamplesHeld(budget, per_sample); }
+};
+
 // What all jobs together may plan past a full budget, shared among them,
 // though each job may always plan one pick. It is also the largest sample a
 // job may ask for (the job manager refuses larger sizes with EINVAL), so the

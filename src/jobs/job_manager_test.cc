@@ -474,10 +474,10 @@ TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
 // The drift bound (docs/planner.md "Drift"), on 192 images. Two jobs with
 // the same subset read for 4.5 s, 0.5 s apart, `lead_per_round` and
 // `peer_per_round` records a round, so that each lane's pace is known. The
-// RAM budget holds 32 samples at the cache's estimate before any decode
-// (224 x 224 x 3 bytes) and more once these small images have loaded, so
-// the horizon is its floor of 16 picks from the start and the lag limit a
-// quarter of it: 4, however far the estimate has moved.
+// RAM budget holds 32 of these images, and fewer at the cache's estimate
+// before they have loaded (224 x 224 x 3 bytes), so the horizon, which
+// follows the estimate, is its floor of 16 picks throughout and the lag
+// limit a quarter of it: 4.
 class DriftBoundTest : public JobManagerTest {
  protected:
   static void SetUpTestSuite() {
@@ -494,7 +494,9 @@ class DriftBoundTest : public JobManagerTest {
   void SetUp() override { OpenCatalog(big_dir_->path()); }
 
   void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round) {
-    Build(options, 2, 32 * 224 * 224 * 3);
+    DecodedSample image;
+    ASSERT_TRUE(DecodeBase(catalog_->path(0), kSize, &image).ok());
+    Build(options, 2, 32 * image.bytes());
     MakeJob("lead");
     MakeJob("peer");
     lead_ = Open("lead");

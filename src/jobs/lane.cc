@@ -581,17 +581,14 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
 bool Lanes::HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) {
   if (!drift_bound_ || lane->peer_key == 0 || !lane->group) return false;
   // Past the planner's coupling horizon jobs share no picks (independent
-  // shuffles share none at any distance). A leader waits at a quarter of
-  // what the laggards can still find cached: half of what RAM holds now,
-  // which is less than the group's horizon when samples turn out larger
-  // than the estimate the group was made with. A quarter leaves the
-  // laggards' read-ahead (a DataLoader holds several batches) room: half
-  // still cost 1.43 decodes per distinct at RAM 5% against 1.16
+  // shuffles share none at any distance). The horizon follows what RAM
+  // holds (sampling/plan_group.h), and a leader waits at a quarter of it:
+  // that leaves the laggards' read-ahead (a DataLoader holds several
+  // batches) room: half still cost 1.43 decodes per distinct at RAM 5%
   // (docs/planner.md "Drift").
   const uint64_t horizon = lane->group->coupling_horizon();
   if (horizon == 0) return false;
-  const uint64_t ram_samples = cache_->budget() / std::max<uint64_t>(SampleBytes(), 1);
-  const uint64_t limit = std::min(horizon, ram_samples / 2) / 4;
+  const uint64_t limit = horizon / 4;
   const uint64_t progress = lane->progress();
   const std::optional<double> pace = lane->drift.FreePace(now, progress);
   if (!pace) return false;  // too early to tell a faster job from drift

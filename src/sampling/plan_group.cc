@@ -7,7 +7,7 @@
 namespace joaderfs {
 
 uint64_t CouplingHorizonFor(const BudgetView& budget) {
-  return std::clamp<uint64_t>(SamplesHeld(budget.budget, budget.per_sample) / 2, 16, 4096);
+  return std::clamp<uint64_t>(budget.SamplesHeld() / 2, 16, 4096);
 }
 
 PlanGroup::PlanGroup(const PlanGroupOptions& options)
@@ -99,9 +99,12 @@ bool PlanGroup::Wants(const Member& m, uint64_t below) {
 void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
                      const std::function<bool(JobHandle)>& may_plan) {
   MutexLock lock(mu_);
-  if (derive_horizon_ && coupling_horizon_ == 0) {
-    coupling_horizon_ = CouplingHorizonFor(budget);
-    planner_->SetCouplingHorizon(coupling_horizon_);
+  if (derive_horizon_) {
+    const uint64_t horizon = CouplingHorizonFor(budget);
+    if (horizon != coupling_horizon_) {
+      coupling_horizon_ = horizon;
+      planner_->SetCouplingHorizon(horizon);
+    }
   }
   // The committed bytes as the cache last saw them, plus what picks not yet
   // landed will make, plus this call's picks.

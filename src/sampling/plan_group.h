@@ -57,25 +57,20 @@ struct CadenceOptions {
   uint64_t min_lookahead = 8;
 };
 
-// What the RAM tier says about its budget when a group plans.
-struct BudgetView {
-  uint64_t committed = 0;   // bytes that planned samples pin
-  uint64_t budget = 0;      // the RAM tier's budget
-  uint64_t per_sample = 0;  // bytes of one base image
-};
-
 struct PlanGroupOptions {
   CadenceOptions cadence;
   bool dependent_sampling = true;  // false: independent shuffles (baseline)
   uint64_t seed = 0;               // the planner's
   // Copying horizon of the dependent planner (dependent_planner.h); 0
-  // derives it from the RAM budget (CouplingHorizonFor).
+  // derives it from the RAM budget at each Plan() (CouplingHorizonFor), so
+  // that it follows the real base-image bytes as the cache's estimate
+  // settles.
   uint64_t coupling_horizon = 0;
 };
 
 // The derived coupling horizon: copied picks must still be cached when the
-// follower wants them, so half of what the RAM tier holds, within
-// [16, 4096].
+// follower wants them, so half of the base images the RAM tier holds,
+// within [16, 4096].
 uint64_t CouplingHorizonFor(const BudgetView& budget);
 
 class PlanGroup final : public RefCounts {
@@ -91,8 +86,8 @@ class PlanGroup final : public RefCounts {
   PlanGroup& operator=(const PlanGroup&) = delete;
 
   // How far apart two jobs' positions may be for the planner to copy picks
-  // between them; 0 when it never does. A derived one is set at the first
-  // Plan(). Lock-free.
+  // between them; 0 when it never does. A derived one follows the budget
+  // seen by the latest Plan() (the drift bound reads it too). Lock-free.
   uint64_t coupling_horizon() const { return coupling_horizon_.load(std::memory_order_relaxed); }
 
   // Adds a job needing every id of `subset` (not empty), in its epoch 0;
