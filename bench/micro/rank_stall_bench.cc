@@ -37,6 +37,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The bench's own calls must work: a failure ends it.
+void Must(const Status& s) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s\n", s.message().c_str());
+  std::exit(1);
+}
+
 constexpr uint32_t kIds = 1281167;
 constexpr uint32_t kFiles = 64;
 constexpr uint32_t kSize = 16;
@@ -91,15 +98,15 @@ int Run(int reps, uint32_t ranks) {
   pool.Start();
 
   // The other job: reads one record at a time, epoch after epoch.
-  jobs.CreateJob("steady", 0);
-  jobs.SetSpec("steady", 0, "subset=range:0-" + std::to_string(kFiles - 1));
+  Must(jobs.CreateJob("steady", 0));
+  Must(jobs.SetSpec("steady", 0, "subset=range:0-" + std::to_string(kFiles - 1)));
   std::atomic<bool> stop{false};
   std::vector<Span> reads;
   std::thread steady([&] {
     uint64_t token = 0;
     while (!stop) {
       JobManager::ReaderId reader;
-      jobs.OpenReader("steady", 0, &reader);
+      Must(jobs.OpenReader("steady", 0, &reader));
       for (;;) {
         const auto start = Clock::now();
         const size_t bytes = ReadOnce(&jobs, reader, ++token);
@@ -114,16 +121,16 @@ int Run(int reps, uint32_t ranks) {
   std::vector<Span> starts;
   for (int rep = 0; rep < reps; ++rep) {
     const std::string name = "ddp" + std::to_string(rep);
-    jobs.CreateJob(name, 0);
-    jobs.SetSpec(name, 0, "ranks=" + std::to_string(ranks));
+    Must(jobs.CreateJob(name, 0));
+    Must(jobs.SetSpec(name, 0, "ranks=" + std::to_string(ranks)));
     const auto start = Clock::now();
     JobManager::ReaderId reader;
-    jobs.OpenReader(name, 0, &reader, 0);
+    Must(jobs.OpenReader(name, 0, &reader, 0));
     ReadOnce(&jobs, reader, 1);
     starts.push_back({start, Clock::now()});
     jobs.CloseReader(reader);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    jobs.RemoveJob(name, 0);
+    Must(jobs.RemoveJob(name, 0));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   stop = true;
