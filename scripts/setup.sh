@@ -14,6 +14,7 @@ packages=(
   python3-venv  # the client's test venvs (.venv-test, ctest client_pip_install)
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
+  clang-format  # formats the C++ (.clang-format)
 )
 missing=()
 for p in "${packages[@]}"; do

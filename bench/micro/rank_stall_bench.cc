@@ -29,13 +29,20 @@
 #include "catalog/catalog.h"
 #include "jobs/job_manager.h"
 #include "loader/loader_pool.h"
-#include "sampling/plan_groups.h"
+#include "sampling/plan_group.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The bench's own calls must work: a failure ends it.
+void Must(const Status& s) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s\n", s.message().c_str());
+  std::exit(1);
+}
 
 constexpr uint32_t kIds = 1281167;
 constexpr uint32_t kFiles = 64;
@@ -80,27 +87,26 @@ int Run(int reps, uint32_t ranks) {
     std::fprintf(stderr, "catalog: %s\n", s.message().c_str());
     return 1;
   }
-  PlanGroupsOptions g;
+  PlanGroupOptions g;
   g.cadence.lookahead = 16;
-  PlanGroups groups(g);
+  PlanGroup group(g);
   LoaderPool pool(2);
-  SampleCache cache(catalog.get(), &pool, nullptr, &groups, 256 << 20);
+  SampleCache cache(catalog.get(), &pool, nullptr, &group, kSize, 256 << 20);
   JobManagerOptions options;
   options.default_size = kSize;
-  options.base = kSize;
-  JobManager jobs(catalog.get(), &cache, &pool, &groups, options);
+  JobManager jobs(catalog.get(), &cache, &pool, &group, options);
   pool.Start();
 
   // The other job: reads one record at a time, epoch after epoch.
-  jobs.CreateJob("steady", 0);
-  jobs.SetSpec("steady", 0, "subset=range:0-" + std::to_string(kFiles - 1));
+  Must(jobs.CreateJob("steady", 0));
+  Must(jobs.SetSpec("steady", 0, "subset=range:0-" + std::to_string(kFiles - 1)));
   std::atomic<bool> stop{false};
   std::vector<Span> reads;
   std::thread steady([&] {
     uint64_t token = 0;
     while (!stop) {
       JobManager::ReaderId reader;
-      jobs.OpenReader("steady", 0, &reader);
+      Must(jobs.OpenReader("steady", 0, &reader));
       for (;;) {
         const auto start = Clock::now();
         const size_t bytes = ReadOnce(&jobs, reader, ++token);
@@ -115,16 +121,16 @@ int Run(int reps, uint32_t ranks) {
   std::vector<Span> starts;
   for (int rep = 0; rep < reps; ++rep) {
     const std::string name = "ddp" + std::to_string(rep);
-    jobs.CreateJob(name, 0);
-    jobs.SetSpec(name, 0, "ranks=" + std::to_string(ranks));
+    Must(jobs.CreateJob(name, 0));
+    Must(jobs.SetSpec(name, 0, "ranks=" + std::to_string(ranks)));
     const auto start = Clock::now();
     JobManager::ReaderId reader;
-    jobs.OpenReader(name, 0, &reader, 0);
+    Must(jobs.OpenReader(name, 0, &reader, 0));
     ReadOnce(&jobs, reader, 1);
     starts.push_back({start, Clock::now()});
     jobs.CloseReader(reader);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    jobs.RemoveJob(name, 0);
+    Must(jobs.RemoveJob(name, 0));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   stop = true;

@@ -29,7 +29,7 @@ HEADER_FIELDS = (
     ("label", "q", "<i8"), ("epoch", "I", "<u4"), ("flags", "I", "<u4"),
     ("height", "I", "<u4"), ("width", "I", "<u4"), ("channels", "I", "<u4"),
     ("dtype", "I", "<u4"), ("payload_bytes", "Q", "<u8"),
-    ("reserved", "Q", "<u8"))
+    ("crop_box", "Q", "<u8"))  # x | y << 16 | w << 32 | h << 48 when flags bit 1
 HEADER = struct.Struct("<" + "".join(code for _, code, _ in HEADER_FIELDS))
 HEADER_DTYPE = np.dtype([(name, dt) for name, _, dt in HEADER_FIELDS])
 assert HEADER.size == HEADER_DTYPE.itemsize == HEADER_SIZE
@@ -78,7 +78,7 @@ def parse_header(data: bytes | bytearray | memoryview,
     Raises StreamError naming the offset and the bad field.
     """
     (magic, header_size, sample_id, label, epoch, _flags, height, width,
-     channels, dtype, payload_bytes, _reserved) = HEADER.unpack(data)
+     channels, dtype, payload_bytes, _crop_box) = HEADER.unpack(data)
     where = f"record header at byte {offset}"
     if magic != MAGIC:
         raise StreamError(f"{where}: bad magic {bytes(magic)!r}, "

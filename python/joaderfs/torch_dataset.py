@@ -285,19 +285,38 @@ class _BufferPool:
         return torch.from_numpy(view)
 
 
+# Design note: the shared-memory ring (workers > 0, no transform).
+#
+# Why: torch sends a tensor in shared memory to another process as a file
+# descriptor that the receiver maps; doing that per batch costs more than
+# reading the batch from the mount.  So each worker keeps up to SLOTS
+# buffers (_WorkerRing) and sends each buffer once; the training process
+# keeps every buffer mapped (_RingView, in _rings) and later batches name
+# only (ring id, slot).
+#
+# State: one shared uint8 array, ``control``, of 2 * SLOTS + 1 bytes:
+#   control[s]          1 while slot s holds a batch the training process
+#                       has not finished with.  The worker sets it when it
+#                       reads into the slot; the training process clears it
+#                       when the last tensor made from the batch is freed
+#                       (a weakref finalizer), or at once after copying into
+#                       pinned memory.
+#   control[SLOTS + s]  1 once the training process has mapped slot s's
+#                       buffer: the worker then stops sending it.
+#   control[2 * SLOTS]  1 once the training process has ``control`` itself.
+# Each byte has one writer at a time (a slot's in-use byte changes hands
+# with the batch), so no lock is needed; a stale read only makes the worker
+# pick another slot or send a buffer or ``control`` once more.
+#
+# Lifetime: a ring lives for one iteration of the dataset in one worker; the
+# ring id (pid, serial, random bytes) tells a new one from an old one, and
+# the views of exited workers are dropped when a new ring arrives.  A tensor
+# the training code keeps holds its buffer's mapping, so its data stays
+# valid; that slot is simply not reused.  When every slot is in use, a batch
+# goes out in fresh shared memory (slot -1), the ordinary torch way.
 class _WorkerRing:
-    """A DataLoader worker's reusable shared-memory batch buffers.
-
-    Sending a shared buffer to another process passes a file descriptor and
-    maps it there, which costs more than reading the batch; so each buffer
-    travels once, with the first batch read into it, and the training
-    process keeps it mapped (_RingView).  ``control`` (shared too) holds,
-    per slot, whether the buffer is in use by the training process (cleared
-    by it once the batch's last tensor is gone) and whether the training
-    process has the buffer; its last byte says whether the training process
-    has ``control`` itself.  Once every slot is in use (the training code
-    keeps batches), batches go out in fresh shared memory instead.
-    """
+    """A DataLoader worker's reusable shared-memory batch buffers: the
+    worker's side of the ring (see the design note above)."""
 
     SLOTS = 16
 

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/hash.h"
 #include "common/rate_limited_log.h"
@@ -38,23 +39,6 @@ constexpr size_t kIndexValue = 32;   // id, slot bytes, slot, bytes, crc
 constexpr int kEvictionSamples = 8;  // candidates compared per eviction
 constexpr size_t kMaxQueuedWrites = 512;
 
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-
-template <typename T>
-void Store(uint8_t* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
-
-template <typename T>
-T Load(const void* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
-}
-
 uint64_t KeyHash(const std::string& key) { return Fnv1a(kFnv1aBasis, key.data(), key.size()); }
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -74,15 +58,12 @@ uint64_t DiskCache::SlotBytes(uint64_t bytes) {
 }
 
 Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
-                       uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
+                       uint32_t base, uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
   std::unique_ptr<DiskCache> c(new DiskCache());
   c->catalog_ = catalog;
   c->ref_counts_ = counts;
-  char folder[17];
-  std::snprintf(folder, sizeof folder, "%016llx",
-                static_cast<unsigned long long>(
-                    Fnv1a(kFnv1aBasis, catalog->source().data(), catalog->source().size())));
-  c->path_ = dir + "/" + folder + "-" + kFormat;
+  c->base_ = base;
+  c->path_ = SourceFolder(dir, catalog->source(), kFormat);
   std::error_code ec;
   fs::create_directories(c->path_, ec);
   if (ec) return Status::IOError("cannot create " + c->path_ + ": " + ec.message());
@@ -151,10 +132,11 @@ Status DiskCache::OpenIndex() {
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (it->value().size() != kIndexValue || it->key().size() < 12) continue;
     const char* v = it->value().data();
-    Location where{Load<uint64_t>(v + 4), Load<uint64_t>(v + 12), Load<uint64_t>(v + 20),
-                   Load<uint32_t>(v + 28)};
+    Location where{DecodeFixed<uint64_t>(v + 4), DecodeFixed<uint64_t>(v + 12),
+                   DecodeFixed<uint64_t>(v + 20), DecodeFixed<uint32_t>(v + 28)};
     const std::string key = it->key().ToString();
-    index_[key] = IndexEntry{Load<uint32_t>(v), Load<uint32_t>(key.data()), where, keys_.size()};
+    index_[key] = IndexEntry{DecodeFixed<uint32_t>(v), DecodeFixed<uint32_t>(key.data()), where,
+                             keys_.size()};
     keys_.push_back(key);
     stats_.bytes += where.slot_bytes;
     owners[{where.slot_bytes, where.slot}].push_back(key);
@@ -225,12 +207,12 @@ DiskCache::~DiskCache() {
   if (db_) db_->Close();
 }
 
-// Output size, then what identifies the source file's content, then its
-// path (so that two files can never share a key).
-std::string DiskCache::Key(uint32_t size, SampleId id) const {
+// The base, then what identifies the source file's content, then its path
+// (so that two files can never share a key).
+std::string DiskCache::Key(SampleId id) const {
   std::string key;
-  Put<uint32_t>(&key, size);
-  Put<uint64_t>(&key, fingerprints_[id]);
+  PutFixed<uint32_t>(&key, base_);
+  PutFixed<uint64_t>(&key, fingerprints_[id]);
   key += catalog_->relpath(id);
   return key;
 }
@@ -257,8 +239,8 @@ uint64_t DiskCache::AllocateSlot(uint64_t slot_bytes) {
   return file->high_water++;
 }
 
-Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
-  const std::string key = Key(size, id);
+Status DiskCache::Get(SampleId id, DecodedSample* out) {
+  const std::string key = Key(id);
   Location where;
   int fd = -1;
   {
@@ -277,12 +259,13 @@ Status DiskCache::Get(uint32_t size, SampleId id, DecodedSample* out) {
   const ssize_t n =
       pread(fd, buffer.get(), length, static_cast<off_t>(where.slot * where.slot_bytes));
   const uint8_t* h = buffer.get();
-  bool good = n == static_cast<ssize_t>(length) && Load<uint32_t>(h) == kSlotMagic &&
-              Load<uint64_t>(h + 16) == KeyHash(key) && Load<uint32_t>(h + 24) == where.crc;
+  bool good = n == static_cast<ssize_t>(length) && DecodeFixed<uint32_t>(h) == kSlotMagic &&
+              DecodeFixed<uint64_t>(h + 16) == KeyHash(key) &&
+              DecodeFixed<uint32_t>(h + 24) == where.crc;
   if (good) {
-    out->height = Load<uint32_t>(h + 4);
-    out->width = Load<uint32_t>(h + 8);
-    out->channels = Load<uint32_t>(h + 12);
+    out->height = DecodeFixed<uint32_t>(h + 4);
+    out->width = DecodeFixed<uint32_t>(h + 8);
+    out->channels = DecodeFixed<uint32_t>(h + 12);
     good = out->bytes() == where.bytes && Crc32c(h + kSlotHeader, where.bytes) == where.crc;
   }
   if (good) {
@@ -333,17 +316,17 @@ void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
   if (!s.ok()) spdlog::warn("disk cache: index delete failed: {}", s.ToString());
 }
 
-void DiskCache::PutAsync(uint32_t size, SampleId id, SamplePtr sample) {
+void DiskCache::PutAsync(SampleId id, SamplePtr sample) {
   {
     MutexLock lock(mu_);
-    if (stopping_ || SlotBytes(sample->bytes()) > stats_.budget || index_.count(Key(size, id))) {
+    if (stopping_ || SlotBytes(sample->bytes()) > stats_.budget || index_.count(Key(id))) {
       return;
     }
     if (queue_.size() >= kMaxQueuedWrites) {
       ++stats_.write_drops;
       return;
     }
-    queue_.push_back({size, id, std::move(sample)});
+    queue_.push_back({id, std::move(sample)});
   }
   wake_.notify_one();
 }
@@ -362,8 +345,9 @@ void DiskCache::EvictLocked(std::vector<std::string>* victims) {
     for (int i = 0; i < kEvictionSamples; ++i) {
       const std::string& key = keys_[rng_.Below(keys_.size())];
       const IndexEntry& e = index_[key];
+      // An entry of another base (an earlier mount's) is needed by nobody.
       uint32_t need = 0;
-      ref_counts_->Counts(e.size, std::span(&e.id, 1), std::span(&need, 1));
+      if (e.base == base_) ref_counts_->Counts(std::span(&e.id, 1), std::span(&need, 1));
       if (need < victim_need) {
         victim = &key;
         victim_need = need;
@@ -386,7 +370,7 @@ void DiskCache::WriteLoop() {
       queue_.pop_front();
       writing_ = true;
     }
-    const std::string key = Key(w.size, w.id);
+    const std::string key = Key(w.id);
     const DecodedSample& sample = *w.sample;
     Location where;
     where.bytes = sample.bytes();
@@ -408,12 +392,12 @@ void DiskCache::WriteLoop() {
     bool stored = false;
     if (fd >= 0) {
       std::array<uint8_t, kSlotHeader> header{};
-      Store<uint32_t>(&header[0], kSlotMagic);
-      Store<uint32_t>(&header[4], sample.height);
-      Store<uint32_t>(&header[8], sample.width);
-      Store<uint32_t>(&header[12], sample.channels);
-      Store<uint64_t>(&header[16], KeyHash(key));
-      Store<uint32_t>(&header[24], where.crc);
+      EncodeFixed<uint32_t>(&header[0], kSlotMagic);
+      EncodeFixed<uint32_t>(&header[4], sample.height);
+      EncodeFixed<uint32_t>(&header[8], sample.width);
+      EncodeFixed<uint32_t>(&header[12], sample.channels);
+      EncodeFixed<uint64_t>(&header[16], KeyHash(key));
+      EncodeFixed<uint32_t>(&header[24], where.crc);
       iovec iov[2] = {{header.data(), kSlotHeader}, {sample.pixels.get(), where.bytes}};
       const ssize_t n = pwritev(fd, iov, 2, static_cast<off_t>(where.slot * where.slot_bytes));
       if (n != static_cast<ssize_t>(kSlotHeader + where.bytes)) {
@@ -425,11 +409,11 @@ void DiskCache::WriteLoop() {
         // The index entry goes in after its slot: a crash between the two
         // leaves a slot nobody names, which the next open counts as free.
         std::string value;
-        Put<uint32_t>(&value, w.id);
-        Put<uint64_t>(&value, where.slot_bytes);
-        Put<uint64_t>(&value, where.slot);
-        Put<uint64_t>(&value, where.bytes);
-        Put<uint32_t>(&value, where.crc);
+        PutFixed<uint32_t>(&value, w.id);
+        PutFixed<uint64_t>(&value, where.slot_bytes);
+        PutFixed<uint64_t>(&value, where.slot);
+        PutFixed<uint64_t>(&value, where.bytes);
+        PutFixed<uint32_t>(&value, where.crc);
         rocksdb::WriteBatch batch;
         for (const std::string& v : victims) batch.Delete(v);
         batch.Put(key, value);
@@ -445,7 +429,7 @@ void DiskCache::WriteLoop() {
     if (!stored) DeleteKeys(victims);  // they are gone from the index all the same
     MutexLock lock(mu_);
     if (stored) {
-      index_[key] = {w.id, w.size, where, keys_.size()};
+      index_[key] = {w.id, base_, where, keys_.size()};
       keys_.push_back(key);
       stats_.entries = index_.size();
       ++stats_.writes;

@@ -12,9 +12,11 @@
 // the decode they save).
 //
 // The index (RocksDB, WAL on, not synced) maps a key to the sample's slot,
-// byte size and CRC32C. Keys: the base resolution and a fingerprint of the
+// byte size and CRC32C. Keys: the mount's base and a fingerprint of the
 // source file (its relative path, size, mtime and inode), so a changed file
-// is simply a miss while every unchanged sample stays valid. Each slot
+// is simply a miss while every unchanged sample stays valid (and a mount at
+// another base misses every entry, which then goes first when room is
+// needed). Each slot
 // starts with a header naming its key's hash, the image's dimensions and
 // the CRC of its pixels; a read whose slot does not match its index entry,
 // or whose pixels fail the CRC, is never served: the entry is dropped and
@@ -24,7 +26,7 @@
 //
 // Writes go through one background thread so they stay off the read path;
 // when the byte budget is exceeded, entries that fewer jobs still need
-// (RefCounts, from the planning groups) are dropped first.
+// (RefCounts, from the planning group) are dropped first.
 //
 // Thread-safe. Files and RocksDB are read and written without the tier's
 // lock held; the lock ranks below the RAM tier's and above the planning
@@ -71,20 +73,21 @@ struct DiskCacheStats {
 
 class DiskCache {
  public:
-  // Opens (creating) the tier for `catalog`'s SOURCE under `dir`. Fails
-  // when another daemon holds it or the folder is unusable. `counts`
-  // (entries needed by fewer jobs are dropped first) outlives the tier.
+  // Opens (creating) the tier for `catalog`'s SOURCE under `dir`, holding
+  // images decoded at `base` (DecodeBase's). Fails when another daemon
+  // holds it or the folder is unusable. `counts` (entries needed by fewer
+  // jobs are dropped first) outlives the tier.
   // (It fills the tier before its writer thread starts, without mu_.)
   static Status Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
-                     uint64_t budget_bytes,
+                     uint32_t base, uint64_t budget_bytes,
                      std::unique_ptr<DiskCache>* out) NO_THREAD_SAFETY_ANALYSIS;
   ~DiskCache();  // finishes queued writes
 
   // Ok and the sample; NotFound; or Corruption (the entry has been dropped).
-  Status Get(uint32_t size, SampleId id, DecodedSample* out);
+  Status Get(SampleId id, DecodedSample* out);
 
   // Queues the sample for writing unless it is stored already.
-  void PutAsync(uint32_t size, SampleId id, SamplePtr sample);
+  void PutAsync(SampleId id, SamplePtr sample);
 
   // Waits until every queued write is done (for tests and shutdown).
   void Flush();
@@ -108,7 +111,7 @@ class DiskCache {
   };
   struct IndexEntry {
     SampleId id;
-    uint32_t size;
+    uint32_t base;  // of its key: an earlier mount's may differ
     Location where;
     size_t at;  // position in keys_
   };
@@ -118,7 +121,6 @@ class DiskCache {
     std::vector<uint64_t> free;  // freed slots below high_water
   };
   struct Write {
-    uint32_t size;
     SampleId id;
     SamplePtr sample;
   };
@@ -128,7 +130,7 @@ class DiskCache {
   Status OpenIndex() NO_THREAD_SAFETY_ANALYSIS;
   void StartAfresh(const char* why, const Status& s) NO_THREAD_SAFETY_ANALYSIS;
   Status OpenSlotFiles() NO_THREAD_SAFETY_ANALYSIS;
-  std::string Key(uint32_t size, SampleId id) const;
+  std::string Key(SampleId id) const;
   SlotFile* File(uint64_t slot_bytes) REQUIRES(mu_);
   uint64_t AllocateSlot(uint64_t slot_bytes) REQUIRES(mu_);
   void Unindex(const std::string& key) REQUIRES(mu_);  // frees its slot
@@ -139,6 +141,7 @@ class DiskCache {
 
   const Catalog* catalog_ = nullptr;
   const RefCounts* ref_counts_ = nullptr;
+  uint32_t base_ = 0;
   std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<RocksDbWrites> index_writes_;  // over db_; stops at a failure

@@ -28,20 +28,19 @@ class DiskCacheTest : public ::testing::Test {
   void ReopenCatalog() { ASSERT_TRUE(Catalog::Open(root_ / "src", &catalog_).ok()); }
   std::string cache_dir() const { return root_ / "cache"; }
 
-  // The jobs' needs, as the planning groups would answer them: the input of
+  // The jobs' needs, as the planning group would answer them: the input of
   // the eviction order under test.
   struct NeededCounts final : RefCounts {
-    void Counts(uint32_t, std::span<const SampleId> ids,
-                std::span<uint32_t> counts) const override {
+    void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override {
       for (size_t i = 0; i < ids.size(); ++i) counts[i] = ids[i] < two_jobs_need_below ? 2 : 0;
     }
     SampleId two_jobs_need_below = 0;
   };
   NeededCounts counts_;
 
-  std::unique_ptr<DiskCache> OpenCache(uint64_t budget = 1 << 30) {
+  std::unique_ptr<DiskCache> OpenCache(uint64_t budget = 1 << 30, uint32_t base = 16) {
     std::unique_ptr<DiskCache> cache;
-    Status s = DiskCache::Open(cache_dir(), catalog_.get(), &counts_, budget, &cache);
+    Status s = DiskCache::Open(cache_dir(), catalog_.get(), &counts_, base, budget, &cache);
     EXPECT_TRUE(s.ok()) << s.message();
     return cache;
   }
@@ -69,33 +68,37 @@ class DiskCacheTest : public ::testing::Test {
 TEST_F(DiskCacheTest, StoresAndServesSamples) {
   auto cache = OpenCache();
   DecodedSample out;
-  EXPECT_EQ(cache->Get(16, 3, &out).code(), Status::Code::kNotFound);
-  cache->PutAsync(16, 3, Sample(42));
+  EXPECT_EQ(cache->Get(3, &out).code(), Status::Code::kNotFound);
+  cache->PutAsync(3, Sample(42));
   cache->Flush();
-  ASSERT_TRUE(cache->Get(16, 3, &out).ok());
+  ASSERT_TRUE(cache->Get(3, &out).ok());
   EXPECT_EQ(out.height, 16u);
   EXPECT_EQ(out.width, 16u);
   EXPECT_EQ(out.channels, 3u);
   EXPECT_TRUE(AllPixels(out, 42));
-  // Another output size is another entry.
-  EXPECT_EQ(cache->Get(32, 3, &out).code(), Status::Code::kNotFound);
+  // Another sample is another entry.
+  EXPECT_EQ(cache->Get(4, &out).code(), Status::Code::kNotFound);
   const DiskCacheStats stats = cache->Stats();
   EXPECT_EQ(stats.hits, 1u);
   EXPECT_EQ(stats.misses, 2u);
   EXPECT_EQ(stats.entries, 1u);
   EXPECT_EQ(stats.bytes, DiskCache::SlotBytes(16 * 16 * 3));
+  // A mount at another base misses what this one stored.
+  cache.reset();
+  cache = OpenCache(1 << 30, 32);
+  EXPECT_EQ(cache->Get(3, &out).code(), Status::Code::kNotFound);
 }
 
 TEST_F(DiskCacheTest, SurvivesReopen) {
   {
     auto cache = OpenCache();
-    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(16, id, Sample(static_cast<uint8_t>(id)));
+    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(id, Sample(static_cast<uint8_t>(id)));
   }  // the destructor finishes queued writes
   auto cache = OpenCache();
   EXPECT_EQ(cache->Stats().entries, 8u);
   for (SampleId id = 0; id < 8; ++id) {
     DecodedSample out;
-    ASSERT_TRUE(cache->Get(16, id, &out).ok()) << id;
+    ASSERT_TRUE(cache->Get(id, &out).ok()) << id;
     EXPECT_TRUE(AllPixels(out, static_cast<uint8_t>(id)));
   }
 }
@@ -103,21 +106,21 @@ TEST_F(DiskCacheTest, SurvivesReopen) {
 TEST_F(DiskCacheTest, ModifiedSourceFileIsAMissOthersStay) {
   {
     auto cache = OpenCache();
-    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(16, id, Sample(7));
+    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(id, Sample(7));
   }
   WriteSource(5, "a different and longer content");
   ReopenCatalog();
   auto cache = OpenCache();
   DecodedSample out;
   for (SampleId id = 0; id < 8; ++id) {
-    EXPECT_EQ(cache->Get(16, id, &out).ok(), id != 5) << id;
+    EXPECT_EQ(cache->Get(id, &out).ok(), id != 5) << id;
   }
 }
 
 TEST_F(DiskCacheTest, SecondDaemonOnTheSameSourceIsRefused) {
   auto first = OpenCache();
   std::unique_ptr<DiskCache> second;
-  const Status s = DiskCache::Open(cache_dir(), catalog_.get(), &counts_, 1 << 30, &second);
+  const Status s = DiskCache::Open(cache_dir(), catalog_.get(), &counts_, 16, 1 << 30, &second);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("in use"), std::string::npos) << s.message();
 }
@@ -125,7 +128,7 @@ TEST_F(DiskCacheTest, SecondDaemonOnTheSameSourceIsRefused) {
 TEST_F(DiskCacheTest, CorruptBytesAreNeverServed) {
   {
     auto cache = OpenCache();
-    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(16, id, Sample(200));
+    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(id, Sample(200));
   }
   // Flip bytes in the middle of every slot file: the pixels live there.
   std::string db;
@@ -146,7 +149,7 @@ TEST_F(DiskCacheTest, CorruptBytesAreNeverServed) {
   int served = 0, refused = 0;
   for (SampleId id = 0; id < 8; ++id) {
     DecodedSample out;
-    const Status s = cache->Get(16, id, &out);
+    const Status s = cache->Get(id, &out);
     if (s.ok()) {
       ++served;
       EXPECT_TRUE(AllPixels(out, 200)) << "sample " << id << " served with damaged pixels";
@@ -154,7 +157,7 @@ TEST_F(DiskCacheTest, CorruptBytesAreNeverServed) {
       ++refused;
       EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.message();
       // A refused entry is gone: the next look is a plain miss.
-      EXPECT_EQ(cache->Get(16, id, &out).code(), Status::Code::kNotFound);
+      EXPECT_EQ(cache->Get(id, &out).code(), Status::Code::kNotFound);
     }
   }
   EXPECT_GT(refused, 0);
@@ -168,9 +171,9 @@ TEST_F(DiskCacheTest, ASlotHoldingAnotherSamplesBytesIsNeverServed) {
   std::string slots;
   {
     auto cache = OpenCache();
-    cache->PutAsync(16, 0, Sample(10));
+    cache->PutAsync(0, Sample(10));
     cache->Flush();
-    cache->PutAsync(16, 1, Sample(11));
+    cache->PutAsync(1, Sample(11));
     cache->Flush();
     slots = cache->path() + "/slots-" + std::to_string(slot);
   }
@@ -186,15 +189,15 @@ TEST_F(DiskCacheTest, ASlotHoldingAnotherSamplesBytesIsNeverServed) {
   }
   auto cache = OpenCache();
   DecodedSample out;
-  EXPECT_EQ(cache->Get(16, 0, &out).code(), Status::Code::kCorruption);
-  EXPECT_EQ(cache->Get(16, 0, &out).code(), Status::Code::kNotFound);
-  ASSERT_TRUE(cache->Get(16, 1, &out).ok());
+  EXPECT_EQ(cache->Get(0, &out).code(), Status::Code::kCorruption);
+  EXPECT_EQ(cache->Get(0, &out).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(cache->Get(1, &out).ok());
   EXPECT_TRUE(AllPixels(out, 11));
   // The freed slot is used again.
-  cache->PutAsync(16, 2, Sample(12));
+  cache->PutAsync(2, Sample(12));
   cache->Flush();
   EXPECT_EQ(fs::file_size(slots), size);
-  ASSERT_TRUE(cache->Get(16, 2, &out).ok());
+  ASSERT_TRUE(cache->Get(2, &out).ok());
   EXPECT_TRUE(AllPixels(out, 12));
 }
 
@@ -203,10 +206,10 @@ TEST_F(DiskCacheTest, OverBudgetDropsWhatFewestJobsNeed) {
   auto cache = OpenCache(4 * one);
   // Ids 0-3 are needed by two jobs, ids 4-7 by none.
   counts_.two_jobs_need_below = 4;
-  for (SampleId id = 4; id < 8; ++id) cache->PutAsync(16, id, Sample(1));
+  for (SampleId id = 4; id < 8; ++id) cache->PutAsync(id, Sample(1));
   cache->Flush();
   for (SampleId id = 0; id < 4; ++id) {
-    cache->PutAsync(16, id, Sample(2));
+    cache->PutAsync(id, Sample(2));
     cache->Flush();
   }
   const DiskCacheStats stats = cache->Stats();
@@ -217,7 +220,7 @@ TEST_F(DiskCacheTest, OverBudgetDropsWhatFewestJobsNeed) {
   // the fixed seed makes this run deterministic.
   DecodedSample out;
   int needed_kept = 0;
-  for (SampleId id = 0; id < 4; ++id) needed_kept += cache->Get(16, id, &out).ok();
+  for (SampleId id = 0; id < 4; ++id) needed_kept += cache->Get(id, &out).ok();
   EXPECT_GE(needed_kept, 3);
 }
 

@@ -20,14 +20,20 @@ FailureRetry FailureRetryFrom(std::chrono::seconds start) {
 }
 
 SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk,
-                         const RefCounts* counts, uint64_t budget_bytes, FailureRetry retry,
-                         SourceReader* reader)
+                         const RefCounts* counts, uint32_t base, uint64_t budget_bytes,
+                         FailureRetry retry, SourceReader* reader)
     : catalog_(catalog),
       pool_(pool),
       disk_(disk),
       ref_counts_(counts),
+      base_(base),
       budget_(budget_bytes),
       retry_(retry),
+      evictable_(NewRefCntPolicy([counts](SampleId id) {
+        uint32_t count = 0;
+        counts->Counts(std::span(&id, 1), std::span(&count, 1));
+        return count;
+      }),
       reader_(reader) {
   stats_.budget = budget_bytes;
   if (!reader_) {
@@ -43,11 +49,11 @@ SampleCache::~SampleCache() {
   if (own_reader_) own_reader_->Stop();
 }
 
-void SampleCache::Acquire(SampleKey key, Callback done) {
-  AcquireWithTier(key, [done = std::move(done)](const SamplePtr& sample, Tier) { done(sample); });
+void SampleCache::Acquire(SampleId id, Callback done) {
+  AcquireWithTier(id, [done = std::move(done)](const SamplePtr& sample, Tier) { done(sample); });
 }
 
-void SampleCache::AcquireWithTier(SampleKey key, TierCallback done) {
+void SampleCache::AcquireWithTier(SampleId id, TierCallback done) {
   SamplePtr ready;
   {
     MutexLock lock(mu_);
@@ -55,7 +61,7 @@ void SampleCache::AcquireWithTier(SampleKey key, TierCallback done) {
     // it may have healed.
     bool answer_bad = false;
     std::optional<FileIdentity> unless_same;
-    if (auto bad = bad_.find(key); bad != bad_.end() && !entries_.count(key)) {
+    if (auto bad = bad_.find(id); bad != bad_.end() && !entries_.count(id)) {
       Bad& b = bad->second;
       const Clock::time_point now = Clock::now();
       const bool backoff_over = now >= b.retry_at;
@@ -68,12 +74,12 @@ void SampleCache::AcquireWithTier(SampleKey key, TierCallback done) {
     }
     if (answer_bad) {
       ++stats_.hits;
-      ++owed_releases_[key];
-    } else if (auto it = entries_.find(key); it != entries_.end()) {
+      ++owed_releases_[id];
+    } else if (auto it = entries_.find(id); it != entries_.end()) {
       ++stats_.hits;
       Entry& e = it->second;
       if (e.pins++ == 0 && e.sample) {
-        RemoveEvictable(key);
+        evictable_->Erase(id);
         stats_.pinned_bytes += e.sample->bytes();
       }
       UpdateCommitted();
@@ -85,57 +91,41 @@ void SampleCache::AcquireWithTier(SampleKey key, TierCallback done) {
     } else {
       ++stats_.misses;
       ++stats_.loading;
-      Entry& e = entries_[key];
+      Entry& e = entries_[id];
       e.pins = 1;
-      // What it will hold, known from its size: the planner must not see a
+      // What it will hold, known from the base: the planner must not see a
       // huge sample as an average one while it decodes.
-      e.loading_bytes = key.size > 0 ? SquareSampleBytes(key.size) : average_bytes_.load();
+      e.loading_bytes = base_ > 0 ? SquareSampleBytes(base_) : average_bytes_.load();
       loading_bytes_ += e.loading_bytes;
       e.waiters.push_back(std::move(done));
       UpdateCommitted();
-      pool_->Submit([this, key, unless_same] { Load(key, unless_same); });
+      pool_->Submit([this, id, unless_same] { Load(id, unless_same); });
       return;
     }
   }
   done(ready, Tier::kRam);
 }
 
-void SampleCache::Release(SampleKey key) {
+void SampleCache::Release(SampleId id) {
   MutexLock lock(mu_);
-  if (auto owed = owed_releases_.find(key); owed != owed_releases_.end()) {
+  if (auto owed = owed_releases_.find(id); owed != owed_releases_.end()) {
     if (--owed->second == 0) owed_releases_.erase(owed);
     return;
   }
-  auto it = entries_.find(key);
+  auto it = entries_.find(id);
   if (it == entries_.end() || it->second.pins == 0) return;  // an extra one
   Entry& e = it->second;
   if (--e.pins == 0 && e.sample) {
-    AddEvictable(key);
+    evictable_->Insert(id);
     stats_.pinned_bytes -= e.sample->bytes();
     EvictLocked();
     UpdateCommitted();
   }
 }
 
-EvictionPolicy* SampleCache::Policy(uint32_t size) {
-  auto& policy = policies_[size];
-  if (!policy) {
-    policy = NewRefCntPolicy([this, size](SampleId id) {
-      uint32_t count = 0;
-      ref_counts_->Counts(size, std::span(&id, 1), std::span(&count, 1));
-      return count;
-    });
-  }
-  return policy.get();
-}
-
-void SampleCache::RemoveEvictable(const SampleKey& key) { Policy(key.size)->Erase(key.id); }
-
-void SampleCache::AddEvictable(const SampleKey& key) { Policy(key.size)->Insert(key.id); }
-
 void SampleCache::RefreshNeeds() {
   MutexLock lock(mu_);
-  for (auto& [size, policy] : policies_) policy->RefreshAll();
+  evictable_->RefreshAll();
 }
 
 void SampleCache::UpdateCommitted() { committed_ = stats_.pinned_bytes + loading_bytes_; }
@@ -147,40 +137,40 @@ SampleCache::FileIdentity SampleCache::Identify(SampleId id) const {
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-void SampleCache::Load(SampleKey key, std::optional<FileIdentity> unless_same) {
+void SampleCache::Load(SampleId id, std::optional<FileIdentity> unless_same) {
   Outcome o;
-  if (unless_same && Identify(key.id) == *unless_same) {
+  if (unless_same && Identify(id) == *unless_same) {
     o.unchanged = true;
-    return Finish(key, std::move(o));
+    return Finish(id, std::move(o));
   }
   if (disk_) {
-    o.status = disk_->Get(key.size, key.id, o.loaded.get());
+    o.status = disk_->Get(id, o.loaded.get());
     o.from_disk = o.status.ok();
-    if (o.from_disk) return Finish(key, std::move(o));
+    if (o.from_disk) return Finish(id, std::move(o));
   }
   // The read runs on the reader's I/O threads, so that a file whose reads
   // hang holds no decode thread; its bytes come back to a decode thread.
-  FileRange range = catalog_->location(key.id);
+  FileRange range = catalog_->location(id);
   const uint64_t expected = range.partial ? range.length : range.file_size;
   reader_->Read(range, MaxImageFileBytes(), expected,
-                [this, key, range](SourceReader::Result read) {
+                [this, id, range](SourceReader::Result read) {
                   pool_->Submit([this, key, range, read = std::move(read)]() mutable {
-                    Decode(key, range, std::move(read));
+                    Decode(id, range, std::move(read));
                   });
                 });
 }
 
-void SampleCache::Decode(SampleKey key, const FileRange& range, SourceReader::Result read) {
+void SampleCache::Decode(SampleId id, const FileRange& range, SourceReader::Result read) {
   Outcome o;
   o.status = std::move(read.status);
   o.as_scanned = read.as_scanned;
   o.stuck = read.stuck;
-  if (o.status.ok()) o.status = DecodeBaseFromBytes(range, *read.bytes, key.size, o.loaded.get());
+  if (o.status.ok()) o.status = DecodeBaseFromBytes(range, *read.bytes, base_, o.loaded.get());
   read.bytes.reset();  // no longer in flight
-  Finish(key, std::move(o));
+  Finish(id, std::move(o));
 }
 
-void SampleCache::Finish(SampleKey key, Outcome o) {
+void SampleCache::Finish(SampleId id, Outcome o) {
   const Status& s = o.status;
   const bool from_disk = o.from_disk;
   const bool unchanged = o.unchanged;
@@ -192,22 +182,22 @@ void SampleCache::Finish(SampleKey key, Outcome o) {
   // want it, and its pixels are at hand now. The tier's key names the file
   // the scan saw: pixels of a file replaced since then would be served
   // under it after a remount (docs/design.md 2.4), so they are not kept.
-  if (sample && !from_disk && as_scanned && disk_) disk_->PutAsync(key.size, key.id, sample);
+  if (sample && !from_disk && as_scanned && disk_) disk_->PutAsync(id, sample);
   // Taken after the attempt, so that a file rewritten during it counts as
   // changed at the next look.
   // Not for an abandoned read: that stat may hang too.
-  const FileIdentity file = sample || unchanged || o.stuck ? FileIdentity{} : Identify(key.id);
+  const FileIdentity file = sample || unchanged || o.stuck ? FileIdentity{} : Identify(id);
 
   std::vector<TierCallback> waiters;
   bool healed = false;
   {
     MutexLock lock(mu_);
-    auto it = entries_.find(key);
+    auto it = entries_.find(id);
     Entry& e = it->second;
     waiters = std::move(e.waiters);
     --stats_.loading;
     loading_bytes_ -= e.loading_bytes;
-    auto bad = bad_.find(key);
+    auto bad = bad_.find(id);
     if (bad != bad_.end() && !unchanged) ++stats_.retries;
     if (sample) {
       if (!from_disk) ++stats_.decoded;
@@ -224,17 +214,17 @@ void SampleCache::Finish(SampleKey key, Outcome o) {
       if (e.pins > 0) {
         stats_.pinned_bytes += sample->bytes();
       } else {
-        AddEvictable(key);  // every job that wanted it has gone
+        evictable_->Insert(id);  // every job that wanted it has gone
       }
       EvictLocked();
     } else {
-      if (e.pins > 0) owed_releases_[key] += e.pins;
+      if (e.pins > 0) owed_releases_[id] += e.pins;
       entries_.erase(it);
       if (!unchanged) {
         // A first failure waits the first back-off; a failed retry twice
         // the last one, up to the cap.
         const Clock::time_point now = Clock::now();
-        Bad& b = bad_[key];
+        Bad& b = bad_[id];
         if (bad == bad_.end()) {
           ++stats_.failed;
           b.backoff = retry_.backoff;
@@ -249,35 +239,27 @@ void SampleCache::Finish(SampleKey key, Outcome o) {
     }
     UpdateCommitted();
   }
-  if (healed) spdlog::debug("sample {} loads again", key.id);
+  if (healed) spdlog::debug("sample {} loads again", id);
   if (!sample && !unchanged) {
     Warnings().Warn(s.code() == Status::Code::kIOError ? "skip: unreadable" : "skip: undecodable",
-                    "skipping sample {} ({}): {}", key.id, Printable(catalog_->relpath(key.id)),
+                    "skipping sample {} ({}): {}", id, Printable(catalog_->relpath(id)),
                     Printable(s.message(), 1024));
   }
   const Tier loaded_from = from_disk ? Tier::kDisk : Tier::kDecode;
   for (size_t i = 0; i < waiters.size(); ++i) waiters[i](sample, i == 0 ? loaded_from : Tier::kRam);
 }
 
-// Evicts the RefCnt policy's choices until the budget holds. With several
-// output sizes, the size with the most evictable entries gives first.
+// Evicts the RefCnt policy's choices until the budget holds.
 void SampleCache::EvictLocked() {
-  while (stats_.bytes > stats_.budget) {
-    std::pair<const uint32_t, std::unique_ptr<EvictionPolicy>>* largest = nullptr;
-    for (auto& p : policies_) {
-      if (p.second->size() > 0 && (!largest || p.second->size() > largest->second->size())) {
-        largest = &p;
-      }
-    }
-    if (!largest) return;
-    const SampleKey key{largest->first, largest->second->Evict()};
-    auto it = entries_.find(key);
+  while (stats_.bytes > stats_.budget && evictable_->size() > 0) {
+    const SampleId id = evictable_->Evict();
+    auto it = entries_.find(id);
     if (disk_) {
       // A second chance for a sample a job still needs whose write was
       // dropped (a full queue); the disk tier ignores what it holds.
       uint32_t count = 0;
-      ref_counts_->Counts(key.size, std::span(&key.id, 1), std::span(&count, 1));
-      if (count > 0) disk_->PutAsync(key.size, key.id, it->second.sample);
+      ref_counts_->Counts(std::span(&id, 1), std::span(&count, 1));
+      if (count > 0) disk_->PutAsync(id, it->second.sample);
     }
     stats_.bytes -= it->second.sample->bytes();
     --stats_.entries;

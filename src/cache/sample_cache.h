@@ -1,8 +1,8 @@
-// The RAM tier of decoded samples, keyed by (base resolution, sample id), in
-// front of the disk tier and the decoder. An entry is the image decoded at
-// the mount's `base` (loader/decoder.h DecodeBase), uncropped: every job
-// cuts its own deliveries from it (loader/augment.h), whatever its size,
-// crop and flip, so one entry serves them all.
+// The RAM tier of decoded samples, keyed by sample id, in front of the disk
+// tier and the decoder. An entry is the image decoded at the mount's `base`
+// (loader/decoder.h DecodeBase), uncropped: every job cuts its own
+// deliveries from it (loader/augment.h), whatever its output size, crop and
+// flip, so one entry serves them all.
 //
 // Acquire() is single-flight: however many jobs ask for a sample while it
 // is being loaded, it is loaded once (from the disk tier, else decoded) and
@@ -14,7 +14,7 @@
 // Unpinned entries are kept within the byte budget by the RefCnt policy of
 // the JOADER paper (eviction_policy.h, the same code the simulator runs):
 // the entry the fewest jobs still need this epoch (RefCounts, answered by
-// the planning groups) goes first; among equal counts, the one that
+// the planning group) goes first; among equal counts, the one that
 // was released first. A count only changes when a job picks the sample
 // (and then holds it pinned, so it is re-read on release) or when a job
 // starts an epoch, arrives or leaves: the job manager then calls
@@ -64,12 +64,6 @@
 
 namespace joaderfs {
 
-struct SampleKey {
-  uint32_t size;  // the base resolution decoded at (DecodeBase's `base`)
-  SampleId id;
-  bool operator==(const SampleKey&) const = default;
-};
-
 struct CacheStats {
   uint64_t hits = 0;     // Acquire() found the sample ready or loading
   uint64_t misses = 0;   // Acquire() started a load
@@ -106,21 +100,23 @@ class SampleCache {
   // `sample` is null when the image could not be decoded.
   using Callback = std::function<void(const SamplePtr& sample)>;
   using TierCallback = std::function<void(const SamplePtr& sample, Tier tier)>;
-  // `disk` may be null (cache_dir=none). `counts` outlives the cache.
-  // SOURCE is read by `reader`, which must be stopped before `pool` goes
-  // (its callbacks submit decodes); null: the cache makes its own, with
+  // `disk` may be null (cache_dir=none); when not, it holds images at the
+  // same `base` (0: the image at its own resolution). `counts` outlives the
+  // cache. SOURCE is read by `reader`, which must be stopped before `pool`
+  // goes (its callbacks submit decodes); null: the cache makes its own, with
   // default options and the pool's number of threads, and stops it first
   // when it goes.
   SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, const RefCounts* counts,
-              uint64_t budget_bytes, FailureRetry retry = {}, SourceReader* reader = nullptr);
+              uint32_t base, uint64_t budget_bytes, FailureRetry retry = {},
+              SourceReader* reader = nullptr);
   ~SampleCache();
 
-  // Pins the entry for `key` and calls `done` exactly once with its sample.
-  void Acquire(SampleKey key, Callback done);
+  // Pins the entry of `id` and calls `done` exactly once with its sample.
+  void Acquire(SampleId id, Callback done);
   // The same, telling `done` where the sample came from (per-job figures).
-  void AcquireWithTier(SampleKey key, TierCallback done);
-  // Unpins one Acquire() of `key`.
-  void Release(SampleKey key);
+  void AcquireWithTier(SampleId id, TierCallback done);
+  // Unpins one Acquire() of `id`.
+  void Release(SampleId id);
 
   // Re-reads every unpinned entry's count: call after a job starts an
   // epoch, arrives or leaves. Asks RefCounts once per entry.
@@ -134,6 +130,8 @@ class SampleCache {
   // Lock-free too.
   uint64_t AverageSampleBytes() const { return average_bytes_.load(std::memory_order_relaxed); }
   uint64_t budget() const { return budget_; }
+  // The resolution its entries are decoded at (DecodeBase's `base`).
+  uint32_t base() const { return base_; }
 
   CacheStats Stats() const;
   SourceReaderStats ReadStats() const { return reader_->Stats(); }
@@ -141,11 +139,6 @@ class SampleCache {
   const DiskCache* disk() const { return disk_; }
 
  private:
-  struct KeyHash {
-    size_t operator()(const SampleKey& k) const {
-      return std::hash<uint64_t>()((uint64_t{k.size} << 32) | k.id);
-    }
-  };
   struct Entry {
     SamplePtr sample;  // null while loading
     // While loading; the first is the Acquire() that started the load.
@@ -184,12 +177,9 @@ class SampleCache {
   // if its file no longer has this identity, else answer null again.
   // On a decode thread: the disk tier, else a read by reader_, whose bytes
   // Decode() decodes on a decode thread; both end in Finish().
-  void Load(SampleKey key, std::optional<FileIdentity> unless_same);
-  void Decode(SampleKey key, const FileRange& range, SourceReader::Result read);
-  void Finish(SampleKey key, Outcome o);
-  EvictionPolicy* Policy(uint32_t size) REQUIRES(mu_);  // one per output size
-  void AddEvictable(const SampleKey& key) REQUIRES(mu_);
-  void RemoveEvictable(const SampleKey& key) REQUIRES(mu_);
+  void Load(SampleId id, std::optional<FileIdentity> unless_same);
+  void Decode(SampleId id, const FileRange& range, SourceReader::Result read);
+  void Finish(SampleId id, Outcome o);
   void EvictLocked() REQUIRES(mu_);
   void UpdateCommitted() REQUIRES(mu_);
 
@@ -197,6 +187,7 @@ class SampleCache {
   LoaderPool* pool_;
   DiskCache* disk_;
   const RefCounts* ref_counts_;
+  const uint32_t base_;
   const uint64_t budget_;
   const FailureRetry retry_;
   std::unique_ptr<SourceReader> own_reader_;  // when none was given
@@ -205,12 +196,13 @@ class SampleCache {
   std::atomic<uint64_t> average_bytes_{224 * 224 * 3};  // written under mu_
 
   mutable RankedMutex<LockRank::kSampleCache> mu_;
-  std::unordered_map<SampleKey, Entry, KeyHash> entries_ GUARDED_BY(mu_);
-  std::unordered_map<uint32_t, std::unique_ptr<EvictionPolicy>> policies_ GUARDED_BY(mu_);
-  std::unordered_map<SampleKey, Bad, KeyHash> bad_ GUARDED_BY(mu_);
+  std::unordered_map<SampleId, Entry> entries_ GUARDED_BY(mu_);
+  // The unpinned ready entries, in eviction order.
+  const std::unique_ptr<EvictionPolicy> evictable_ GUARDED_BY(mu_);
+  std::unordered_map<SampleId, Bad> bad_ GUARDED_BY(mu_);
   // Release()s still to come for Acquire()s answered null, which pinned
   // nothing: they must not unpin a later load of the same key (a retry).
-  std::unordered_map<SampleKey, uint32_t, KeyHash> owed_releases_ GUARDED_BY(mu_);
+  std::unordered_map<SampleId, uint32_t> owed_releases_ GUARDED_BY(mu_);
   CacheStats stats_ GUARDED_BY(mu_);
   uint64_t loading_bytes_ GUARDED_BY(mu_) = 0;  // the entries loading will hold
 };

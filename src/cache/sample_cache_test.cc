@@ -34,15 +34,13 @@ constexpr uint32_t kSize = 32;
 constexpr uint64_t kBytes = kSize * kSize * 3;
 constexpr SampleId kBad = 4;
 
-// The jobs' needs, as the planning groups would answer them: the input of
-// the eviction order under test (0 for ids not listed; sizes other than
-// kSize are needed by nobody).
+// The jobs' needs, as the planning group would answer them: the input of
+// the eviction order under test (0 for ids not listed).
 class NeededCounts final : public RefCounts {
  public:
-  void Counts(uint32_t size, std::span<const SampleId> ids,
-              std::span<uint32_t> counts) const override {
+  void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override {
     for (size_t i = 0; i < ids.size(); ++i) {
-      auto it = size == kSize ? needed.find(ids[i]) : needed.end();
+      auto it = needed.find(ids[i]);
       counts[i] = it == needed.end() ? 0 : it->second;
     }
   }
@@ -65,21 +63,21 @@ class SampleCacheTest : public ::testing::Test {
   }
 
   // Acquire() that waits for its callback.
-  static SamplePtr AcquireSync(SampleCache* cache, SampleKey key) {
+  static SamplePtr AcquireSync(SampleCache* cache, SampleId id) {
     auto p = std::make_shared<std::promise<SamplePtr>>();
     auto f = p->get_future();
-    cache->Acquire(key, [p](const SamplePtr& s) { p->set_value(s); });
+    cache->Acquire(id, [p](const SamplePtr& s) { p->set_value(s); });
     if (f.wait_for(10s) != std::future_status::ready) {
-      ADD_FAILURE() << "no callback for sample " << key.id;
+      ADD_FAILURE() << "no callback for sample " << id;
       return nullptr;
     }
     return f.get();
   }
 
   // Acquires and releases at once: a sample nobody pins any more.
-  static SamplePtr Touch(SampleCache* cache, SampleKey key) {
-    SamplePtr s = AcquireSync(cache, key);
-    cache->Release(key);
+  static SamplePtr Touch(SampleCache* cache, SampleId id) {
+    SamplePtr s = AcquireSync(cache, id);
+    cache->Release(id);
     return s;
   }
 
@@ -91,10 +89,10 @@ class SampleCacheTest : public ::testing::Test {
 TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
   LoaderPool pool(2);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20);
   EXPECT_EQ(cache.budget(), uint64_t{1} << 20);
   EXPECT_EQ(cache.disk(), nullptr);
-  const SamplePtr first = AcquireSync(&cache, {kSize, 0});
+  const SamplePtr first = AcquireSync(&cache, 0);
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->width, kSize);
   EXPECT_EQ(first->height, kSize);
@@ -112,7 +110,7 @@ TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
   // A ready sample is handed over at once, on the caller's thread.
   SamplePtr again;
   std::thread::id where;
-  cache.Acquire({kSize, 0}, [&](const SamplePtr& s) {
+  cache.Acquire(0, [&](const SamplePtr& s) {
     again = s;
     where = std::this_thread::get_id();
   });
@@ -124,13 +122,13 @@ TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
   EXPECT_EQ(st.decoded, 1u);
 
   // Released by both holders it stays cached (within budget).
-  cache.Release({kSize, 0});
-  cache.Release({kSize, 0});
+  cache.Release(0);
+  cache.Release(0);
   st = cache.Stats();
   EXPECT_EQ(st.pinned_bytes, 0u);
   EXPECT_EQ(st.entries, 1u);
   EXPECT_EQ(st.bytes, kBytes);
-  EXPECT_EQ(Touch(&cache, {kSize, 0}), first);
+  EXPECT_EQ(Touch(&cache, 0), first);
   EXPECT_EQ(cache.Stats().decoded, 1u);
 }
 
@@ -138,8 +136,8 @@ TEST_F(SampleCacheTest, DecodesOnMissAndHitsAfterwards) {
 TEST_F(SampleCacheTest, MatchesDecodeBase) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
-  const SamplePtr s = AcquireSync(&cache, {kSize, 2});
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20);
+  const SamplePtr s = AcquireSync(&cache, 2);
   ASSERT_NE(s, nullptr);
   DecodedSample direct;
   ASSERT_TRUE(DecodeBase(catalog_->path(2), kSize, &direct).ok());
@@ -152,7 +150,7 @@ TEST_F(SampleCacheTest, MatchesDecodeBase) {
 TEST_F(SampleCacheTest, SingleFlight) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20);
   PoolGate gate(&pool, 1);  // the decode cannot finish before every Acquire is in
 
   constexpr int kCallers = 16;
@@ -163,7 +161,7 @@ TEST_F(SampleCacheTest, SingleFlight) {
   std::vector<std::thread> callers;
   for (int i = 0; i < kCallers; ++i) {
     callers.emplace_back([&] {
-      cache.Acquire({kSize, 1}, [&](const SamplePtr& s) {
+      cache.Acquire(1, [&](const SamplePtr& s) {
         {
           std::lock_guard lock(mu);
           got.push_back(s);
@@ -195,18 +193,24 @@ TEST_F(SampleCacheTest, SingleFlight) {
   EXPECT_EQ(st.pinned_bytes, kBytes);
 }
 
-// One entry per base resolution, each a whole image.
+// A cache decodes at its base; at every base an entry is a whole image.
 TEST_F(SampleCacheTest, KeysDifferByBase) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
+  CacheStats st;
   for (uint32_t base : {16u, kSize, 0u}) {
-    const SamplePtr s = Touch(&cache, {base, 0});
+    SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, base, 1 << 20);
+    EXPECT_EQ(cache.base(), base);
+    const SamplePtr s = Touch(&cache, 0);
     ASSERT_TRUE(s);
     EXPECT_EQ(s->width, kSize);
     EXPECT_EQ(s->height, kSize);
+    const CacheStats one = cache.Stats();
+    st.misses += one.misses;
+    st.decoded += one.decoded;
+    st.entries += one.entries;
+    st.bytes += one.bytes;
   }
-  const CacheStats st = cache.Stats();
   EXPECT_EQ(st.misses, 3u);
   EXPECT_EQ(st.decoded, 3u);
   EXPECT_EQ(st.entries, 3u);
@@ -216,10 +220,10 @@ TEST_F(SampleCacheTest, KeysDifferByBase) {
 TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes);  // room for one
-  const SamplePtr a = AcquireSync(&cache, {kSize, 0});
-  const SamplePtr b = AcquireSync(&cache, {kSize, 1});
-  const SamplePtr c = AcquireSync(&cache, {kSize, 2});
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, kBytes);  // room for one
+  const SamplePtr a = AcquireSync(&cache, 0);
+  const SamplePtr b = AcquireSync(&cache, 1);
+  const SamplePtr c = AcquireSync(&cache, 2);
   CacheStats st = cache.Stats();
   EXPECT_EQ(st.evictions, 0u);
   EXPECT_EQ(st.entries, 3u);
@@ -227,18 +231,18 @@ TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
   EXPECT_EQ(st.pinned_bytes, 3 * kBytes);
   EXPECT_GE(cache.CommittedBytes(), 3 * kBytes);
   // Still pinned: found without a decode.
-  EXPECT_EQ(AcquireSync(&cache, {kSize, 1}), b);
-  cache.Release({kSize, 1});
+  EXPECT_EQ(AcquireSync(&cache, 1), b);
+  cache.Release(1);
   EXPECT_EQ(cache.Stats().decoded, 3u);
 
   // Unpinned one by one, they go as long as the cache is over budget.
-  cache.Release({kSize, 0});
+  cache.Release(0);
   st = cache.Stats();
   EXPECT_EQ(st.evictions, 1u);
   EXPECT_EQ(st.entries, 2u);
   EXPECT_EQ(st.pinned_bytes, 2 * kBytes);
-  cache.Release({kSize, 1});
-  cache.Release({kSize, 2});
+  cache.Release(1);
+  cache.Release(2);
   st = cache.Stats();
   EXPECT_EQ(st.evictions, 2u);
   EXPECT_EQ(st.entries, 1u);
@@ -251,10 +255,10 @@ TEST_F(SampleCacheTest, PinnedSamplesAreNeverEvicted) {
 TEST_F(SampleCacheTest, UnpinnedSamplesStayWithinBudget) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 2 * kBytes);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 2 * kBytes);
   for (int round = 0; round < 3; ++round) {
     for (SampleId id = 0; id < 4; ++id) {
-      ASSERT_NE(Touch(&cache, {kSize, id}), nullptr);
+      ASSERT_NE(Touch(&cache, id), nullptr);
       const CacheStats st = cache.Stats();
       EXPECT_LE(st.bytes, st.budget) << "round " << round << " id " << id;
       EXPECT_LE(st.entries, 2u);
@@ -270,19 +274,19 @@ TEST_F(SampleCacheTest, UnpinnedSamplesStayWithinBudget) {
 TEST_F(SampleCacheTest, LeastRecentlyUsedGoesFirstAmongEqualCounts) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 2 * kBytes);
-  const SamplePtr a = Touch(&cache, {kSize, 0});
-  Touch(&cache, {kSize, 1});
-  EXPECT_EQ(Touch(&cache, {kSize, 0}), a);  // 0 is now the most recent
-  Touch(&cache, {kSize, 2});                // over budget: 1 goes
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 2 * kBytes);
+  const SamplePtr a = Touch(&cache, 0);
+  Touch(&cache, 1);
+  EXPECT_EQ(Touch(&cache, 0), a);  // 0 is now the most recent
+  Touch(&cache, 2);                // over budget: 1 goes
   CacheStats st = cache.Stats();
   EXPECT_EQ(st.evictions, 1u);
   EXPECT_EQ(st.entries, 2u);
   EXPECT_EQ(st.misses, 3u);
-  EXPECT_EQ(Touch(&cache, {kSize, 0}), a);
-  Touch(&cache, {kSize, 2});
+  EXPECT_EQ(Touch(&cache, 0), a);
+  Touch(&cache, 2);
   EXPECT_EQ(cache.Stats().misses, 3u) << "0 and 2 should have stayed";
-  Touch(&cache, {kSize, 1});
+  Touch(&cache, 1);
   EXPECT_EQ(cache.Stats().misses, 4u) << "1 should have been evicted";
 }
 
@@ -291,15 +295,16 @@ TEST_F(SampleCacheTest, WritesThroughToDiskAndLoadsFromIt) {
   LoaderPool pool(1);
   pool.Start();
   std::unique_ptr<DiskCache> disk;
-  ASSERT_TRUE(DiskCache::Open(dir_ / "cache", catalog_.get(), &counts_, 1 << 30, &disk).ok());
+  ASSERT_TRUE(
+      DiskCache::Open(dir_ / "cache", catalog_.get(), &counts_, kSize, 1 << 30, &disk).ok());
   {
-    SampleCache cache(catalog_.get(), &pool, disk.get(), &counts_, kBytes);  // room for one
-    const SamplePtr first = Touch(&cache, {kSize, 0});
-    Touch(&cache, {kSize, 1});
+    SampleCache cache(catalog_.get(), &pool, disk.get(), &counts_, kSize, kBytes);  // room for one
+    const SamplePtr first = Touch(&cache, 0);
+    Touch(&cache, 1);
     disk->Flush();
     EXPECT_EQ(disk->Stats().writes, 2u);
     EXPECT_EQ(cache.Stats().evictions, 1u);
-    const SamplePtr again = Touch(&cache, {kSize, 0});  // evicted: from disk
+    const SamplePtr again = Touch(&cache, 0);  // evicted: from disk
     ASSERT_TRUE(again);
     EXPECT_EQ(cache.Stats().decoded, 2u);
     EXPECT_EQ(disk->Stats().hits, 1u);
@@ -312,29 +317,29 @@ TEST_F(SampleCacheTest, WritesThroughToDiskAndLoadsFromIt) {
 TEST_F(SampleCacheTest, FewestNeedingJobsGoesFirst) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 2 * kBytes);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 2 * kBytes);
   counts_.needed = {{0, 0}, {1, 3}, {2, 1}, {3, 0}};
-  Touch(&cache, {kSize, 1});  // needed by 3 jobs, the oldest
-  Touch(&cache, {kSize, 0});  // needed by none
-  Touch(&cache, {kSize, 2});  // over budget: 0 goes although 1 is older
+  Touch(&cache, 1);  // needed by 3 jobs, the oldest
+  Touch(&cache, 0);  // needed by none
+  Touch(&cache, 2);  // over budget: 0 goes although 1 is older
   EXPECT_EQ(cache.Stats().evictions, 1u);
-  Touch(&cache, {kSize, 1});
-  Touch(&cache, {kSize, 2});
+  Touch(&cache, 1);
+  Touch(&cache, 2);
   EXPECT_EQ(cache.Stats().misses, 3u) << "1 and 2 should have stayed";
-  Touch(&cache, {kSize, 0});  // over budget again: 2 (needed by 1) goes, not 1 (by 3)
-  Touch(&cache, {kSize, 1});
+  Touch(&cache, 0);  // over budget again: 2 (needed by 1) goes, not 1 (by 3)
+  Touch(&cache, 1);
   EXPECT_EQ(cache.Stats().misses, 4u) << "1 should have stayed";
 }
 
 TEST_F(SampleCacheTest, EvictedSampleStaysValidForItsHolders) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes);
-  const SamplePtr a = Touch(&cache, {kSize, 0});
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, kBytes);
+  const SamplePtr a = Touch(&cache, 0);
   ASSERT_NE(a, nullptr);
   const std::vector<uint8_t> copy(a->pixels.get(), a->pixels.get() + a->bytes());
-  Touch(&cache, {kSize, 1});
-  Touch(&cache, {kSize, 2});
+  Touch(&cache, 1);
+  Touch(&cache, 2);
   EXPECT_EQ(cache.Stats().evictions, 2u);
   EXPECT_EQ(std::vector<uint8_t>(a->pixels.get(), a->pixels.get() + a->bytes()), copy);
 }
@@ -342,14 +347,14 @@ TEST_F(SampleCacheTest, EvictedSampleStaysValidForItsHolders) {
 TEST_F(SampleCacheTest, SampleLargerThanBudgetIsDeliveredNotKept) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes - 1);
-  const SamplePtr s = Touch(&cache, {kSize, 3});
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, kBytes - 1);
+  const SamplePtr s = Touch(&cache, 3);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->bytes(), kBytes);
   CacheStats st = cache.Stats();
   EXPECT_EQ(st.entries, 0u);
   EXPECT_EQ(st.bytes, 0u);
-  EXPECT_NE(Touch(&cache, {kSize, 3}), nullptr);
+  EXPECT_NE(Touch(&cache, 3), nullptr);
   st = cache.Stats();
   EXPECT_EQ(st.misses, 2u);
   EXPECT_EQ(st.decoded, 2u);
@@ -358,12 +363,12 @@ TEST_F(SampleCacheTest, SampleLargerThanBudgetIsDeliveredNotKept) {
 TEST_F(SampleCacheTest, ReleasedWhileLoadingIsKeptUnpinned) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20);
   std::promise<SamplePtr> got;
   {
     PoolGate gate(&pool, 1);
-    cache.Acquire({kSize, 0}, [&](const SamplePtr& s) { got.set_value(s); });
-    cache.Release({kSize, 0});  // the job went away before the decode ran
+    cache.Acquire(0, [&](const SamplePtr& s) { got.set_value(s); });
+    cache.Release(0);  // the job went away before the decode ran
   }
   auto f = got.get_future();
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
@@ -374,20 +379,20 @@ TEST_F(SampleCacheTest, ReleasedWhileLoadingIsKeptUnpinned) {
   EXPECT_EQ(st.pinned_bytes, 0u);
   EXPECT_EQ(st.loading, 0u);
   EXPECT_EQ(cache.CommittedBytes(), 0u);
-  EXPECT_EQ(Touch(&cache, {kSize, 0}), s);
+  EXPECT_EQ(Touch(&cache, 0), s);
   EXPECT_EQ(cache.Stats().decoded, 1u);
 }
 
 TEST_F(SampleCacheTest, ExtraReleaseIsHarmless) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kBytes);
-  cache.Release({kSize, 3});  // never acquired
-  const SamplePtr a = AcquireSync(&cache, {kSize, 0});
-  cache.Release({kSize, 0});
-  cache.Release({kSize, 0});                            // one too many
-  const SamplePtr b = AcquireSync(&cache, {kSize, 1});  // pinned; evicts 0
-  const SamplePtr c = AcquireSync(&cache, {kSize, 2});  // pinned too
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, kBytes);
+  cache.Release(3);  // never acquired
+  const SamplePtr a = AcquireSync(&cache, 0);
+  cache.Release(0);
+  cache.Release(0);                            // one too many
+  const SamplePtr b = AcquireSync(&cache, 1);  // pinned; evicts 0
+  const SamplePtr c = AcquireSync(&cache, 2);  // pinned too
   const CacheStats st = cache.Stats();
   EXPECT_EQ(st.pinned_bytes, 2 * kBytes);
   EXPECT_EQ(st.entries, 2u);
@@ -397,13 +402,13 @@ TEST_F(SampleCacheTest, ExtraReleaseIsHarmless) {
 TEST_F(SampleCacheTest, BadImageIsRemembered) {
   LoaderPool pool(1);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20);
   PoolGate gate(&pool, 1);
   constexpr int kCallers = 8;
   std::atomic<int> calls{0}, nulls{0};
   std::promise<void> all_called;
   for (int i = 0; i < kCallers; ++i) {
-    cache.Acquire({kSize, kBad}, [&](const SamplePtr& s) {
+    cache.Acquire(kBad, [&](const SamplePtr& s) {
       if (!s) ++nulls;
       if (++calls == kCallers) all_called.set_value();
     });
@@ -418,13 +423,13 @@ TEST_F(SampleCacheTest, BadImageIsRemembered) {
   EXPECT_EQ(st.entries, 0u);
   EXPECT_EQ(st.bytes, 0u);
   EXPECT_EQ(st.loading, 0u);
-  for (int i = 0; i < kCallers; ++i) cache.Release({kSize, kBad});
+  for (int i = 0; i < kCallers; ++i) cache.Release(kBad);
   EXPECT_EQ(cache.CommittedBytes(), 0u);
 
   // Asked again later: answered at once with null, never decoded again.
   bool called = false;
   SamplePtr again = std::make_shared<DecodedSample>();
-  cache.Acquire({kSize, kBad}, [&](const SamplePtr& s) {
+  cache.Acquire(kBad, [&](const SamplePtr& s) {
     called = true;
     again = s;
   });
@@ -436,7 +441,7 @@ TEST_F(SampleCacheTest, BadImageIsRemembered) {
   EXPECT_EQ(pool.queue_depth(), 0u);
 
   // Good samples are unaffected.
-  EXPECT_NE(AcquireSync(&cache, {kSize, 0}), nullptr);
+  EXPECT_NE(AcquireSync(&cache, 0), nullptr);
 }
 
 // A bad sample is tried again as soon as its file changes, and its file is
@@ -447,9 +452,9 @@ TEST_F(SampleCacheTest, BadSampleHealsWhenItsFileChanges) {
   FailureRetry retry;
   retry.backoff = retry.cap = std::chrono::hours(1);
   retry.check_interval = std::chrono::seconds(0);
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);  // stat'ed, unchanged
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20, retry);
+  EXPECT_EQ(Touch(&cache, kBad), nullptr);
+  EXPECT_EQ(Touch(&cache, kBad), nullptr);  // stat'ed, unchanged
   CacheStats st = cache.Stats();
   EXPECT_EQ(st.failed, 1u);
   EXPECT_EQ(st.healed, 0u);
@@ -457,7 +462,7 @@ TEST_F(SampleCacheTest, BadSampleHealsWhenItsFileChanges) {
   EXPECT_EQ(st.decoded, 0u);
 
   testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);  // repaired in place
-  const SamplePtr healed = Touch(&cache, {kSize, kBad});
+  const SamplePtr healed = Touch(&cache, kBad);
   ASSERT_NE(healed, nullptr);
   EXPECT_EQ(healed->width, kSize);
   st = cache.Stats();
@@ -465,7 +470,7 @@ TEST_F(SampleCacheTest, BadSampleHealsWhenItsFileChanges) {
   EXPECT_EQ(st.healed, 1u);
   EXPECT_EQ(st.retries, 1u);
   EXPECT_EQ(st.decoded, 1u);
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), healed);  // now an ordinary entry
+  EXPECT_EQ(Touch(&cache, kBad), healed);  // now an ordinary entry
 }
 
 // Without a change to its file, a bad sample is decoded again only when its
@@ -477,22 +482,22 @@ TEST_F(SampleCacheTest, BadSampleIsRetriedOnlyAfterItsBackoff) {
   retry.backoff = std::chrono::seconds(1);
   retry.cap = std::chrono::seconds(2);
   retry.check_interval = std::chrono::hours(1);  // never looks at the file
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20, retry);
   // Every load of the bad sample is a miss: misses count its tries.
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(Touch(&cache, kBad), nullptr);
   EXPECT_EQ(cache.Stats().misses, 1u);
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(Touch(&cache, kBad), nullptr);
   EXPECT_EQ(cache.Stats().misses, 1u);  // within 1 s: not tried
   std::this_thread::sleep_for(1100ms);
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(Touch(&cache, kBad), nullptr);
   EXPECT_EQ(cache.Stats().misses, 2u);  // tried, failed: 2 s now
   std::this_thread::sleep_for(1100ms);
-  EXPECT_EQ(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_EQ(Touch(&cache, kBad), nullptr);
   EXPECT_EQ(cache.Stats().misses, 2u);  // within 2 s: not tried
   std::this_thread::sleep_for(1200ms);
   // Repaired with the back-off over: loads at this try.
   testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);
-  EXPECT_NE(Touch(&cache, {kSize, kBad}), nullptr);
+  EXPECT_NE(Touch(&cache, kBad), nullptr);
   EXPECT_EQ(cache.Stats().misses, 3u);
   EXPECT_EQ(cache.Stats().failed, 0u);
 }
@@ -505,16 +510,16 @@ TEST_F(SampleCacheTest, ReleaseOfANullAnswerLeavesARetryPinned) {
   FailureRetry retry;
   retry.backoff = retry.cap = std::chrono::hours(1);
   retry.check_interval = std::chrono::seconds(0);
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20, retry);
-  EXPECT_EQ(AcquireSync(&cache, {kSize, kBad}), nullptr);  // job 1: failed load
-  EXPECT_EQ(AcquireSync(&cache, {kSize, kBad}), nullptr);  // job 2: unchanged file
+  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20, retry);
+  EXPECT_EQ(AcquireSync(&cache, kBad), nullptr);  // job 1: failed load
+  EXPECT_EQ(AcquireSync(&cache, kBad), nullptr);  // job 2: unchanged file
   testing::WriteNoiseImage(catalog_->path(kBad), kSize, kSize, 9);
-  const SamplePtr healed = AcquireSync(&cache, {kSize, kBad});  // job 3: healed, pinned
+  const SamplePtr healed = AcquireSync(&cache, kBad);  // job 3: healed, pinned
   ASSERT_NE(healed, nullptr);
-  cache.Release({kSize, kBad});  // jobs 1 and 2 are done with their skips
-  cache.Release({kSize, kBad});
+  cache.Release(kBad);  // jobs 1 and 2 are done with their skips
+  cache.Release(kBad);
   EXPECT_EQ(cache.Stats().pinned_bytes, healed->bytes());
-  cache.Release({kSize, kBad});  // job 3
+  cache.Release(kBad);  // job 3
   EXPECT_EQ(cache.Stats().pinned_bytes, 0u);
   EXPECT_EQ(cache.CommittedBytes(), 0u);
 }
@@ -522,7 +527,9 @@ TEST_F(SampleCacheTest, ReleaseOfANullAnswerLeavesARetryPinned) {
 TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
   LoaderPool pool(4);
   pool.Start();
-  SampleCache cache(catalog_.get(), &pool, nullptr, &counts_, 1 << 20);
+  // Two mounts' caches, at two bases, over one pool.
+  SampleCache at_size(catalog_.get(), &pool, nullptr, &counts_, kSize, 1 << 20);
+  SampleCache at_16(catalog_.get(), &pool, nullptr, &counts_, 16, 1 << 20);
   constexpr int kThreads = 8, kRounds = 20;
   std::atomic<int> calls{0};
   std::promise<void> all_called;
@@ -531,10 +538,10 @@ TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
     threads.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
         const SampleId id = static_cast<SampleId>((t + r) % 5);
-        const uint32_t size = (r % 2) ? kSize : 16;
-        cache.Acquire({size, id}, [&, id, size](const SamplePtr& s) {
+        SampleCache* cache = (r % 2) ? &at_size : &at_16;
+        cache->Acquire(id, [&, id, cache](const SamplePtr& s) {
           if (!s != (id == kBad)) ADD_FAILURE() << "sample " << id << (s ? " decoded" : " null");
-          cache.Release({size, id});
+          cache->Release(id);
           if (++calls == kThreads * kRounds) all_called.set_value();
         });
       }
@@ -542,7 +549,18 @@ TEST_F(SampleCacheTest, ConcurrentAcquiresOfManyKeys) {
   }
   for (auto& t : threads) t.join();
   ASSERT_EQ(all_called.get_future().wait_for(10s), std::future_status::ready);
-  const CacheStats st = cache.Stats();
+  CacheStats st;
+  for (const SampleCache* cache : {&at_size, &at_16}) {
+    const CacheStats one = cache->Stats();
+    st.misses += one.misses;
+    st.hits += one.hits;
+    st.decoded += one.decoded;
+    st.failed += one.failed;
+    st.entries += one.entries;
+    st.bytes += one.bytes;
+    st.pinned_bytes += one.pinned_bytes;
+    st.loading += one.loading;
+  }
   EXPECT_EQ(st.misses, 10u);  // 5 ids x 2 bases, each loaded once
   EXPECT_EQ(st.hits, uint64_t{kThreads * kRounds} - 10);
   EXPECT_EQ(st.decoded, 8u);

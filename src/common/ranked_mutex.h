@@ -6,7 +6,7 @@
 //
 // The order follows the data path downwards (docs/design.md 3): the
 // job manager may call the RAM tier, the RAM tier the disk tier, any of
-// them the planning groups, and the planning groups nothing.
+// them the planning group, and the planning group nothing.
 //
 // RankedMutex meets BasicLockable and Lockable. Take it with MutexLock, which
 // clang's -Wthread-safety understands (std::lock_guard it cannot see), and
@@ -54,13 +54,12 @@ enum class LockRank : int {
   kJobManager = 1,
   kSampleCache = 2,
   kDiskCache = 3,
-  kPlanGroups = 4,  // the registry of groups
-  kPlanGroup = 5,   // one group: a leaf
+  kPlanGroup = 4,  // the mount's planning group: a leaf
 };
 
 namespace lock_rank_internal {
 
-constexpr int kRanks = 6;
+constexpr int kRanks = 5;
 // How many ranked mutexes of each rank this thread holds.
 inline thread_local std::array<int, kRanks> held{};
 

@@ -29,9 +29,9 @@ TEST(RankedMutex, ReleasedLocksNoLongerCount) {
 TEST(RankedMutexDeathTest, UpTheDataPathAborts) {
   EXPECT_DEATH(
       {
-        RankedMutex<LockRank::kPlanGroups> groups;
+        RankedMutex<LockRank::kPlanGroup> group;
         RankedMutex<LockRank::kSampleCache> cache;
-        std::lock_guard a(groups);
+        std::lock_guard a(group);
         std::lock_guard b(cache);
       },
       "lock order violated: taking rank 2 while holding rank 4");
@@ -52,9 +52,9 @@ TEST(RankedMutexDeathTest, SameRankTwiceAborts) {
 TEST(MutexLockDeathTest, UpTheDataPathAborts) {
   EXPECT_DEATH(
       {
-        RankedMutex<LockRank::kPlanGroups> groups;
+        RankedMutex<LockRank::kPlanGroup> group;
         RankedMutex<LockRank::kSampleCache> cache;
-        MutexLock a(groups);
+        MutexLock a(group);
         MutexLock b(cache);
       },
       "lock order violated: taking rank 2 while holding rank 4");

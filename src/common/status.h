@@ -9,7 +9,7 @@
 
 namespace joaderfs {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk,

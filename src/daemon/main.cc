@@ -48,7 +48,7 @@
 #include "loader/decoder.h"
 #include "loader/loader_pool.h"
 #include "loader/source_reader.h"
-#include "sampling/plan_groups.h"
+#include "sampling/plan_group.h"
 
 namespace joaderfs {
 namespace {
@@ -259,13 +259,13 @@ int Run(int argc, char** argv) {
   s = Catalog::Open(o.source, catalog_options, &catalog);
   if (!s.ok()) return Fail(s.message());
 
-  // The planning groups answer both tiers' RefCounts: made first, gone last.
-  PlanGroupsOptions go;
+  // The planning group answers both tiers' RefCounts: made first, gone last.
+  PlanGroupOptions go;
   go.cadence.lookahead = o.lookahead;
   go.cadence.min_lookahead = 4 * o.threads;
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;
-  PlanGroups groups(go);
+  PlanGroup group(go);
   std::unique_ptr<CacheDirLock> cache_dir_lock;  // held until exit
   std::unique_ptr<DiskCache> disk;
   if (!o.cache_dir.empty()) {
@@ -282,7 +282,7 @@ int Run(int argc, char** argv) {
             d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20);
       }
     }
-    s = DiskCache::Open(o.cache_dir, catalog.get(), &groups, o.disk_cache, &disk);
+    s = DiskCache::Open(o.cache_dir, catalog.get(), &group, o.base, o.disk_cache, &disk);
     if (s.code() == Status::Code::kBusy) return Fail(s.message());
     if (!s.ok()) {
       // The tier only saves decodes: a daemon without it serves every job.
@@ -299,11 +299,10 @@ int Run(int argc, char** argv) {
   ro.threads = o.threads;
   ro.timeout = std::chrono::seconds(o.read_timeout);
   SourceReader reader(ro);
-  SampleCache cache(catalog.get(), pool.get(), disk.get(), &groups, o.ram_cache,
+  SampleCache cache(catalog.get(), pool.get(), disk.get(), &group, o.base, o.ram_cache,
                     FailureRetryFrom(std::chrono::seconds(o.retry_failed)), &reader);
   JobManagerOptions jo;
   jo.default_size = o.size;
-  jo.base = o.base;
   jo.seed = o.seed;
   jo.idle_timeout = std::chrono::seconds(o.job_idle_timeout);
   jo.limits.max_jobs = o.max_jobs_per_user;
@@ -325,7 +324,7 @@ int Run(int argc, char** argv) {
       stored_jobs.clear();
     }
   }
-  JobManager jobs(catalog.get(), &cache, pool.get(), &groups, jo, job_store.get());
+  JobManager jobs(catalog.get(), &cache, pool.get(), &group, jo, job_store.get());
   for (const StoredJob& stored : stored_jobs) {
     s = jobs.RestoreJob(stored);
     if (!s.ok()) spdlog::error("job {} not restored: {}", stored.name, s.message());

@@ -23,6 +23,7 @@
 #include "cache/budget.h"
 #include "common/parse.h"
 #include "common/rocksdb_support.h"
+#include "common/wrap.h"
 
 namespace joaderfs {
 namespace {
@@ -57,38 +58,99 @@ enum Key {
   kVersion,
 };
 
-const fuse_opt kOptions[] = {
-    FUSE_OPT_KEY("ram_cache=%s", kRamCache),
-    FUSE_OPT_KEY("cache_dir=%s", kCacheDir),
-    FUSE_OPT_KEY("disk_cache=%s", kDiskCache),
-    FUSE_OPT_KEY("threads=%s", kThreads),
-    FUSE_OPT_KEY("size=%s", kSize),
-    FUSE_OPT_KEY("base=%s", kBase),
-    FUSE_OPT_KEY("seed=%s", kSeed),
-    FUSE_OPT_KEY("lookahead=%s", kLookahead),
-    FUSE_OPT_KEY("job_idle_timeout=%s", kIdleTimeout),
-    FUSE_OPT_KEY("retry_failed=%s", kRetryFailed),
-    FUSE_OPT_KEY("read_timeout=%s", kReadTimeout),
-    FUSE_OPT_KEY("max_pixels=%s", kMaxPixels),
-    FUSE_OPT_KEY("max_jobs_per_user=%s", kMaxJobsPerUser),
-    FUSE_OPT_KEY("max_streams_per_user=%s", kMaxStreamsPerUser),
-    FUSE_OPT_KEY("max_readers_per_user=%s", kMaxReadersPerUser),
-    FUSE_OPT_KEY("max_unread_per_user=%s", kMaxUnreadPerUser),
-    FUSE_OPT_KEY("limit_root=%s", kLimitRoot),
-    FUSE_OPT_KEY("label_key=%s", kLabelKey),
-    FUSE_OPT_KEY("sampler=%s", kSampler),
-    FUSE_OPT_KEY("drift_bound=%s", kDriftBound),
-    FUSE_OPT_KEY("log=%s", kLog),
-    FUSE_OPT_KEY("log_level=%s", kLogLevel),
-    FUSE_OPT_KEY("-f", kForeground),
-    FUSE_OPT_KEY("-d", kDebug),
-    FUSE_OPT_KEY("debug", kDebug),
-    FUSE_OPT_KEY("-h", kHelp),
-    FUSE_OPT_KEY("--help", kHelp),
-    FUSE_OPT_KEY("-V", kVersion),
-    FUSE_OPT_KEY("--version", kVersion),
-    FUSE_OPT_END,
+// Our -o options, in --help's order: the one list of them (options.h
+// MountOptionInfo). Apply() parses each by its key.
+struct MountOptionRow {
+  Key key;
+  MountOptionInfo info;
 };
+constexpr MountOptionRow kMountOptions[] = {
+    {kRamCache,
+     {"ram_cache", "SIZE", "1/4 of RAM",
+      "RAM budget for decoded samples and unread deliveries; with a cgroup memory limit "
+      "below RAM, a quarter of that"}},
+    {kCacheDir,
+     {"cache_dir", "DIR|none", "/var/cache/joaderfs for root",
+      "on-disk cache and job store folder (for other users ~/.cache/joaderfs); none turns "
+      "both off"}},
+    {kDiskCache,
+     {"disk_cache", "SIZE", "the decoded set's estimate",
+      "on-disk budget, at most 80% of cache_dir's free space less room for its databases"}},
+    {kThreads, {"threads", "N", "number of cores", "decode threads"}},
+    {kSize,
+     {"size", "N", "224",
+      "output size: shorter side N, centre crop N x N; 0 resizes nothing: the image as "
+      "decoded at the base resolution (the original with base=0)"}},
+    {kBase,
+     {"base", "N", "256",
+      "cache images decoded with their shorter side at least N, cut per job; 0 = full size"}},
+    {kSeed, {"seed", "N", "random", "sampler seed, also the root of each job's augmentation seed"}},
+    {kLookahead, {"lookahead", "N", "128", "samples each job's plan runs ahead"}},
+    {kIdleTimeout, {"job_idle_timeout", "SEC", "600", "release an unread job's samples after SEC"}},
+    {kRetryFailed,
+     {"retry_failed", "SEC", "30",
+      "try an image that failed again after SEC, doubling per failure to 60 x SEC, or once "
+      "its size or mtime changes"}},
+    {kMaxPixels,
+     {"max_pixels", "N", "89478485",
+      "refuse images of more than N pixels, from their header (PIL's limit)"}},
+    {kMaxJobsPerUser,
+     {"max_jobs_per_user", "N", "64", "jobs one uid may have; past it mkdir fails with EDQUOT"}},
+    {kMaxStreamsPerUser,
+     {"max_streams_per_user", "N", "1024",
+      "job streams (next, next.R) one uid may have; past it a spec's ranks= fails with "
+      "EDQUOT"}},
+    {kMaxReadersPerUser,
+     {"max_readers_per_user", "N", "256",
+      "stream files one uid may have open; past it open fails with EMFILE"}},
+    {kMaxUnreadPerUser,
+     {"max_unread_per_user", "SIZE", "2G",
+      "deliveries one uid's jobs may hold planned or handed out and not yet read; past it "
+      "they plan nothing more until read"}},
+    {kLimitRoot, {"limit_root", "0|1", "0", "apply the per-user limits to root too"}},
+    {kLabelKey,
+     {"label_key", "NAME", "cls",
+      "tar shards: the label is the integer in <key>.NAME, else field NAME of <key>.json, "
+      "else -1"}},
+    {kSampler, {"sampler", "dsa|isa", "dsa", "dependent sampling or independent shuffles"}},
+    {kDriftBound,
+     {"drift_bound", "0|1", "1",
+      "hold a job's reads while it runs far ahead of a job of the same data and pace, so "
+      "that they share decodes"}},
+    {kLog,
+     {"log", "FILE|syslog", "stderr with -f, else syslog",
+      "log sink (without a /dev/log, CACHE_DIR/joaderfs.log)"}},
+    {kLogLevel, {"log_level", "LEVEL", "info", "trace, debug, info, warn, error, critical or off"}},
+};
+
+// libfuse's view of our options: "name=%s" per row, then the flags.
+const fuse_opt* FuseOptions() {
+  static const std::vector<std::string> templates = [] {
+    std::vector<std::string> t;
+    for (const MountOptionRow& row : kMountOptions) t.push_back(std::string(row.info.name) + "=%s");
+    return t;
+  }();
+  static const std::vector<fuse_opt> options = [] {
+    std::vector<fuse_opt> o;
+    for (size_t i = 0; i < std::size(kMountOptions); ++i) {
+      o.push_back(FUSE_OPT_KEY(templates[i].c_str(), kMountOptions[i].key));
+    }
+    for (const fuse_opt& flag : {
+             fuse_opt FUSE_OPT_KEY("-f", kForeground),
+             fuse_opt FUSE_OPT_KEY("-d", kDebug),
+             fuse_opt FUSE_OPT_KEY("debug", kDebug),
+             fuse_opt FUSE_OPT_KEY("-h", kHelp),
+             fuse_opt FUSE_OPT_KEY("--help", kHelp),
+             fuse_opt FUSE_OPT_KEY("-V", kVersion),
+             fuse_opt FUSE_OPT_KEY("--version", kVersion),
+         }) {
+      o.push_back(flag);
+    }
+    o.push_back(FUSE_OPT_END);
+    return o;
+  }();
+  return options.data();
+}
 
 struct ParseState {
   DaemonOptions* options;
@@ -255,11 +317,7 @@ constexpr const char* kOtherOptionNames[] = {
 std::string Explain(const std::string& option) {
   const std::string name = option.substr(0, option.find('='));
   std::vector<std::string_view> names(std::begin(kOtherOptionNames), std::end(kOtherOptionNames));
-  for (const fuse_opt& o : kOptions) {
-    if (o.templ == nullptr || o.templ[0] == '-') continue;
-    const std::string_view templ = o.templ;
-    names.push_back(templ.substr(0, templ.find('=')));
-  }
+  for (const MountOptionRow& row : kMountOptions) names.emplace_back(row.info.name);
   return option + DidYouMean(name, names);
 }
 
@@ -370,7 +428,7 @@ std::string DefaultCacheDir() {
 Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
   ParseState st{options, Status::Ok()};
   *fuse_args = FUSE_ARGS_INIT(argc, argv);
-  if (fuse_opt_parse(fuse_args, &st, kOptions, Process) != 0 && st.status.ok()) {
+  if (fuse_opt_parse(fuse_args, &st, FuseOptions(), Process) != 0 && st.status.ok()) {
     st.status = Status::InvalidArgument("cannot parse the command line");
   }
   if (!st.status.ok() || options->help || options->version) return st.status;
@@ -500,62 +558,29 @@ uint64_t CacheDirRoom(const std::string& dir) {
   return room;
 }
 
+std::vector<MountOptionInfo> MountOptionTable() {
+  std::vector<MountOptionInfo> table;
+  for (const MountOptionRow& row : kMountOptions) table.push_back(row.info);
+  return table;
+}
+
 std::string UsageText(const char* program) {
-  return std::string("usage: ") + program + " [options] SOURCE MOUNTPOINT\n" +
-         R"(
+  std::string text = std::string("usage: ") + program + " [options] SOURCE MOUNTPOINT\n" +
+                     R"(
 SOURCE is an ImageFolder tree (SOURCE/<class>/<image>), a manifest file
 (relpath<TAB>label lines) or a folder of WebDataset shards (SOURCE/*.tar:
 key.jpg with key.cls or key.json). Jobs read MOUNTPOINT/jobs/<id>/next; see
 MOUNTPOINT/README and joaderfs(8).
 
 options:
-    -o ram_cache=SIZE        RAM budget for decoded samples (default 1/4 of RAM,
-                             or of the cgroup's memory limit if lower)
-    -o cache_dir=DIR|none    on-disk cache folder (default per user)
-    -o disk_cache=SIZE       on-disk budget (default: the decoded set's size,
-                             at most 80% of cache_dir's free space,
-                             less room for its databases)
-    -o threads=N             decode threads (default: number of cores)
-    -o size=N                output size: shorter side N, centre crop N x N
-                             (default 224); 0 resizes nothing: the image as
-                             decoded at the base resolution (the original
-                             with base=0)
-    -o base=N                cache images decoded with their shorter side at
-                             least N, cut per job; 0 = full size (default 256)
-    -o seed=N                sampler seed (default random), also the root of
-                             each job's augmentation seed
-    -o lookahead=N           samples each job's plan runs ahead (default 128)
-    -o job_idle_timeout=SEC  release an unread job's samples after SEC (default 600)
-    -o retry_failed=SEC      try an image that failed again after SEC, doubling
-                             per failure to 60 x SEC, or once its size or
-                             mtime changes (default 30)
-    -o read_timeout=SEC      skip an image whose read of SOURCE has not
-                             returned after SEC, like an unreadable one; its
-                             thread is replaced (default 30)
-    -o max_pixels=N          refuse images of more than N pixels, from their
-                             header (default 89478485, PIL's limit)
-    -o max_jobs_per_user=N   jobs one uid may have (default 64); past it
-                             mkdir fails with EDQUOT
-    -o max_streams_per_user=N  job streams (next, next.R) one uid may have
-                             (default 1024); past it a spec's ranks= fails
-                             with EDQUOT
-    -o max_readers_per_user=N  stream files one uid may have open (default
-                             256); past it open fails with EMFILE
-    -o max_unread_per_user=SIZE  deliveries one uid's jobs may hold planned or
-                             handed out and not yet read (default half of
-                             ram_cache, at most 2G); past it they plan
-                             nothing more until read
-    -o limit_root=0|1        apply the per-user limits to root too (default 0)
-    -o label_key=NAME        tar shards: the label is the integer in <key>.NAME,
-                             else field NAME of <key>.json, else -1 (default cls)
-    -o sampler=dsa|isa       dependent sampling (default) or independent shuffles
-    -o drift_bound=0|1       hold a job's reads while it runs far ahead of a
-                             job of the same data and pace, so that they
-                             share decodes (default 1)
-    -o log=FILE|syslog       log sink (default stderr with -f, else syslog;
-                             without a /dev/log, CACHE_DIR/joaderfs.log)
-    -o log_level=LEVEL       trace, debug, info, warn, error (default info)
-    -o allow_other           let other users read the mount (FUSE option)
+)";
+  for (const MountOptionRow& row : kMountOptions) {
+    const MountOptionInfo& o = row.info;
+    text += HangingParagraph("    -o " + std::string(o.name) + "=" + std::string(o.value),
+                             std::string(o.help) + " (default " + std::string(o.fallback) + ")", 29,
+                             80);
+  }
+  return text + R"(    -o allow_other           let other users read the mount (FUSE option)
     -f                       stay in the foreground
     -d                       debug: foreground, libfuse traces
     -h, --help               this text

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "loader/decoder.h"
@@ -56,6 +57,24 @@ struct DaemonOptions {
   bool help = false;
   bool version = false;
 };
+
+// One of our -o options: the one description of it, from which --help
+// (UsageText) and libfuse's option list are made, and to which
+// doc_tables_test holds the option tables of README.md and docs/design.md
+// and the OPTIONS of joaderfs(8), name for name and default for default.
+//
+// Adding an option: a field in DaemonOptions, a Key and a row in
+// options.cc's kMountOptions, its case in Apply(), and its entry in the
+// three documents with the same default (the test names any that lacks it).
+struct MountOptionInfo {
+  std::string_view name;
+  std::string_view value;     // what --help shows after "name="
+  std::string_view fallback;  // the default, in the words every document uses
+  std::string_view help;      // --help's text, before "(default ...)"
+};
+
+// Every option of ours, in --help's order.
+std::vector<MountOptionInfo> MountOptionTable();
 
 // The longest job_idle_timeout: ten years, far from overflowing the clock.
 inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;

@@ -31,8 +31,6 @@ constexpr fuse_ino_t kJobInodeStride = kRankOffset + kMaxRanks;
 // Static entries may be cached by the kernel; job entries come and go.
 constexpr double kStaticTimeout = 60.0;
 
-Filesystem* g_filesystem = nullptr;  // for interrupt callbacks
-
 int ToErrno(const Status& s) {
   switch (s.code()) {
     case Status::Code::kOk: return 0;
@@ -167,9 +165,10 @@ struct Ops {
   }
   static void Flush(fuse_req_t r, fuse_ino_t i, fuse_file_info* f) { Fs(r)->Flush(r, i, f); }
   static void Release(fuse_req_t r, fuse_ino_t i, fuse_file_info* f) { Fs(r)->Release(r, i, f); }
-  static void Interrupted(fuse_req_t, void* data) {
+  // `r` is the interrupted request: its session's userdata is ours.
+  static void Interrupted(fuse_req_t r, void* data) {
     const auto packed = reinterpret_cast<uint64_t>(data);
-    g_filesystem->jobs_->Interrupt(packed >> kTokenBits, packed & ((1ULL << kTokenBits) - 1));
+    Fs(r)->jobs_->Interrupt(packed >> kTokenBits, packed & ((1ULL << kTokenBits) - 1));
   }
 };
 
@@ -186,11 +185,9 @@ Filesystem::Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t defaul
         clock_gettime(CLOCK_REALTIME, &t);
         return t;
       }()),
-      next_job_inode_(kFirstJobIno) {
-  g_filesystem = this;
-}
+      next_job_inode_(kFirstJobIno) {}
 
-Filesystem::~Filesystem() { g_filesystem = nullptr; }
+Filesystem::~Filesystem() = default;
 
 const fuse_lowlevel_ops* Filesystem::Operations() {
   static const fuse_lowlevel_ops ops = [] {

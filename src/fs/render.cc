@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/wrap.h"
+#include "jobs/spec_keys.h"
+
 namespace joaderfs {
 namespace {
 
@@ -352,6 +355,21 @@ std::string RenderManifest(const Catalog& catalog) {
   return out;
 }
 
+namespace {
+
+// One paragraph per key of jobs/spec_keys.h.
+std::string SpecKeyLines() {
+  std::string out;
+  for (const SpecKeyInfo& key : kSpecKeys) {
+    out += HangingParagraph("  " + std::string(key.name) + "=" + std::string(key.values),
+                            std::string(key.help) + " (default: " + std::string(key.fallback) + ")",
+                            13, 88);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string RenderReadme(const Catalog& catalog) {
   return "joaderfs " JOADERFS_VERSION " - decoded samples of " + catalog.source() +
          ", shared between training jobs.\n"
@@ -363,23 +381,8 @@ std::string RenderReadme(const Catalog& catalog) {
          "  python train.py --data jobs/myjob     # the job folder: the client reads its next\n"
          "\n"
          "Spec keys (write before the first read of next, after it only the same spec again;\n"
-         "each write holds whole pairs; a misspelt key names the nearest):\n"
-         "  subset=all | classes:A-B[,C-D...] | range:A-B | random:F:SEED\n"
-         "  size=N     shorter side resized to N, centre crop N x N (default: the mount's size);\n"
-         "             0 resizes nothing: the image as the cache holds it (shorter side at\n"
-         "             least the mount's base; the original with base=0), or a random crop\n"
-         "             at its own size\n"
-         "  crop=center | random | random:SMIN-SMAX:RMIN-RMAX\n"
-         "             centre crop (default), or torchvision's RandomResizedCrop (scale\n"
-         "             0.08-1, ratio 0.75-1.3333 unless given)\n"
-         "  flip=P     horizontal flip with probability P (default 0)\n"
-         "  seed=N     the job's augmentation seed (default: from the mount's seed and the\n"
-         "             job id); a sample's crop and flip depend on (seed, epoch, id) alone\n"
-         "  epochs=N   EOF for good after N epochs (default unlimited)\n"
-         "  window=W   deliver in completion order within W positions (default 64, 1 = strict)\n"
-         "  ranks=W    W data-parallel ranks: rank R reads next.R (equal counts per epoch)\n"
-         "  drop_last=0|1  pad every rank to ceil(S/W) samples (0, default) or drop to floor\n"
-         "  format=plain | tfrecord  JSF1 records (default), or TFRecords of tf.train.Example\n"
+         "each write holds whole pairs; a misspelt key names the nearest):\n" +
+         SpecKeyLines() +
          "jobs/<id>/ids takes newline-separated sample ids or relative paths instead of subset=.\n"
          "jobs/<id>/resume takes epoch=E, optionally rank=R, then the ids consumed: the stream\n"
          "then delivers exactly the rest of epoch E.\n"

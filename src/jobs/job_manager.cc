@@ -15,11 +15,11 @@
 namespace joaderfs {
 
 JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
-                       PlanGroups* groups, JobManagerOptions options, JobStore* store)
+                       PlanGroup* group, JobManagerOptions options, JobStore* store)
     : catalog_(catalog),
       cache_(cache),
       pool_(pool),
-      groups_(groups),
+      group_(group),
       options_(options),
       default_spec_([&] {
         JobSpec spec;
@@ -27,7 +27,7 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
         return spec;
       }()),
       store_(store),
-      lanes_(catalog, cache, pool, groups, options.base, store,
+      lanes_(catalog, cache, pool, group, store,
              UnreadLimit{options.limits.max_unread, options.limits.limit_root},
              options.drift_bound) {}
 
@@ -696,7 +696,7 @@ MountStats JobManager::Stats() const {
   stats.rejected_paths = catalog_->rejected_paths();
   stats.scan_skips = catalog_->scan_skips();
   stats.shard_skips = catalog_->shard_skips();
-  groups_->ForEach([&](const PlanGroup& group) { stats.planner += group.Stats(); });
+  stats.planner = group_->Stats();
   stats.source = cache_->ReadStats();
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();

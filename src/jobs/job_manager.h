@@ -7,10 +7,9 @@
 // (`next`), or with `ranks=W` through W streams (`next.R`), one per
 // data-parallel rank, each with its own epochs, readers and status, reading
 // its shard of each epoch (jobs/rank_split.h). Each stream is a participant
-// of the mount's one planning group; its order and how far ahead it plans
-// come from there
-// (sampling/plan_group.h): every job shares the base images of the cache,
-// whatever its size, crop and flip; its epoch's positions, window and
+// of the mount's planning group; its order and how far ahead it plans come
+// from there (sampling/plan_group.h): every job shares the base images of
+// the cache, whatever its output size, crop and flip; its epoch's positions, window and
 // delivery state are a JobStream (jobs/job_stream.h); planned base images
 // are pinned in the RAM tier (cache/sample_cache.h) until done. When a
 // position's base image is ready, a loader thread renders the job's own
@@ -26,7 +25,7 @@
 // Thread-safe. Read() never blocks: it replies at once, or later from the
 // thread that makes data ready. Replies and cache calls run after the
 // manager's lock is dropped (the cache's callbacks re-enter the manager);
-// the planning groups are called under it (they rank below it,
+// the planning group is called under it (it ranks below it,
 // common/ranked_mutex.h). The job store (jobs/job_store.h, RocksDB, no lock
 // of ours) is written under it for job records and epoch starts, so that no
 // hand-out of an epoch is saved before the epoch; a reply's hand-outs are
@@ -61,7 +60,7 @@
 #include "jobs/shared_renders.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
-#include "sampling/plan_groups.h"
+#include "sampling/plan_group.h"
 
 namespace joaderfs {
 
@@ -85,9 +84,6 @@ struct UserLimits {
 
 struct JobManagerOptions {
   uint32_t default_size = 224;
-  // The cache's base resolution (loader/decoder.h DecodeBase): one entry and
-  // one planning group per sample id for every job of the mount.
-  uint32_t base = 256;
   // The sampler's seed, from which each job's default `seed` is derived.
   uint64_t seed = 0;
   std::chrono::seconds idle_timeout{600};
@@ -124,10 +120,10 @@ class JobManager {
   using ReadReply = joaderfs::ReadReply;
   using ReaderId = joaderfs::ReaderId;
 
-  // `groups` outlives the manager; the cache tiers evict by its counts.
+  // `group` outlives the manager; the cache tiers evict by its counts.
   // `store` (may be null: no persistence) outlives the manager too.
   // `pool` runs the renders.
-  JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
+  JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
              JobManagerOptions options, JobStore* store = nullptr);
   ~JobManager();
 
@@ -264,7 +260,7 @@ class JobManager {
   const Catalog* catalog_;
   SampleCache* cache_;
   LoaderPool* pool_;
-  PlanGroups* groups_;
+  PlanGroup* group_;
   const JobManagerOptions options_;
   const JobSpec default_spec_;
   JobStore* const store_;

@@ -4,11 +4,11 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
 
+#include "common/coding.h"
 #include "common/hash.h"
 #include "common/rate_limited_log.h"
 
@@ -19,16 +19,6 @@ constexpr char kJobKey = 'j';
 constexpr char kEpochKey = 'e';
 constexpr char kHandedKey = 'h';
 constexpr char kElasticKey = 'r';
-
-void PutBigEndian(std::string* out, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint64_t GetBigEndian(std::string_view in, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(in[at + i]);
-  return v;
-}
 
 std::string JobKey(const std::string& name) { return kJobKey + name; }
 std::string ElasticKey(const std::string& name) { return kElasticKey + name; }
@@ -63,11 +53,7 @@ JobStore::~JobStore() = default;
 Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
                       std::unique_ptr<JobStore>* out) {
   std::unique_ptr<JobStore> store(new JobStore());
-  char folder[17];
-  std::snprintf(folder, sizeof folder, "%016llx",
-                static_cast<unsigned long long>(
-                    Fnv1a(kFnv1aBasis, catalog.source().data(), catalog.source().size())));
-  store->path_ = cache_dir + "/" + folder + "-jobs1";
+  store->path_ = SourceFolder(cache_dir, catalog.source(), "jobs1");
   rocksdb::Options options;
   options.create_if_missing = true;
   options.paranoid_checks = true;
@@ -123,10 +109,10 @@ Status JobStore::Load(std::vector<StoredJob>* jobs) {
       StoredJob& job = by_name[std::string(key.substr(1))];
       job.name = std::string(key.substr(1));
       if (value.size() < 14) return corrupt(key);
-      job.uid = static_cast<uint32_t>(GetBigEndian(value, 0, 4));
+      job.uid = static_cast<uint32_t>(DecodeBigEndian(value, 0, 4));
       job.fixed = value[4] != 0;
       job.has_ids = value[5] != 0;
-      const uint64_t spec_bytes = GetBigEndian(value, 6, 8);
+      const uint64_t spec_bytes = DecodeBigEndian(value, 6, 8);
       if (spec_bytes == 0 || value.size() < 14 + spec_bytes) return corrupt(key);
       job.spec = std::string(value.substr(14, spec_bytes));
       if (job.has_ids && !Deserialize(value.substr(14 + spec_bytes), &job.ids)) {
@@ -137,7 +123,7 @@ Status JobStore::Load(std::vector<StoredJob>* jobs) {
     if (key[0] == kElasticKey) {
       auto& [epoch, consumed] = elastic[std::string(key.substr(1))];
       if (value.size() < 8 || !Deserialize(value.substr(8), &consumed)) return corrupt(key);
-      epoch = GetBigEndian(value, 0, 8);
+      epoch = DecodeBigEndian(value, 0, 8);
       continue;
     }
     const size_t nul = key.find('\0');
@@ -146,16 +132,16 @@ Status JobStore::Load(std::vector<StoredJob>* jobs) {
       return corrupt(key);
     }
     std::string name(key.substr(1, nul - 1));
-    const auto stream = static_cast<StreamIndex>(GetBigEndian(key, nul + 1, 4));
+    const auto stream = static_cast<StreamIndex>(DecodeBigEndian(key, nul + 1, 4));
     if (key[0] == kEpochKey) {
       if (value.size() != 8) return corrupt(key);
-      epochs[{std::move(name), stream}] = GetBigEndian(value, 0, 8);
+      epochs[{std::move(name), stream}] = DecodeBigEndian(value, 0, 8);
       continue;
     }
     HandOut h{std::string(key), std::move(name), stream, 0, Roaring()};
     if (key.size() != nul + 5 + 16 || !Deserialize(value, &h.ids)) return corrupt(key);
-    h.epoch = GetBigEndian(key, nul + 5, 8);
-    max_seq = std::max(max_seq, GetBigEndian(key, nul + 13, 8));
+    h.epoch = DecodeBigEndian(key, nul + 5, 8);
+    max_seq = std::max(max_seq, DecodeBigEndian(key, nul + 13, 8));
     hand_outs.push_back(std::move(h));
   }
   if (!it->status().ok()) {

@@ -56,13 +56,12 @@ Status CheckJobOwner(const std::string& job, uint32_t owner, uint32_t uid) {
   return Status::Permission("job " + job + " is not yours");
 }
 
-Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-             uint32_t base, JobStore* store, UnreadLimit unread_limit, bool drift_bound)
+Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
+             JobStore* store, UnreadLimit unread_limit, bool drift_bound)
     : catalog_(catalog),
       cache_(cache),
       pool_(pool),
-      groups_(groups),
-      base_(base),
+      group_(group),
       store_(store),
       unread_limit_(unread_limit),
       drift_bound_(drift_bound) {}
@@ -156,7 +155,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       h.width = next->sample->width;
       h.channels = next->sample->channels;
       h.flags = next->sample->record_flags;
-      h.reserved = next->sample->record_box;
+      h.crop_box = next->sample->record_box;
       const JobSpec& spec = lane->job->spec;
       // A TFRecord's checksum reads the pixels once (about 10 us for
       // 224 x 224 x 3 with SSE4.2), here under the lock.
@@ -332,7 +331,7 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
   if (job->elastic && job->elastic->epoch == epoch) job->elastic->read = true;
   const bool full = skip.isEmpty();
   if (!lane->group) {
-    lane->group = groups_->Get(base_, cache_->budget() / SampleBytes());
+    lane->group = group_;
     // What each delivery holds besides the shared base image until read.
     const JobSpec& spec = job->spec;
     lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
@@ -484,14 +483,14 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
 void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   if (lane->released) return;  // requested again when a reader comes back
   lane->stream->MarkRequested(position);
-  const SampleKey key{base_, lane->stream->IdAt(position)};
-  shared_renders_.Hold(key.id);  // dropped with the pin
+  const SampleId id = lane->stream->IdAt(position);
+  shared_renders_.Hold(id);  // dropped with the pin
   const JobSpec& spec = lane->job->spec;
   // A size-0 evaluation job takes the base image as it is.
   const bool render = spec.size > 0 || spec.augment.augmented();
-  actions->Add([this, key, render, augment = spec.augment, size = spec.size, serial = lane->serial,
+  actions->Add([this, id, render, augment = spec.augment, size = spec.size, serial = lane->serial,
                 epoch = lane->epoch(), position] {
-    cache_->AcquireWithTier(key, [=, this](const SamplePtr& base, Tier tier) {
+    cache_->AcquireWithTier(id, [=, this](const SamplePtr& base, Tier tier) {
       if (!render || !base) {
         OnLoaded(serial, epoch, position, base, tier);
         return;
@@ -501,10 +500,10 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
       // reader's FUSE thread, where rendering would serialise that reader:
       // hand it to the loader threads ahead of queued decodes.
       if (LoaderPool::OnWorkerThread()) {
-        Render(augment, size, serial, epoch, position, key.id, base, tier);
+        Render(augment, size, serial, epoch, position, id, base, tier);
       } else {
         pool_->SubmitUrgent(
-            [=, this] { Render(augment, size, serial, epoch, position, key.id, base, tier); });
+            [=, this] { Render(augment, size, serial, epoch, position, id, base, tier); });
       }
     });
   });
@@ -525,7 +524,7 @@ void Lanes::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
   if (ids.empty()) return;
   actions->Add([this, ids = std::move(ids)] {
     for (SampleId id : ids) {
-      cache_->Release({base_, id});
+      cache_->Release(id);
       shared_renders_.Drop(id);
     }
   });
@@ -655,17 +654,14 @@ JobStatus Lanes::StatusOf(const Lane& lane) const {
 bool Lanes::HeldByDrift(Lane* lane, std::chrono::steady_clock::time_point now) {
   if (!drift_bound_ || lane->peer_key == 0 || !lane->group) return false;
   // Past the planner's coupling horizon jobs share no picks (independent
-  // shuffles share none at any distance). A leader waits at a quarter of
-  // what the laggards can still find cached: half of what RAM holds now,
-  // which is less than the group's horizon when samples turn out larger
-  // than the estimate the group was made with. A quarter leaves the
-  // laggards' read-ahead (a DataLoader holds several batches) room: half
-  // still cost 1.43 decodes per distinct at RAM 5% against 1.16
+  // shuffles share none at any distance). The horizon follows what RAM
+  // holds (sampling/plan_group.h), and a leader waits at a quarter of it:
+  // that leaves the laggards' read-ahead (a DataLoader holds several
+  // batches) room: half still cost 1.43 decodes per distinct at RAM 5%
   // (docs/planner.md "Drift").
   const uint64_t horizon = lane->group->coupling_horizon();
   if (horizon == 0) return false;
-  const uint64_t ram_samples = cache_->budget() / std::max<uint64_t>(SampleBytes(), 1);
-  const uint64_t limit = std::min(horizon, ram_samples / 2) / 4;
+  const uint64_t limit = horizon / 4;
   const uint64_t progress = lane->progress();
   const std::optional<double> pace = lane->drift.FreePace(now, progress);
   if (!pace) return false;  // too early to tell a faster job from drift

@@ -45,7 +45,7 @@
 #include "jobs/shared_renders.h"
 #include "jobs/spec.h"
 #include "loader/loader_pool.h"
-#include "sampling/plan_groups.h"
+#include "sampling/plan_group.h"
 
 namespace joaderfs {
 
@@ -282,13 +282,13 @@ struct Reader {
 // Thread-safe through `mu`; see the top of this file.
 class Lanes {
  public:
-  // All outlive the Lanes; `store` may be null (no persistence). `base` is
-  // the cache's base resolution: every lane pins base images.
-  Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroups* groups,
-        uint32_t base, JobStore* store, UnreadLimit unread_limit = {}, bool drift_bound = true);
+  // All outlive the Lanes; `store` may be null (no persistence). Every lane
+  // is a participant of `group` and pins base images in `cache`.
+  Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
+        JobStore* store, UnreadLimit unread_limit = {}, bool drift_bound = true);
 
   // The manager's lock: it guards the jobs, lanes and readers. The planning
-  // groups rank below it (common/ranked_mutex.h).
+  // group ranks below it (common/ranked_mutex.h).
   mutable RankedMutex<LockRank::kJobManager> mu;
 
   // (Re)makes the job's lanes for its spec. REQUIRES: none has readers.
@@ -432,8 +432,7 @@ class Lanes {
   const Catalog* catalog_;
   SampleCache* cache_;
   LoaderPool* pool_;
-  PlanGroups* groups_;
-  const uint32_t base_;
+  PlanGroup* group_;
   JobStore* const store_;
   const UnreadLimit unread_limit_;
   const bool drift_bound_;  // HeldByDrift may hold

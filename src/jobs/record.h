@@ -33,13 +33,13 @@ struct RecordHeader {
   uint32_t epoch = 0;
   // 0 for centre-crop, flip=0 jobs; else loader/augment.h's kRecordFlipped
   // and kRecordCropBox, with the crop box (in the base image's pixels) in
-  // `reserved` as x | y << 16 | w << 32 | h << 48.
+  // `crop_box` as x | y << 16 | w << 32 | h << 48.
   uint32_t flags = 0;
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t channels = 3;
   uint32_t dtype = kDtypeUint8;
-  uint64_t reserved = 0;
+  uint64_t crop_box = 0;  // 0 without kRecordCropBox
 
   uint64_t payload_bytes() const { return uint64_t{height} * width * channels; }
   // Header, payload and padding.

@@ -74,7 +74,7 @@ TEST(RecordTest, HeaderByteLayout) {
   EXPECT_EQ(U32At(b, 40), 3u);    // channels
   EXPECT_EQ(U32At(b, 44), 1u);    // dtype
   EXPECT_EQ(U64At(b, 48), 224u * 200u * 3u);
-  EXPECT_EQ(U64At(b, 56), 0u);  // reserved
+  EXPECT_EQ(U64At(b, 56), 0u);  // crop_box
 }
 
 TEST(RecordTest, PayloadBytesAreHeightWidthChannels) {
@@ -211,7 +211,7 @@ TEST(RecordTest, TfRecordFraming) {
   h.height = 2;
   h.width = 3;
   h.flags = kRecordFlipped | kRecordCropBox;
-  h.reserved = 1 | uint64_t{2} << 16 | uint64_t{30} << 32 | uint64_t{40} << 48;
+  h.crop_box = 1 | uint64_t{2} << 16 | uint64_t{30} << 32 | uint64_t{40} << 48;
   std::vector<uint8_t> pixels(h.payload_bytes());
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 11);
   const RecordFrame frame = FrameRecord(RecordFormat::kTfRecord, h, pixels.data(), true);

@@ -8,13 +8,21 @@
 #include "common/parse.h"
 #include "common/random.h"
 #include "jobs/record.h"
+#include "jobs/spec_keys.h"
 
 namespace joaderfs {
 namespace {
 
-// The keys ParseJobSpec takes, for the hint after an unknown one.
-const std::vector<std::string_view> kSpecKeys = {"subset",    "size", "epochs", "window", "ranks",
-                                                 "drop_last", "crop", "flip",   "seed"};
+// The keys ParseJobSpec takes (jobs/spec_keys.h), for the hint after an
+// unknown one.
+const std::vector<std::string_view>& SpecKeyNames() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    for (const SpecKeyInfo& k : kSpecKeys) v.push_back(k.name);
+    return v;
+  }();
+  return names;
+}
 
 std::vector<std::string_view> Split(std::string_view s, std::string_view separators) {
   std::vector<std::string_view> parts;
@@ -243,7 +251,7 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
       }
       spec.augment.seed = *number;
     } else {
-      return Status::InvalidArgument("unknown key '" + key + "'" + DidYouMean(key, kSpecKeys));
+      return Status::InvalidArgument("unknown key '" + key + "'" + DidYouMean(key, SpecKeyNames()));
     }
   }
   *out = std::move(spec);

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "jobs/spec_keys.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -296,6 +298,25 @@ TEST_F(SpecTest, ToStringShowsOneKeyPerLine) {
   EXPECT_NE(text.find("flip=0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("seed=0\n"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 7) << text;
+}
+
+// jobs/spec_keys.h is the list of keys: the parser knows each one, and the
+// spec file shows no other.
+TEST_F(SpecTest, KeysAreTheTableOfSpecKeys) {
+  std::set<std::string> names;
+  for (const SpecKeyInfo& key : kSpecKeys) {
+    names.emplace(key.name);
+    JobSpec out;
+    const Status s = ParseJobSpec(std::string(key.name) + "=?", *catalog_, JobSpec(), &out);
+    EXPECT_FALSE(s.ok()) << key.name;
+    EXPECT_EQ(s.message().find("unknown key"), std::string::npos) << s.message();
+  }
+  const JobSpec spec = Parse("subset=classes:0-1 epochs=2 ranks=2 crop=random flip=0.5");
+  const std::string text = spec.ToString();
+  for (size_t at = 0; at < text.size(); at = text.find('\n', at) + 1) {
+    const std::string key = text.substr(at, text.find('=', at) - at);
+    EXPECT_TRUE(names.count(key)) << key << " is not in jobs/spec_keys.h";
+  }
 }
 
 TEST_F(SpecTest, ToStringRoundTrips) {

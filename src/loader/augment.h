@@ -36,7 +36,7 @@ struct AugmentSpec {
   uint64_t seed = 0;
 
   // False for the evaluation transform (centre crop, no flip): its records
-  // keep flags and reserved 0.
+  // keep flags and crop_box 0.
   bool augmented() const { return crop == Crop::kRandom || flip > 0; }
 };
 

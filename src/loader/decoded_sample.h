@@ -16,7 +16,7 @@ struct DecodedSample {
   // Owned with whatever deleter matches its allocator (libvips' g_free).
   std::shared_ptr<uint8_t> pixels;
   // How a delivery was cut from its base image (loader/augment.h), for the
-  // record header's flags and reserved fields; 0 for cache entries.
+  // record header's flags and crop_box fields; 0 for cache entries.
   uint32_t record_flags = 0;
   uint64_t record_box = 0;
 

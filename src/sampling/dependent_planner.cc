@@ -381,8 +381,8 @@ void DependentPlanner::Round(std::span<const JobHandle> participants, std::vecto
     job.history.push_back({draw_[i], label_[i], job.remaining_count + 1, job.epoch_picks});
     job.last_label = label_[i];
     ++job.epoch_picks;
-    if (job.history.size() > std::max<uint64_t>(coupling_horizon_, 1)) {
-      job.history.pop_front();
+    while (job.history.size() > std::max<uint64_t>(coupling_horizon_, 1)) {
+      job.history.pop_front();  // more than one when the horizon shrank
     }
   }
 

@@ -123,6 +123,7 @@ class DependentPlanner final : public Planner {
   uint32_t RefCount(SampleId id) const override;
   uint64_t SharedPicks(JobHandle job) const override;
   PlannerStats Stats() const override;
+  void SetCouplingHorizon(uint64_t picks) override { coupling_horizon_ = picks; }
 
   // Bytes held by the planner: every job's subset and remaining bitmaps
   // (estimated from roaring's container statistics) and the overlap table.
@@ -197,7 +198,7 @@ class DependentPlanner final : public Planner {
   void Take(SampleId id, std::span<const uint32_t> takers);
 
   Rng rng_;
-  const uint64_t coupling_horizon_;
+  uint64_t coupling_horizon_;
   uint64_t tick_ = 0;  // label of the latest round's draws
   std::vector<Job> slots_;
   std::vector<uint32_t> free_slots_;

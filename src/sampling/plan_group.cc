@@ -6,11 +6,23 @@
 
 namespace joaderfs {
 
-PlanGroup::PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options,
+uint64_t CouplingHorizonFor(const BudgetView& budget) {
+  return std::clamp<uint64_t>(budget.SamplesHeld() / 2, 16, 4096);
+}
+
+PlanGroup::PlanGroup(const PlanGroupOptions& options)
+    : options_(options.cadence),
+      derive_horizon_(options.dependent_sampling && options.coupling_horizon == 0),
+      coupling_horizon_(options.dependent_sampling ? options.coupling_horizon : 0),
+      planner_(options.dependent_sampling
+                   ? NewDependentPlanner(options.seed, options.coupling_horizon)
+                   : NewIndependentPlanner(options.seed)) {}
+
+PlanGroup::PlanGroup(std::unique_ptr<Planner> planner, CadenceOptions options,
                      uint64_t coupling_horizon)
-    : size_(size),
+    : options_(options),
+      derive_horizon_(false),
       coupling_horizon_(coupling_horizon),
-      options_(options),
       planner_(std::move(planner)) {}
 
 JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes) {
@@ -87,6 +99,13 @@ bool PlanGroup::Wants(const Member& m, uint64_t below) {
 void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
                      const std::function<bool(JobHandle)>& may_plan) {
   MutexLock lock(mu_);
+  if (derive_horizon_) {
+    const uint64_t horizon = CouplingHorizonFor(budget);
+    if (horizon != coupling_horizon_) {
+      coupling_horizon_ = horizon;
+      planner_->SetCouplingHorizon(horizon);
+    }
+  }
   // The committed bytes as the cache last saw them, plus what picks not yet
   // landed will make, plus this call's picks.
   uint64_t committed = budget.committed;
@@ -133,7 +152,7 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
   }
 }
 
-void PlanGroup::NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> counts) const {
+void PlanGroup::Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const {
   MutexLock lock(mu_);
   for (size_t i = 0; i < ids.size(); ++i) {
     uint32_t count = planner_->RefCount(ids[i]);

@@ -1,5 +1,7 @@
-// PlanGroup: the jobs of one output size (they can share decoded samples),
-// the planner that orders them, and the cadence that decides when they plan.
+// PlanGroup: the mount's jobs (they all share the decoded base images of the
+// cache tiers, whatever their output sizes), the planner that orders them,
+// the cadence that decides when they plan, and the RefCounts the tiers
+// evict by.
 //
 // Cadence. Each job keeps up to `lookahead` picks planned ahead of its
 // readers (at least its window, so completion-order delivery has a whole
@@ -23,12 +25,13 @@
 // (tools/sim), so the simulator replays the daemon's real cadence.
 //
 // Thread-safe: one mutex of its own, a leaf of the lock order (it calls
-// nothing outside while holding it), so the cache tiers may ask NeedCounts
+// nothing outside while holding it), so the cache tiers may ask Counts()
 // under their own locks.
 
 #ifndef JOADERFS_SAMPLING_PLAN_GROUP_H_
 #define JOADERFS_SAMPLING_PLAN_GROUP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -40,6 +43,7 @@
 #include <roaring/roaring.hh>
 
 #include "cache/budget.h"
+#include "cache/ref_counts.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "sampling/planner.h"
@@ -53,26 +57,38 @@ struct CadenceOptions {
   uint64_t min_lookahead = 8;
 };
 
-// What the RAM tier says about its budget when a group plans.
-struct BudgetView {
-  uint64_t committed = 0;   // bytes that planned samples pin
-  uint64_t budget = 0;      // the RAM tier's budget
-  uint64_t per_sample = 0;  // bytes of one sample of this group
+struct PlanGroupOptions {
+  CadenceOptions cadence;
+  bool dependent_sampling = true;  // false: independent shuffles (baseline)
+  uint64_t seed = 0;               // the planner's
+  // Copying horizon of the dependent planner (dependent_planner.h); 0
+  // derives it from the RAM budget at each Plan() (CouplingHorizonFor), so
+  // that it follows the real base-image bytes as the cache's estimate
+  // settles.
+  uint64_t coupling_horizon = 0;
 };
 
-class PlanGroup {
+// The derived coupling horizon: copied picks must still be cached when the
+// follower wants them, so half of the base images the RAM tier holds,
+// within [16, 4096].
+uint64_t CouplingHorizonFor(const BudgetView& budget);
+
+class PlanGroup final : public RefCounts {
  public:
-  // `coupling_horizon`: the planner's (dependent_planner.h), 0 for one that
-  // never copies picks between jobs (independent shuffles).
-  PlanGroup(uint32_t size, std::unique_ptr<Planner> planner, CadenceOptions options,
+  // The mount's group: the planner `options` ask for.
+  explicit PlanGroup(const PlanGroupOptions& options);
+  // A group over `planner`. `coupling_horizon`: the planner's
+  // (dependent_planner.h), 0 for one that never copies picks between jobs
+  // (independent shuffles).
+  PlanGroup(std::unique_ptr<Planner> planner, CadenceOptions options,
             uint64_t coupling_horizon = 0);
   PlanGroup(const PlanGroup&) = delete;
   PlanGroup& operator=(const PlanGroup&) = delete;
 
-  uint32_t size() const { return size_; }
   // How far apart two jobs' positions may be for the planner to copy picks
-  // between them; 0 when it never does. Fixed at construction.
-  uint64_t coupling_horizon() const { return coupling_horizon_; }
+  // between them; 0 when it never does. A derived one follows the budget
+  // seen by the latest Plan() (the drift bound reads it too). Lock-free.
+  uint64_t coupling_horizon() const { return coupling_horizon_.load(std::memory_order_relaxed); }
 
   // Adds a job needing every id of `subset` (not empty), in its epoch 0;
   // each of its picks will hold `pick_bytes` of its own besides the shared
@@ -103,7 +119,7 @@ class PlanGroup {
 
   // How many jobs still need each id in their current epoch, counting picks
   // planned and not yet done.
-  void NeedCounts(std::span<const SampleId> ids, std::span<uint32_t> counts) const;
+  void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override;
 
   uint64_t SharedPicks(JobHandle job) const;
   PlannerStats Stats() const;
@@ -130,9 +146,10 @@ class PlanGroup {
   uint64_t LookaheadLimit(const Member& m, uint64_t floor, bool budget_full) const;
   static bool Wants(const Member& m, uint64_t below);
 
-  const uint32_t size_;
-  const uint64_t coupling_horizon_;
   const CadenceOptions options_;
+  // Whether Plan() derives the horizon from its BudgetView.
+  const bool derive_horizon_;
+  std::atomic<uint64_t> coupling_horizon_;  // written under mu_
 
   mutable RankedMutex<LockRank::kPlanGroup> mu_;
   std::unique_ptr<Planner> planner_ GUARDED_BY(mu_);

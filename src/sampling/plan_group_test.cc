@@ -20,7 +20,7 @@ PlanGroup MakeGroup(uint64_t lookahead, uint64_t min_lookahead) {
   CadenceOptions cadence;
   cadence.lookahead = lookahead;
   cadence.min_lookahead = min_lookahead;
-  return PlanGroup(32, NewDependentPlanner(1), cadence);
+  return PlanGroup(NewDependentPlanner(1), cadence);
 }
 
 std::map<JobHandle, int> CountByJob(const std::vector<Pick>& picks) {
@@ -173,13 +173,13 @@ TEST(PlanGroup, NeedCountsIncludePlannedSamplesUntilDone) {
   group.Plan(kRoomy, &picks);
   const SampleId id = picks[0].id;
   uint32_t count = 0;
-  group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+  group.Counts(std::span(&id, 1), std::span(&count, 1));
   EXPECT_EQ(count, 2u) << "picked by both, delivered to neither";
   group.Done(a, id);
-  group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+  group.Counts(std::span(&id, 1), std::span(&count, 1));
   EXPECT_EQ(count, 1u);
   const SampleId unknown = 77;
-  group.NeedCounts(std::span(&unknown, 1), std::span(&count, 1));
+  group.Counts(std::span(&unknown, 1), std::span(&count, 1));
   EXPECT_EQ(count, 0u);
 }
 
@@ -196,6 +196,36 @@ TEST(PlanGroup, EpochsEndAndRestart) {
   group.StartEpoch(a);
   group.Plan(kRoomy, &more);
   EXPECT_EQ(more.size(), 10u);
+}
+
+// The mount's group derives its coupling horizon from the base images the
+// RAM tier holds at each Plan(), so it follows the cache's estimate of
+// their bytes as it settles; a given horizon, or none, stays.
+TEST(PlanGroup, DerivedHorizonFollowsTheBudget) {
+  PlanGroupOptions options;
+  PlanGroup group(options);
+  group.AddJob(IdRange(0, 9999), 1);
+  std::vector<Pick> picks;
+  group.Plan({0, 100000, 100}, &picks);  // holds 1000
+  EXPECT_EQ(group.coupling_horizon(), 500u);
+  group.Plan({0, 100000, 250}, &picks);  // the estimate grew: holds 400
+  EXPECT_EQ(group.coupling_horizon(), 200u);
+  group.Plan({0, 100000, 100000}, &picks);  // holds 1: the floor
+  EXPECT_EQ(group.coupling_horizon(), 16u);
+  group.Plan({0, 100000, 1}, &picks);  // the ceiling
+  EXPECT_EQ(group.coupling_horizon(), 4096u);
+
+  options.coupling_horizon = 64;
+  PlanGroup fixed(options);
+  fixed.AddJob(IdRange(0, 9), 1);
+  fixed.Plan({0, 100000, 100}, &picks);
+  EXPECT_EQ(fixed.coupling_horizon(), 64u);
+
+  options.dependent_sampling = false;
+  PlanGroup independent(options);
+  independent.AddJob(IdRange(0, 9), 1);
+  independent.Plan({0, 100000, 100}, &picks);
+  EXPECT_EQ(independent.coupling_horizon(), 0u);
 }
 
 }  // namespace

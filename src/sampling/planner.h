@@ -1,8 +1,8 @@
 // The planner decides which sample id each job of a group receives next.
 //
-// A group is every job with the same output size (they can share decoded
-// samples). Jobs are identified by small dense handles that the caller
-// chooses (JobHandle); ids are catalog sample ids.
+// A group is every job of the mount (they all share the decoded base
+// images, sampling/plan_group.h). Jobs are identified by small dense handles
+// that the caller chooses (JobHandle); ids are catalog sample ids.
 //
 // The caller drives planning in rounds: it passes the jobs whose planned
 // queue runs short, and every participant with ids left in its epoch gets
@@ -88,6 +88,10 @@ class Planner {
   virtual uint64_t SharedPicks(JobHandle job) const = 0;
 
   virtual PlannerStats Stats() const = 0;
+
+  // How many picks ahead another job may be for this job to copy its picks
+  // (dependent_planner.h); a planner that never copies ignores it.
+  virtual void SetCouplingHorizon(uint64_t /*picks*/) {}
 };
 
 // Every job draws its own uniform shuffle, independently of the others: the

@@ -29,7 +29,7 @@ class Record:
     def __init__(self, fields, payload, padding):
         (self.magic, self.header_size, self.id, self.label, self.epoch,
          self.flags, self.height, self.width, self.channels, self.dtype,
-         self.payload_bytes, self.reserved) = fields
+         self.payload_bytes, self.crop_box) = fields
         self.payload = payload
         self.padding = padding
 

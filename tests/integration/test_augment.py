@@ -26,9 +26,9 @@ CROP_BOX = 2
 P_FLOOR = 1e-3  # reject a distribution test below this p-value
 
 
-def unpack_box(reserved):
-    return (reserved & 0xffff, (reserved >> 16) & 0xffff,
-            (reserved >> 32) & 0xffff, (reserved >> 48) & 0xffff)
+def unpack_box(crop_box):
+    return (crop_box & 0xffff, (crop_box >> 16) & 0xffff,
+            (crop_box >> 32) & 0xffff, (crop_box >> 48) & 0xffff)
 
 
 def ks_2samp_p(a, b):
@@ -114,7 +114,7 @@ class AugmentTest(JoaderTestCase):
             for r in epoch.values():
                 self.assertEqual(r.flags & CROP_BOX, CROP_BOX, r)
                 self.assertEqual((r.height, r.width), (32, 32), r)
-                x, y, w, h = unpack_box(r.reserved)
+                x, y, w, h = unpack_box(r.crop_box)
                 H, W = self.pictures[r.id].shape[:2]
                 self.assertTrue(0 < w and 0 < h and x + w <= W and y + h <= H,
                                 (r, x, y, w, h, W, H))
@@ -150,7 +150,7 @@ class AugmentTest(JoaderTestCase):
         (epoch,) = self.epochs(m, "r", 1)
         mads = []
         for r in epoch.values():
-            x, y, w, h = unpack_box(r.reserved)
+            x, y, w, h = unpack_box(r.crop_box)
             t = torch.from_numpy(self.pictures[r.id].copy()).permute(2, 0, 1)
             ref = F.resized_crop(t, y, x, h, w, [48, 48], antialias=True)
             if r.flags & FLIPPED:
@@ -173,11 +173,11 @@ class AugmentTest(JoaderTestCase):
         (b0,) = self.epochs(m, "b", 1)
         (c0,) = self.epochs(m, "c", 1)
         for i in range(self.N):
-            self.assertEqual((a0[i].flags, a0[i].reserved),
-                             (b0[i].flags, b0[i].reserved), i)
+            self.assertEqual((a0[i].flags, a0[i].crop_box),
+                             (b0[i].flags, b0[i].crop_box), i)
             self.assertEqual(a0[i].payload, b0[i].payload, i)
-        same_seed = sum(a0[i].reserved == c0[i].reserved for i in range(self.N))
-        same_epoch = sum(a0[i].reserved == a1[i].reserved
+        same_seed = sum(a0[i].crop_box == c0[i].crop_box for i in range(self.N))
+        same_epoch = sum(a0[i].crop_box == a1[i].crop_box
                          for i in range(self.N))
         self.assertLess(same_seed, self.N // 10)
         self.assertLess(same_epoch, self.N // 10)
@@ -193,13 +193,13 @@ class AugmentTest(JoaderTestCase):
                 for i in range(self.N):
                     self.assertEqual(plain[i].flags & FLIPPED, 0)
                     self.assertEqual(flipped[i].flags & FLIPPED, FLIPPED)
-                    self.assertEqual(plain[i].reserved, flipped[i].reserved)
+                    self.assertEqual(plain[i].crop_box, flipped[i].crop_box)
                     np.testing.assert_array_equal(
                         plain[i].pixels()[:, ::-1], flipped[i].pixels(),
                         "id %d" % i)
                     if crop == "center":
                         self.assertEqual(plain[i].flags, 0)
-                        self.assertEqual(plain[i].reserved, 0)
+                        self.assertEqual(plain[i].crop_box, 0)
 
     def test_default_seed_is_shown_and_stable(self):
         seeds = []

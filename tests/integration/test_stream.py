@@ -30,7 +30,7 @@ class StreamTest(DatasetMixin, JoaderTestCase):
             self.assertEqual(r.flags, 0, r)
             self.assertEqual(r.channels, 3, r)
             self.assertEqual(r.dtype, 1, r)
-            self.assertEqual(r.reserved, 0, r)
+            self.assertEqual(r.crop_box, 0, r)
             self.assertEqual(r.payload_bytes, r.height * r.width * 3, r)
             self.assertEqual((64 + r.payload_bytes + len(r.padding)) % 64, 0,
                              r)

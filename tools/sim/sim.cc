@@ -11,7 +11,7 @@
 #include "common/parse.h"
 #include "common/random.h"
 #include "sampling/id_sets.h"
-#include "sampling/plan_groups.h"
+#include "sampling/plan_group.h"
 
 namespace joaderfs {
 namespace {
@@ -192,7 +192,7 @@ class PinningCache {
   PinningCache(uint64_t capacity, const PlanGroup& group)
       : capacity_(capacity), policy_(NewRefCntPolicy([&group](SampleId id) {
           uint32_t count = 0;
-          group.NeedCounts(std::span(&id, 1), std::span(&count, 1));
+          group.Counts(std::span(&id, 1), std::span(&count, 1));
           return count;
         })) {}
 
@@ -235,15 +235,16 @@ class PinningCache {
 
 MissCount SimulateCadence(std::span<const SimJob> jobs, Sampler sampler, const CadenceSim& sim,
                           uint64_t seed) {
-  // The daemon's groups, so the planner and its coupling horizon are made
+  // The daemon's group, so the planner and its coupling horizon are made
   // from the RAM budget as the daemon makes them.
-  PlanGroupsOptions options;
+  PlanGroupOptions options;
   options.cadence.lookahead = sim.lookahead;
   options.cadence.min_lookahead = sim.min_lookahead;
   options.dependent_sampling = sampler == Sampler::kDependent;
-  options.seed = seed;
-  PlanGroups groups(options);
-  PlanGroup& group = *groups.Get(0, sim.ram);
+  // Mixed as when the group was made per size (size 0): the recorded
+  // figures (docs/sim) replay.
+  options.seed = MixSeed(seed, 0);
+  PlanGroup group(options);
   PinningCache cache(sim.ram, group);
   Rng rng(MixSeed(seed, 2));
   const size_t n = jobs.size();
