@@ -29,12 +29,12 @@ SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* di
       base_(base),
       budget_(budget_bytes),
       retry_(retry),
+      reader_(reader),
       evictable_(NewRefCntPolicy([counts](SampleId id) {
         uint32_t count = 0;
         counts->Counts(std::span(&id, 1), std::span(&count, 1));
         return count;
-      }),
-      reader_(reader) {
+      })) {
   stats_.budget = budget_bytes;
   if (!reader_) {
     SourceReaderOptions ro;
@@ -152,12 +152,11 @@ void SampleCache::Load(SampleId id, std::optional<FileIdentity> unless_same) {
   // hang holds no decode thread; its bytes come back to a decode thread.
   FileRange range = catalog_->location(id);
   const uint64_t expected = range.partial ? range.length : range.file_size;
-  reader_->Read(range, MaxImageFileBytes(), expected,
-                [this, id, range](SourceReader::Result read) {
-                  pool_->Submit([this, key, range, read = std::move(read)]() mutable {
-                    Decode(id, range, std::move(read));
-                  });
-                });
+  reader_->Read(range, MaxImageFileBytes(), expected, [this, id, range](SourceReader::Result read) {
+    pool_->Submit([this, id, range, read = std::move(read)]() mutable {
+      Decode(id, range, std::move(read));
+    });
+  });
 }
 
 void SampleCache::Decode(SampleId id, const FileRange& range, SourceReader::Result read) {
