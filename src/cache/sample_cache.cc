@@ -45,7 +45,9 @@ SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* di
 }
 
 // No read's callback may run into a cache that is gone.
-SampleCache::~SampleCache() {
+SampleCache::~SampleCache() { StopReads(); }
+
+void SampleCache::StopReads() {
   if (own_reader_) own_reader_->Stop();
 }
 

@@ -110,6 +110,11 @@ class SampleCache {
               uint32_t base, uint64_t budget_bytes, FailureRetry retry = {},
               SourceReader* reader = nullptr);
   ~SampleCache();
+  // Stops the reader the cache made for itself (none given): reads not yet
+  // done are dropped, and those whose callbacks run are waited for. Call it
+  // before `pool` goes when the cache outlives the pool: a read's callback
+  // submits its decode there. The destructor does it too.
+  void StopReads();
 
   // Pins the entry of `id` and calls `done` exactly once with its sample.
   void Acquire(SampleId id, Callback done);

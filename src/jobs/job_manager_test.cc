@@ -174,9 +174,11 @@ class JobManagerTest : public ::testing::Test {
   }
   void Build() { Build(Options()); }
 
-  // Stops the decode threads first (finishing the running tasks, which may
-  // call back into the manager), then the manager and the cache.
+  // Stops the cache's reads (their callbacks submit decodes to the pool) and
+  // the decode threads first (finishing the running tasks, which may call
+  // back into the manager), then the manager and the cache.
   void Shutdown() {
+    if (cache_) cache_->StopReads();
     pool_.reset();
     jobs_.reset();
     cache_.reset();
