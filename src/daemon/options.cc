@@ -91,6 +91,10 @@ constexpr MountOptionRow kMountOptions[] = {
      {"retry_failed", "SEC", "30",
       "try an image that failed again after SEC, doubling per failure to 60 x SEC, or once "
       "its size or mtime changes"}},
+    {kReadTimeout,
+     {"read_timeout", "SEC", "30",
+      "skip an image whose read of SOURCE has not returned after SEC, like an unreadable one; "
+      "its thread is replaced"}},
     {kMaxPixels,
      {"max_pixels", "N", "89478485",
       "refuse images of more than N pixels, from their header (PIL's limit)"}},
