@@ -110,7 +110,11 @@ class HostileUsersTest(DatasetMixin, JoaderTestCase):
         reads one byte of each: RSS grows by at most ram_cache plus a
         quarter (the planning overdraft) plus one sample per reader and per
         decode thread. A size whose sample exceeds the overdraft is EINVAL."""
-        m = self.shared_mount()
+        # Each reader holds one 16 MiB record unread: past the default
+        # allowance (half of ram_cache, 32M here) the later readers' first
+        # bytes would wait, as the allowance means. This test bounds RSS
+        # with all four held, as with the allowance of before (2G).
+        m = self.shared_mount(options={"max_unread_per_user": "2G"})
         pid = m.proc.pid
         # The largest size whose sample (size^2 x 3 bytes) fits a quarter
         # of ram_cache: 2364 (16.0 MiB) at 64M.
