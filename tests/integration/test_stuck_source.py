@@ -100,8 +100,9 @@ class StuckSourceTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(stats["source_io_threads_stuck"], 2)
         self.assertGreater(stats["source_bytes"], 0)
         metrics = m.read_text("metrics")
-        self.assertIn("joaderfs_source_reads_timed_out_total 2\n", metrics)
-        self.assertIn("joaderfs_source_io_threads_stuck 2\n", metrics)
+        label = '{mount="%s"}' % m.mnt
+        self.assertIn("joaderfs_source_reads_timed_out_total%s 2\n" % label, metrics)
+        self.assertIn("joaderfs_source_io_threads_stuck%s 2\n" % label, metrics)
         with open(m.log_path, errors="replace") as f:
             log = f.read()
         self.assertIn("read_timeout", log)
