@@ -161,7 +161,7 @@ def train(args) -> None:
                       "images_all": images_all,
                       "end": times[-1] if times else 0.0,
                       "images_per_s": images_done / span if span else 0.0,
-                      "pairs": pairs, "loss": float(loss)}), flush=True)
+                      "pairs": pairs, "loss": loss.item()}), flush=True)
 
 
 class GpuSampler(threading.Thread):
