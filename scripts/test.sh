@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Sets up (packages, build) and runs every test through ctest: unit tests,
 # mount-level integration tests and the Python client tests; arguments go
-# to that ctest. Then, each in a build folder of its own:
-#   build-asan  the unit tests again under ASan + UBSan (skip: SANITIZE=0),
-#               but for the statistical planner tests (DependentPlanner-
-#               Randomness: 4 minutes plain, far more under ASan, and the
-#               same planner code as the property tests that do run);
-#   build-fuzz  every libFuzzer target of fuzz/ for FUZZ_SECONDS (default
-#               25) from its checked-in seeds (skip: FUZZ_SECONDS=0). The
-#               clang build of this stage also compiles the daemon with
-#               -Werror=thread-safety: a GUARDED_BY member touched without
-#               its lock fails here.
+# to that ctest. Then, in one clang build folder of its own (build-fuzz:
+# ASan + UBSan, libFuzzer coverage, and -Werror=thread-safety, so that a
+# GUARDED_BY member touched without its lock fails the build):
+#   - the unit tests again under ASan + UBSan (skip: SANITIZE=0), but for
+#     the statistical planner tests (DependentPlannerRandomness: 4 minutes
+#     plain, far more under ASan, and the same planner code as the property
+#     tests that do run);
+#   - every libFuzzer target of fuzz/ for FUZZ_SECONDS (default 25) from its
+#     checked-in seeds (skip: FUZZ_SECONDS=0).
+# One sanitizer build serves both stages: a second full build (gcc ASan)
+# cost CI minutes that 30 do not spare, for the same ASan + UBSan checks.
 # Any failure, sanitizer report or fuzzer crash fails the script.
 #
 # scripts/test.sh --soak MINUTES runs only the soak test (tests/soak), for
@@ -26,20 +27,25 @@ fi
 (cd build && ctest --output-on-failure --timeout 900 "$@")
 
 jobs=$(nproc)
-if [ "${SANITIZE:-1}" != 0 ]; then
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJOADERFS_SANITIZE=address >/dev/null
-  cmake --build build-asan -j"$jobs" --target unit_tests
-  (cd build-asan &&
+sanitize=${SANITIZE:-1}
+fuzz_seconds=${FUZZ_SECONDS:-25}
+targets=()
+[ "$sanitize" != 0 ] && targets+=(unit_tests)
+[ "$fuzz_seconds" != 0 ] && targets+=(fuzzers joaderfs)
+if [ ${#targets[@]} != 0 ]; then
+  CXX=clang++ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DJOADERFS_FUZZ=ON -DJOADERFS_SANITIZE=address >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target "${targets[@]}"
+fi
+
+if [ "$sanitize" != 0 ]; then
+  (cd build-fuzz &&
    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest -L unit -E '^DependentPlannerRandomness\.' --output-on-failure --timeout 900 -j"$jobs")
 fi
 
-fuzz_seconds=${FUZZ_SECONDS:-25}
 if [ "$fuzz_seconds" != 0 ]; then
-  CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJOADERFS_FUZZ=ON \
-    -DJOADERFS_SANITIZE=address >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target fuzzers joaderfs
   for seeds in fuzz/corpus/*/; do
     target=$(basename "$seeds")
     # New inputs go to a scratch folder; the checked-in seeds stay as they are.

@@ -1,5 +1,7 @@
 #include "jobs/shared_renders.h"
 
+#include <algorithm>
+
 namespace joaderfs {
 
 void SharedRenders::Hold(uint64_t id) {
@@ -29,32 +31,56 @@ SamplePtr SharedRenders::Render(const SamplePtr& base, const AugmentSpec& spec, 
     return RenderDelivery(base, spec, size, epoch, id, live_bytes);
   }
   const bool flipped = ChooseAugmentation(spec, epoch, id, base->width, base->height).flipped;
-  const auto matches = [&](const Variant& v) { return v.size == size && v.flipped == flipped; };
-  {
-    MutexLock lock(mu_);
-    auto it = held_.find(id);
-    if (it != held_.end()) {
-      for (const Variant& v : it->second.variants) {
-        if (matches(v) && v.base.lock() == base) {
-          reused_.fetch_add(1, std::memory_order_relaxed);
-          return v.render;
-        }
+  const auto same_picture = [&](const Variant& v) {
+    return v.size == size && v.flipped == flipped && v.base.lock() == base;
+  };
+  MutexLock lock(mu_);
+  auto it = held_.find(id);
+  if (it == held_.end()) {  // nobody holds the id: nothing to share it with
+    lock.unlock();
+    renders_.fetch_add(1, std::memory_order_relaxed);
+    return RenderDelivery(base, spec, size, epoch, id, live_bytes);
+  }
+  for (;;) {
+    auto& variants = it->second.variants;
+    auto v = std::find_if(variants.begin(), variants.end(), same_picture);
+    if (v == variants.end()) break;
+    if (v->render) {
+      reused_.fetch_add(1, std::memory_order_relaxed);
+      return v->render;
+    }
+    // Another loader thread is cutting this very picture (two jobs' hits
+    // at once): wait for it rather than cut it twice.
+    rendered_.wait(lock);
+    it = held_.find(id);
+    if (it == held_.end()) break;
+  }
+  if (it != held_.end()) {  // claim it; a variant of an older base gives way
+    auto& variants = it->second.variants;
+    std::erase_if(variants,
+                  [&](const Variant& v) { return v.size == size && v.flipped == flipped; });
+    variants.push_back(Variant{size, flipped, base, nullptr});
+  }
+  lock.unlock();
+  renders_.fetch_add(1, std::memory_order_relaxed);
+  SamplePtr render = RenderDelivery(base, spec, size, epoch, id, live_bytes);
+  lock.lock();
+  it = held_.find(id);
+  if (it != held_.end()) {
+    auto& variants = it->second.variants;
+    auto v = std::find_if(variants.begin(), variants.end(),
+                          [&](const Variant& w) { return same_picture(w) && !w.render; });
+    if (v != variants.end()) {
+      // Size 0 without a flip makes nothing new, and a failed render has
+      // nothing to share: the waiters cut their own.
+      if (render && render != base) {
+        v->render = render;
+      } else {
+        variants.erase(v);
       }
     }
   }
-  renders_.fetch_add(1, std::memory_order_relaxed);
-  SamplePtr render = RenderDelivery(base, spec, size, epoch, id, live_bytes);
-  if (render == base) return render;  // size 0, no flip: nothing was made
-  MutexLock lock(mu_);
-  auto it = held_.find(id);
-  if (it == held_.end()) return render;  // every job is done with it
-  for (Variant& v : it->second.variants) {
-    if (matches(v)) {  // another thread's, or one of an older base
-      v = Variant{size, flipped, base, render};
-      return render;
-    }
-  }
-  it->second.variants.push_back(Variant{size, flipped, base, render});
+  rendered_.notify_all();
   return render;
 }
 

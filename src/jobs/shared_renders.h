@@ -12,6 +12,11 @@
 // renders go. Their bytes count in the job manager's rendered bytes as long
 // as they live. Random crops are never shared: their boxes differ by job.
 //
+// Two jobs' hits on one id reach the loader threads at once: the first to
+// come claims the picture and cuts it, the other waits for that cut (a
+// render is a millisecond or so, and it waits on nothing) instead of making
+// the same picture again.
+//
 // Thread-safe: one mutex of its own, a leaf of the lock order (renders run
 // outside it, on loader threads).
 
@@ -19,6 +24,7 @@
 #define JOADERFS_JOBS_SHARED_RENDERS_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -54,7 +60,7 @@ class SharedRenders {
     // The base image it was cut from: a re-decoded base (the file changed,
     // or it was evicted and loaded again) is another object, never matched.
     std::weak_ptr<const DecodedSample> base;
-    SamplePtr render;
+    SamplePtr render;  // null while a loader thread cuts it
   };
   struct Held {
     uint32_t holders = 0;
@@ -63,6 +69,7 @@ class SharedRenders {
 
   mutable Mutex mu_;
   std::unordered_map<uint64_t, Held> held_ GUARDED_BY(mu_);
+  std::condition_variable_any rendered_;  // a claimed variant was cut
   std::atomic<uint64_t> renders_{0};
   std::atomic<uint64_t> reused_{0};
 };

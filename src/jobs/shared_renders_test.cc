@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <latch>
+#include <thread>
 
 namespace joaderfs {
 namespace {
@@ -104,6 +106,30 @@ TEST(SharedRenders, ARedecodedBaseIsNeverServedAnOldRender) {
   EXPECT_NE(b, old);
   EXPECT_TRUE(SamePixels(b, RenderDelivery(changed, Centre(1), 224, 0, 5)));
   EXPECT_EQ(renders.Render(changed, Centre(2), 224, 0, 5, nullptr), b);
+}
+
+TEST(SharedRenders, HitsAtOnceCutThePictureOnce) {
+  // Two jobs' hits on one id reach two loader threads together: one cuts,
+  // the other takes that cut. 40 rounds, so that the two overlap in most.
+  const SamplePtr base = Base(2000, 1500, 5);  // a cut long enough to overlap
+  for (int round = 0; round < 40; ++round) {
+    SharedRenders renders;
+    renders.Hold(5);
+    renders.Hold(5);
+    std::latch start(2);
+    SamplePtr got[2];
+    std::thread threads[2];
+    for (int t = 0; t < 2; ++t) {
+      threads[t] = std::thread([&, t] {
+        start.arrive_and_wait();
+        got[t] = renders.Render(base, Centre(t + 1), 224, 0, 5, nullptr);
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    ASSERT_EQ(got[0], got[1]) << "round " << round;
+    ASSERT_EQ(renders.renders(), 1u) << "round " << round;
+    ASSERT_EQ(renders.reused(), 1u) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -280,10 +280,17 @@ class SharedRenderTest(JoaderTestCase):
                  "r": "size=40 crop=random"}
         for job, spec in specs.items():
             m.mkjob(job, spec=spec)
-        procs = [subprocess.Popen([sys.executable, "-c", "input()\n" + READER,
+        # A barrier, as a sweep's jobs start together: each reader says it
+        # is up before any is let go. (Popen returns before the interpreter
+        # runs: on a loaded machine one reader could otherwise finish its
+        # epoch before another has started, and nothing would be shared.)
+        gate = "print('ready', flush=True)\ninput()\n"
+        procs = [subprocess.Popen([sys.executable, "-c", gate + READER,
                                    m.path("jobs", job, "next")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                  for job in specs]
+        for p in procs:
+            self.assertEqual(p.stdout.readline(), b"ready\n")
         for p in procs:  # all read at once
             p.stdin.write(b"go\n")
             p.stdin.flush()
