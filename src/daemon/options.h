@@ -49,7 +49,7 @@ struct DaemonOptions {
   bool limit_root = false;
   std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
-  bool drift_bound = true;         // jobs/lane.h Lanes::HeldByDrift
+  bool drift_bound = true;         // jobs/drift_hold.h DriftHold::Holds
   std::string log;                 // a file, "syslog", or empty for the default
   std::string log_level = "info";
   bool foreground = false;

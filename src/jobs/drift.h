@@ -1,7 +1,7 @@
 // The drift bound's state of one lane (docs/planner.md "Drift").
 //
 // Jobs with the same subset share decodes only while they stay within the
-// coupling horizon of each other. Lanes (jobs/lane.h) hold the reads of a
+// coupling horizon of each other. Lanes (jobs/drift_hold.h) hold the reads of a
 // lane that runs too far ahead of an active peer of similar pace; this
 // class keeps what that decision needs per lane: when it was last served,
 // its pace while free to read, and its hold budget.

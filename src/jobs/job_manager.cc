@@ -160,15 +160,15 @@ Status JobManager::CheckRanksFit(const JobSpec& spec, const Roaring& subset) {
 }
 
 Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
   uint64_t delivered = 0;
-  for (const auto& lane : job->lanes) delivered += lanes_.Remove(lane.get(), &actions);
+  for (const auto& lane : job->lanes) delivered += lanes_.Remove(lane.get(), actions);
   AddUsage(job->uid, -1, -static_cast<int64_t>(job->lanes.size()), 0);
-  actions.Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
+  actions->Add([this] { cache_->RefreshNeeds(); });  // its ids are needed less
   if (store_) store_->RemoveJob(name);
   Warnings().Log(spdlog::level::info, "job removed, uid " + std::to_string(uid),
                  "job {} removed by uid {} after {} samples", name, uid, delivered);
@@ -348,8 +348,8 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, ResumeText* tex
   } else {
     elastic = SplitElasticUnlocked(name, uid, *epoch, consumed);
   }
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
@@ -370,19 +370,19 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, ResumeText* tex
   }
   const bool is_elastic = job->ranked() && !rank;
   if (is_elastic) {
-    lanes_.SetElasticResume(job, *epoch, consumed, std::move(elastic), &actions);
+    lanes_.SetElasticResume(job, *epoch, consumed, std::move(elastic), actions);
   } else {
     for (Lane* lane : lanes) {
       // A stream not yet read since the last resume of the same epoch adds
       // these ids to it.
       const bool adds = lane->resume_written && lane->resume_epoch == epoch;
-      lanes_.Reset(lane, &actions);
+      lanes_.Reset(lane, actions);
       lanes_.SetResume(lane, *epoch, adds ? lane->resume_skip | consumed : consumed);
       lane->resume_written = true;
       if (store_) store_->StartEpoch(name, lane->index, *lane->resume_epoch, lane->resume_skip);
     }
   }
-  actions.Add([this] { cache_->RefreshNeeds(); });
+  actions->Add([this] { cache_->RefreshNeeds(); });
   job->started = true;
   SaveJob(*job);
   std::string streams;
@@ -436,8 +436,8 @@ Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
 
 Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* id,
                               std::optional<uint32_t> rank) {
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   if (job->ranked() != rank.has_value() || (rank && *rank >= job->lanes.size())) {
@@ -473,11 +473,10 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   const uint64_t epochs = job->spec.epochs;
   if (job->ranked() && !lane->running() && (epochs == 0 || lane->epoch() < epochs)) {
     auto split = std::make_shared<std::packaged_task<std::vector<Roaring>()>>();
-    std::shared_future<std::vector<Roaring>> shards =
-        lanes_.ShardsOf(job, lane->epoch(), split.get());
+    std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, lane->epoch(), split.get());
     // The sort runs here if this reader is the first to need them, else
     // this open waits for the reader that makes them.
-    actions.Add([split, shards] {
+    actions->Add([split, shards] {
       if (split->valid()) (*split)();
       shards.wait();
     });
@@ -508,14 +507,14 @@ std::optional<uint64_t> JobManager::ReaderUnread(ReaderId id) const {
 }
 
 void JobManager::CloseReader(ReaderId id) {
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   auto it = readers_.find(id);
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
   if (r->waiting) {
     lanes_.EndStall(r);
-    actions.Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
+    actions->Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
   }
   if (Lane* lane = r->lane) {
     lane->readers.erase(r);
@@ -528,7 +527,7 @@ void JobManager::CloseReader(ReaderId id) {
                    lane->job->name, r->pending.records(), r->epoch);
     }
   }
-  lanes_.NoteQueued(*r, -static_cast<int64_t>(r->pending.held_bytes()), &actions);
+  lanes_.NoteQueued(*r, -static_cast<int64_t>(r->pending.held_bytes()), actions);
   if (auto owner = reader_uids_.find(id); owner != reader_uids_.end()) {
     AddUsage(owner->second, 0, 0, -1);
     reader_uids_.erase(owner);
@@ -537,22 +536,22 @@ void JobManager::CloseReader(ReaderId id) {
 }
 
 void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply reply) {
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   auto it = readers_.find(id);
   if (it == readers_.end() || max_bytes == 0) {
-    actions.Add([reply = std::move(reply)] { reply(Status::Ok(), {}); });
+    actions->Add([reply = std::move(reply)] { reply(Status::Ok(), {}); });
     return;
   }
   Reader* r = it->second.get();
   if (r->waiting) {
     // The kernel serialises reads of one open file; this guards the reply
     // of the read in flight should that ever change.
-    actions.Add([reply = std::move(reply)] { reply(Status::Busy("a read is in flight"), {}); });
+    actions->Add([reply = std::move(reply)] { reply(Status::Busy("a read is in flight"), {}); });
     return;
   }
   if (r->interrupted_token == std::optional<uint64_t>(token)) {
-    actions.Add([reply = std::move(reply)] { reply(Status::Interrupted(), {}); });
+    actions->Add([reply = std::move(reply)] { reply(Status::Interrupted(), {}); });
     return;
   }
   r->token = token;
@@ -565,18 +564,18 @@ void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply r
       lane->job->started = true;
       SaveJob(*lane->job);
     }
-    lanes_.Wake(lane, &actions);
+    lanes_.Wake(lane, actions);
   }
-  if (!lanes_.TryServe(r, &actions)) {
+  if (!lanes_.TryServe(r, actions)) {
     lanes_.BeginStall(r);
     r->lane->waiting.push_back(r);
   }
-  if (r->lane) lanes_.ServeWaiters(r->lane, &actions);  // the epoch may have ended
+  if (r->lane) lanes_.ServeWaiters(r->lane, actions);  // the epoch may have ended
 }
 
 void JobManager::Interrupt(ReaderId id, uint64_t token) {
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   auto it = readers_.find(id);
   if (it == readers_.end()) return;
   Reader* r = it->second.get();
@@ -584,7 +583,7 @@ void JobManager::Interrupt(ReaderId id, uint64_t token) {
     lanes_.EndStall(r);
     r->waiting = false;
     if (r->lane) std::erase(r->lane->waiting, r);
-    actions.Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
+    actions->Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
   } else {
     r->interrupted_token = token;
   }
@@ -600,7 +599,7 @@ void JobManager::MakeShardsUnlocked(const std::string& name, uint32_t uid, uint6
         (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
       return;
     }
-    shards = lanes_.ShardsOf(job, epoch, &split);
+    shards = ShardsOf(job, epoch, &split);
   }
   if (split.valid()) split();
   shards.wait();
@@ -616,7 +615,7 @@ ElasticSplit JobManager::SplitElasticUnlocked(const std::string& name, uint32_t 
         (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
       return split;  // refused, or split under the lock if the job changes
     }
-    split = lanes_.PrepareElastic(*job, epoch, consumed);
+    split = PrepareElastic(*job, epoch, consumed);
   }
   split.Split();
   return split;
@@ -628,8 +627,8 @@ uint64_t JobManager::UnreadBytes(uint32_t uid) const {
 }
 
 void JobManager::ReleaseIdleJobs() {
-  Actions actions;
-  MutexLock lock(lanes_.mu);
+  ActionsLock lock(lanes_.mu);
+  Actions* actions = lock.actions();
   const auto now = std::chrono::steady_clock::now();
   for (auto& [name, job] : jobs_) {
     for (const auto& lane : job->lanes) {
@@ -637,12 +636,12 @@ void JobManager::ReleaseIdleJobs() {
           now - lane->idle_since < options_.idle_timeout) {
         continue;
       }
-      lanes_.Release(lane.get(), &actions);
+      lanes_.Release(lane.get(), actions);
       spdlog::info("job {} stream {} has had no reader for {}s: released its planned samples", name,
                    lane->index, options_.idle_timeout.count());
     }
   }
-  lanes_.RetryHeld(&actions);  // a peer went quiet, or a budget refilled
+  lanes_.RetryHeld(actions);  // a peer went quiet, or a budget refilled
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {

@@ -1,7 +1,7 @@
 // JobManager: every job of the mount, its spec and its readers: the
 // registry, the control writes (spec, ids, resume), status, and the reads
 // of a sitting. Each stream's state machine (epochs, planning, pins,
-// serving readers) is a Lane (jobs/lane.h), under the same lock.
+// serving readers) is a Lane (jobs/lane.h), run by Lanes (jobs/lanes.h) under the same lock.
 //
 // A job reads a subset of the catalog epoch after epoch through one stream
 // (`next`), or with `ranks=W` through W streams (`next.R`), one per
@@ -24,7 +24,8 @@
 //
 // Thread-safe. Read() never blocks: it replies at once, or later from the
 // thread that makes data ready. Replies and cache calls run after the
-// manager's lock is dropped (the cache's callbacks re-enter the manager);
+// manager's lock is dropped (the cache's callbacks re-enter the manager):
+// each public method takes the lock with an ActionsLock (jobs/actions.h);
 // the planning group is called under it (it ranks below it,
 // common/ranked_mutex.h). The job store (jobs/job_store.h, RocksDB, no lock
 // of ours) is written under it for job records and epoch starts, so that no
@@ -55,7 +56,7 @@
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "jobs/job_store.h"
-#include "jobs/lane.h"
+#include "jobs/lanes.h"
 #include "jobs/resume_text.h"
 #include "jobs/shared_renders.h"
 #include "jobs/spec.h"
@@ -88,7 +89,7 @@ struct JobManagerOptions {
   uint64_t seed = 0;
   std::chrono::seconds idle_timeout{600};
   UserLimits limits;
-  // Hold a job's reads while it runs far ahead of a peer (Lanes::HeldByDrift).
+  // Hold a job's reads while it runs far ahead of a peer (jobs/drift_hold.h DriftHold).
   bool drift_bound = true;
 };
 

@@ -9,8 +9,9 @@
 // stall the others; across windows the order is kept. An epoch ends when
 // every position is done (handed out or skipped).
 //
-// Pure state: no locks, no I/O, no calls out; the owner (JobManager)
-// serialises every call and acts on what they return. Not thread-safe.
+// Pure state: no locks, no I/O, no calls out. Each Lane owns one
+// (jobs/lane.h); Lanes (jobs/lanes.h) serialises every call under the
+// manager's lock and acts on what they return. Not thread-safe.
 
 #ifndef JOADERFS_JOBS_JOB_STREAM_H_
 #define JOADERFS_JOBS_JOB_STREAM_H_

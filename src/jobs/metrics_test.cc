@@ -1,4 +1,4 @@
-// RateWindow (jobs/lane.h) and /metrics rendering (fs/render.h).
+// RateWindow (jobs/stream_figures.h) and /metrics rendering (fs/render.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "fs/render.h"
-#include "jobs/lane.h"
+#include "jobs/stream_figures.h"
 
 namespace joaderfs {
 namespace {

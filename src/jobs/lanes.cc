@@ -1,0 +1,256 @@
+// Lanes: epochs, resumes, planning and pins (jobs/lanes.h).
+
+#include "jobs/lanes.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "cache/budget.h"
+
+namespace joaderfs {
+
+namespace {
+
+// A key equal for equal subsets (and, rarely, for others: then two jobs
+// are held near each other for nothing, which costs time, never a sample).
+uint64_t SubsetKey(const Roaring& subset) {
+  uint64_t key = subset.cardinality();
+  if (key > 0)
+    key = key * 0x9E3779B97F4A7C15ull ^ (uint64_t{subset.minimum()} << 32) ^ subset.maximum();
+  return key | 1;
+}
+
+}  // namespace
+
+Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
+             JobStore* store, UnreadLimit unread_limit, bool drift_bound)
+    : catalog_(catalog),
+      cache_(cache),
+      pool_(pool),
+      group_(group),
+      store_(store),
+      unread_(unread_limit),
+      drift_hold_(drift_bound) {}
+
+void Lanes::Make(Job* job) {
+  for (const auto& lane : job->lanes) by_serial_.erase(lane->serial);
+  job->lanes.clear();
+  job->splits.clear();
+  job->elastic.reset();  // split for the old ranks
+  const uint32_t n = std::max<uint32_t>(job->spec.ranks, 1);
+  for (uint32_t i = 0; i < n; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->job = job;
+    lane->index = i;
+    lane->serial = next_serial_++;
+    by_serial_[lane->serial] = lane.get();
+    job->lanes.push_back(std::move(lane));
+  }
+}
+
+uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
+  if (lane->group) {
+    lane->group->RemoveJob(lane->handle);
+    planning_.erase({lane->group, lane->handle});
+  }
+  ReleasePins(lane, actions);
+  UnchargeStream(lane, actions);
+  drift_hold_.Forget(lane);
+  for (Reader* r : lane->readers) {
+    if (r->waiting) EndStall(r);
+    r->lane = nullptr;
+    if (r->waiting) {
+      r->waiting = false;
+      actions->Add([reply = std::move(r->reply)] { reply(Status::Gone("job removed"), {}); });
+    }
+  }
+  by_serial_.erase(lane->serial);
+  return lane->total_counts.delivered;
+}
+
+void Lanes::Wake(Lane* lane, Actions* actions) {
+  if (!lane->running()) StartEpoch(lane, actions);
+  if (lane->released) {
+    lane->released = false;
+    lane->group->SetPaused(lane->handle, false);
+    const std::vector<uint64_t> positions = lane->stream->Unrequested();
+    spdlog::info("job {} is read again: fetching its {} planned samples", lane->job->name,
+                 positions.size());
+    for (uint64_t p : positions) RequestPosition(lane, p, actions);
+  }
+}
+
+void Lanes::Release(Lane* lane, Actions* actions) {
+  ReleasePins(lane, actions);
+  lane->released = true;
+  lane->group->SetPaused(lane->handle, true);
+}
+
+uint64_t Lanes::SampleBytes() const { return cache_->AverageSampleBytes(); }
+
+void Lanes::StartEpoch(Lane* lane, Actions* actions) {
+  Job* job = lane->job;
+  uint64_t epoch = lane->epoch();
+  Roaring skip;
+  if (lane->resume_epoch) {
+    skip = std::move(lane->resume_skip);
+    lane->resume_epoch.reset();
+    lane->resume_skip = Roaring();
+    lane->resume_written = false;
+  }
+  Roaring ids = EpochSubset(job, *lane, epoch);
+  ids -= skip;  // not empty: SetResume moves past a fully consumed epoch
+  if (job->elastic && job->elastic->epoch == epoch) job->elastic->read = true;
+  const bool full = skip.isEmpty();
+  if (!lane->group) {
+    lane->group = group_;
+    // What each delivery holds besides the shared base image until read.
+    const JobSpec& spec = job->spec;
+    lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
+                       : spec.augment.augmented() ? SampleBytes()
+                                                  : 0;
+    lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
+    lane->peer_key = job->ranked() ? 0 : SubsetKey(job->subset);
+    lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
+    planning_[{lane->group, lane->handle}] = lane;
+  } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
+    // A rank's shard changes every epoch; a resumed epoch is shorter, and
+    // so is the planner's subset for it until the next full epoch.
+    lane->group->StartEpoch(lane->handle, ids);
+  } else {
+    lane->group->StartEpoch(lane->handle);
+  }
+  lane->stream->StartEpoch(ids.cardinality());
+  lane->epoch_counts = {};
+  lane->stalled_before_epoch = LaneStall(*lane, std::chrono::steady_clock::now());
+  // Under the lock, so that no hand-out of this epoch is written before it.
+  if (store_) store_->StartEpoch(job->name, lane->index, epoch, skip);
+  if (job->ranked()) {
+    spdlog::info("job {} rank {} starts epoch {} ({} samples)", job->name, lane->index, epoch,
+                 ids.cardinality());
+  } else {
+    spdlog::info("job {} starts epoch {} ({} samples)", job->name, epoch, ids.cardinality());
+  }
+  actions->Add([this] { cache_->RefreshNeeds(); });  // its ids are needed again
+  Plan(lane->group, actions);
+}
+
+void Lanes::SetResume(Lane* lane, uint64_t epoch, Roaring skip) {
+  Roaring epoch_ids = EpochSubset(lane->job, *lane, epoch);
+  skip &= epoch_ids;
+  if (skip.cardinality() == epoch_ids.cardinality()) {
+    // Nothing of it left: the stream goes on with the next epoch (ReaderAtEof
+    // then sees an epochs= limit).
+    ++epoch;
+    skip = Roaring();
+  }
+  lane->resume_epoch = epoch;
+  lane->resume_skip = std::move(skip);
+}
+
+void Lanes::SetElasticResume(Job* job, uint64_t epoch, const Roaring& consumed, ElasticSplit split,
+                             Actions* actions) {
+  ElasticSplit now = PrepareElastic(*job, epoch, consumed);
+  if (split.shares.size() != job->spec.ranks || !split.SameInputs(now)) {
+    now.Split();
+    split = std::move(now);
+  }
+  job->elastic = ElasticResume{epoch, std::move(split.consumed), std::move(split.shares)};
+  if (store_) store_->PutElasticResume(job->name, epoch, job->elastic->consumed);
+  for (const auto& lane : job->lanes) {
+    Reset(lane.get(), actions);
+    SetResume(lane.get(), epoch, Roaring());  // the share is the rest already
+    lane->resume_written = true;
+    if (store_) store_->StartEpoch(job->name, lane->index, *lane->resume_epoch, Roaring());
+  }
+}
+
+void Lanes::Reset(Lane* lane, Actions* actions) {
+  if (lane->group) {
+    lane->group->RemoveJob(lane->handle);
+    planning_.erase({lane->group, lane->handle});
+    lane->group = nullptr;
+  }
+  ReleasePins(lane, actions);
+  UnchargeStream(lane, actions);
+  drift_hold_.End(lane, std::chrono::steady_clock::now());
+  lane->stream.reset();
+  lane->released = false;
+  // Loads requested for the old stream must not land in the new one.
+  by_serial_.erase(lane->serial);
+  lane->serial = next_serial_++;
+  by_serial_[lane->serial] = lane;
+}
+
+void Lanes::Plan(PlanGroup* group, Actions* actions) {
+  // Rendered deliveries not yet read hold RAM as well as the pinned base
+  // images they came from.
+  const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
+                          SampleBytes()};
+  // A stream whose owner holds its allowance of unread deliveries sits
+  // out; each one let in gets one pick a round, charged as it is let in so
+  // that the next round sees it.
+  std::map<Lane*, uint64_t> let_in;
+  auto may_plan = [&](JobHandle handle) REQUIRES(mu) {
+    Lane* lane = planning_.at({group, handle});
+    if (!PicksCharged(*lane)) return true;
+    if (!unread_.LetIn(lane->job->uid, lane->pick_bytes, group)) return false;
+    ++let_in[lane];
+    return true;
+  };
+  std::vector<Pick> picks;
+  group->Plan(budget, &picks, may_plan);
+  for (const Pick& pick : picks) {
+    Lane* lane = planning_.at({group, pick.job});
+    if (auto it = let_in.find(lane); it != let_in.end()) --it->second;
+    RequestPosition(lane, lane->stream->Plan(pick.id), actions);
+  }
+  // One let in whose epoch had no id left got no pick.
+  for (const auto& [lane, unused] : let_in) {
+    if (unused > 0)
+      AddUnread(lane->job->uid, -static_cast<int64_t>(unused * lane->pick_bytes), actions);
+  }
+}
+
+void Lanes::ReleasePins(Lane* lane, Actions* actions) {
+  if (!lane->stream) return;
+  ReleaseIds(lane->stream->ReleasePins(), actions);
+}
+
+void Lanes::AfterDone(Lane* lane, Actions* actions) {
+  std::vector<SampleId> ids = lane->stream->TakeDoneIds();
+  for (SampleId id : ids) lane->group->Done(lane->handle, id);
+  if (PicksCharged(*lane)) {
+    AddUnread(lane->job->uid, -static_cast<int64_t>(ids.size() * lane->pick_bytes), actions);
+  }
+  ReleaseIds(std::move(ids), actions);
+  if (!lane->running()) {
+    // Waiting readers get EOF from the caller's ServeWaiters().
+    const std::string rank =
+        lane->job->ranked() ? " rank " + std::to_string(lane->index) : std::string();
+    spdlog::info("job {}{} ends epoch {}: {} delivered, {} skipped", lane->job->name, rank,
+                 lane->epoch() - 1, lane->stream->delivered(), lane->stream->skipped());
+    return;
+  }
+  Plan(lane->group, actions);
+}
+
+void Lanes::NoteQueued(const Reader& r, int64_t delta, Actions* actions) {
+  if (delta != 0 && unread_.Limited(r.owner)) AddUnread(r.owner, delta, actions);
+}
+
+void Lanes::UnchargeStream(Lane* lane, Actions* actions) {
+  if (!lane->stream || !PicksCharged(*lane)) return;
+  const uint64_t open = lane->stream->planned() - lane->stream->done();
+  AddUnread(lane->job->uid, -static_cast<int64_t>(open * lane->pick_bytes), actions);
+}
+
+void Lanes::AddUnread(uint32_t uid, int64_t delta, Actions* actions) {
+  for (PlanGroup* group : unread_.Add(uid, delta)) Plan(group, actions);
+}
+
+}  // namespace joaderfs

@@ -1,0 +1,215 @@
+// Lanes: the state machine of every job stream of the mount (a Lane,
+// jobs/lane.h). Here a lane starts its epochs, takes part in planning, pins
+// and requests the samples planned for it, serves its waiting readers, and
+// gives the pins back once positions are done or the lane is dropped.
+//
+// Its rooms, one source each:
+//   lanes.cc           epochs, resumes, planning and pins;
+//   lanes_serve.cc     serving readers, their stall and rate figures, status;
+//   lanes_dispatch.cc  requests to the cache, render dispatch, landing
+//                      loads, and saving hand-outs;
+// and the parts it owns, with state of their own: the unread allowance
+// (jobs/unread_allowance.h), the drift bound's holds (jobs/drift_hold.h),
+// shared renders (jobs/shared_renders.h). Which ids a lane reads in an
+// epoch (shards, elastic resume) is jobs/epoch_shards.h.
+//
+// Thread-safe through `mu`, the manager's lock. The registry of jobs, their
+// control writes and status live in JobManager (jobs/job_manager.h), which
+// owns a Lanes and holds `mu` for every call below that says REQUIRES(mu);
+// its own maps of jobs and readers are guarded by the same `mu`, since the
+// jobs, lanes and readers they own are the state this class works on (one
+// lock, one capability for clang's analysis). Work decided under `mu` that
+// calls out (cache requests, whose callbacks re-enter; replies to readers)
+// is added to the Actions of the caller's ActionsLock (jobs/actions.h) and
+// runs after the lock is dropped.
+
+#ifndef JOADERFS_JOBS_LANES_H_
+#define JOADERFS_JOBS_LANES_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/sample_cache.h"
+#include "catalog/catalog.h"
+#include "common/ranked_mutex.h"
+#include "jobs/actions.h"
+#include "jobs/drift_hold.h"
+#include "jobs/epoch_shards.h"
+#include "jobs/job_owner.h"
+#include "jobs/job_store.h"
+#include "jobs/lane.h"
+#include "jobs/shared_renders.h"
+#include "jobs/stream_figures.h"
+#include "jobs/unread_allowance.h"
+#include "loader/loader_pool.h"
+#include "sampling/plan_group.h"
+
+namespace joaderfs {
+
+class Lanes {
+ public:
+  // All outlive the Lanes; `store` may be null (no persistence). Every lane
+  // is a participant of `group` and pins base images in `cache`.
+  Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
+        JobStore* store, UnreadLimit unread_limit = {}, bool drift_bound = true);
+
+  // The manager's lock: it guards the jobs, lanes and readers. The planning
+  // group ranks below it (common/ranked_mutex.h). Take it with an
+  // ActionsLock.
+  mutable RankedMutex<LockRank::kJobManager> mu;
+
+  // --- Epochs, resumes, planning and pins (lanes.cc).
+
+  // (Re)makes the job's lanes for its spec. REQUIRES: none has readers.
+  void Make(Job* job) REQUIRES(mu);
+  // Ends the lane for good (its job is removed): leaves planning, gives
+  // back its pins, and its readers' waiting reads fail with Gone. Returns
+  // what the lane delivered over its life.
+  uint64_t Remove(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Makes the lane begin `epoch` at its next read, without `skip` (those of
+  // its ids consumed or handed out already).
+  void SetResume(Lane* lane, uint64_t epoch, Roaring skip) REQUIRES(mu);
+  // Makes every rank of the ranked job begin `epoch` at its next read with
+  // its share of the rest once `consumed` is (an elastic resume), drops the
+  // epochs under way and saves the resume. `split` is used if it was
+  // prepared (PrepareElastic) for the job as it is now, else the rest is
+  // split again here (a write to the job raced it). REQUIRES: no rank has
+  // readers.
+  void SetElasticResume(Job* job, uint64_t epoch, const Roaring& consumed, ElasticSplit split,
+                        Actions* actions) REQUIRES(mu);
+  // Drops the lane's epoch under way (for `resume`): pins, plan, state.
+  void Reset(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Readies the lane for a read of `reader`: starts its epoch if none runs,
+  // fetches again what an idle release gave back.
+  void Wake(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Gives back the planned samples of a lane without readers (idle).
+  void Release(Lane* lane, Actions* actions) REQUIRES(mu);
+
+  // --- Serving readers, their figures, status (lanes_serve.cc).
+
+  // Replies to `reader`'s pending read if it can be answered now: with its
+  // unread bytes, with records ready in its lane, with EOF, or with Gone.
+  bool TryServe(Reader* reader, Actions* actions) REQUIRES(mu);
+  void ServeWaiters(Lane* lane, Actions* actions) REQUIRES(mu);
+  bool ReaderAtEof(const Reader* reader) const REQUIRES(mu);
+  // The records `reader` may still read besides its unread bytes: what the
+  // lane may hand it, and the repeats PadSkipped() will give it.
+  uint64_t ReaderRecordsLeft(const Reader& reader) const REQUIRES(mu);
+  // The epoch the lane would begin next is past its spec's `epochs` (or
+  // past what a record can number): a reader opened now gets EOF.
+  static bool EpochsOver(const Lane& lane);
+  // The reader's pending read waits for data (Read found none at once).
+  void BeginStall(Reader* reader) REQUIRES(mu);
+  // Its pending read is answered (or given up): adds its wait, if any, to
+  // its lane's stall and the mount's.
+  void EndStall(Reader* reader) REQUIRES(mu);
+  // The mount's stall (every lane's, removed ones too, and reads waiting
+  // now) and its recent rate of deliveries.
+  double StallSeconds() const REQUIRES(mu);
+  double SamplesPerSecond() const REQUIRES(mu) {
+    return rate_.Rate(std::chrono::steady_clock::now());
+  }
+  uint64_t delivered() const REQUIRES(mu) { return delivered_; }
+  // The lane's `status` (JobManager adds up a ranked job's).
+  JobStatus StatusOf(const Lane& lane) const REQUIRES(mu);
+  // The samples the lane may still hand `reader` (docs/design.md 2.4
+  // "File semantics"), or a reader opened now if null: none once its epoch
+  // is over or the job's epochs are; else the rest of the epoch under way
+  // not yet handed out, or between epochs the whole of the epoch its next
+  // read begins (a resume's rest). Other readers and skipped samples may
+  // take some of them.
+  uint64_t Unhanded(const Lane& lane, const Reader* reader) const REQUIRES(mu);
+  // Serves again the readers of lanes held by the drift bound: a peer
+  // moved, went quiet, or their budget refilled. Called after hand-outs
+  // and once a second.
+  void RetryHeld(Actions* actions) REQUIRES(mu);
+
+  // --- The unread allowance (UnreadAllowance).
+
+  // The reader's queue changed by `delta` bytes (Reader::owner's charge).
+  void NoteQueued(const Reader& reader, int64_t delta, Actions* actions) REQUIRES(mu);
+  // Bytes of unread deliveries `uid`'s jobs hold (UnreadLimit).
+  uint64_t UnreadBytes(uint32_t uid) const REQUIRES(mu) { return unread_.Bytes(uid); }
+
+  const SharedRenders& shared_renders() const { return shared_renders_; }
+
+ private:
+  // lanes.cc
+  void StartEpoch(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Tops up the planned queues of the group's lanes; the group decides who
+  // plans when (sampling/plan_group.h).
+  void Plan(PlanGroup* group, Actions* actions) REQUIRES(mu);
+  void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Releases what the lane finished, reports it to the planner and tops up
+  // the plans.
+  void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Bytes of the planning group's samples: the mean base image.
+  uint64_t SampleBytes() const;
+  // Adds `delta` to `uid`'s unread bytes; once they fall below the
+  // allowance, the groups its streams were held back in plan again.
+  void AddUnread(uint32_t uid, int64_t delta, Actions* actions) REQUIRES(mu);
+  // Whether the lane's picks are charged to its owner's unread bytes: they
+  // hold renders of their own, and the allowance applies to the owner.
+  bool PicksCharged(const Lane& lane) const REQUIRES(mu) {
+    return lane.pick_bytes > 0 && unread_.Limited(lane.job->uid);
+  }
+  // Gives back the charge of the lane's picks not yet done (its stream is
+  // dropped).
+  void UnchargeStream(Lane* lane, Actions* actions) REQUIRES(mu);
+
+  // lanes_serve.cc
+  // At the end of the epoch of a reader of fixed-size records that has
+  // been alone in it: queues its latest record again, flagged
+  // kRecordRepeat, once per sample skipped since it opened, so that it
+  // reads the size its file showed.
+  void PadSkipped(Reader* reader, Actions* actions) REQUIRES(mu);
+
+  // lanes_dispatch.cc
+  // Pins the position's sample in the cache (loading it if needed) until
+  // the position is done or its pins are given back.
+  void RequestPosition(Lane* lane, uint64_t position, Actions* actions) REQUIRES(mu);
+  // Gives back the pins (cache and shared renders) of `ids`, after the lock.
+  void ReleaseIds(std::vector<SampleId> ids, Actions* actions);
+  // Renders the job's delivery of a loaded base image, then OnLoaded().
+  // Runs on a loader thread, without the lock.
+  void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
+              uint64_t position, SampleId id, const SamplePtr& base, Tier tier);
+  // `tier`: where the base image came from (counted if the load lands).
+  void OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample,
+                Tier tier) EXCLUDES(mu);
+  // Saves the ids handed out of the lane's `epoch` in the job store, after
+  // the lock and before the reply that hands them leaves: a crash of the
+  // daemon loses no hand-out.
+  void SaveHandedOut(const Lane& lane, uint64_t epoch, std::vector<SampleId> handed,
+                     Actions* actions);
+
+  const Catalog* catalog_;
+  SampleCache* cache_;
+  LoaderPool* pool_;
+  PlanGroup* group_;
+  JobStore* const store_;
+  // Bytes of rendered deliveries alive (in streams and readers' queues):
+  // counted down by their pixels' deleter, so shared with them.
+  const std::shared_ptr<std::atomic<uint64_t>> rendered_bytes_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  SharedRenders shared_renders_;  // thread-safe: its own leaf lock
+
+  std::unordered_map<uint64_t, Lane*> by_serial_ GUARDED_BY(mu);
+  PlanningLanes planning_ GUARDED_BY(mu);
+  uint64_t next_serial_ GUARDED_BY(mu) = 1;
+  UnreadAllowance unread_ GUARDED_BY(mu);
+  DriftHold drift_hold_ GUARDED_BY(mu);
+  // The mount's figures: deliveries, waits of answered reads (all lanes,
+  // removed ones too), recent rate.
+  uint64_t delivered_ GUARDED_BY(mu) = 0;
+  std::chrono::steady_clock::duration stalled_ GUARDED_BY(mu){};
+  RateWindow rate_ GUARDED_BY(mu);
+};
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_JOBS_LANES_H_
