@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "cache/budget.h"
+#include "common/hash.h"
+#include "common/random.h"
 #include "common/rate_limited_log.h"
 #include "jobs/rank_split.h"
 #include "jobs/record.h"
@@ -34,6 +36,7 @@ void CountDelivery(Lane* lane, Tier tier) {
     switch (tier) {
       case Tier::kRam: ++counts->ram_hits; break;
       case Tier::kDisk: ++counts->disk_hits; break;
+      case Tier::kRemote: ++counts->remote_hits; break;
       case Tier::kDecode: ++counts->decodes; break;
     }
   }
@@ -46,6 +49,7 @@ StreamCounts& StreamCounts::operator+=(const StreamCounts& other) {
   skipped += other.skipped;
   ram_hits += other.ram_hits;
   disk_hits += other.disk_hits;
+  remote_hits += other.remote_hits;
   decodes += other.decodes;
   stall_seconds += other.stall_seconds;
   return *this;
@@ -83,10 +87,7 @@ void Lanes::Make(Job* job) {
 }
 
 uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
-  if (lane->group) {
-    lane->group->RemoveJob(lane->handle);
-    planning_.erase({lane->group, lane->handle});
-  }
+  LeaveGroup(lane);
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
   held_.erase(lane);
@@ -331,9 +332,17 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
   if (job->elastic && job->elastic->epoch == epoch) job->elastic->read = true;
   const bool full = skip.isEmpty();
   if (!lane->group) {
-    lane->group = group_;
-    // What each delivery holds besides the shared base image until read.
     const JobSpec& spec = job->spec;
+    lane->group = group_;
+    if (!spec.group.empty()) {
+      // Its first handle and its epochs alone drive the shuffle.
+      lane->own_group = std::make_unique<PlanGroup>(
+          NewIndependentPlanner(
+              MixSeed(Fnv1a(kFnv1aBasis, spec.group.data(), spec.group.size()), spec.augment.seed)),
+          group_->cadence());
+      lane->group = lane->own_group.get();
+    }
+    // What each delivery holds besides the shared base image until read.
     lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
                        : spec.augment.augmented() ? SampleBytes()
                                                   : 0;
@@ -418,12 +427,19 @@ Roaring Lanes::ElasticConsumed(const Job& job, uint64_t epoch, const Roaring& co
   return all;
 }
 
-void Lanes::Reset(Lane* lane, Actions* actions) {
-  if (lane->group) {
-    lane->group->RemoveJob(lane->handle);
-    planning_.erase({lane->group, lane->handle});
-    lane->group = nullptr;
+void Lanes::LeaveGroup(Lane* lane) {
+  if (!lane->group) return;
+  lane->group->RemoveJob(lane->handle);
+  planning_.erase({lane->group, lane->handle});
+  if (lane->own_group) {
+    for (auto& [uid, unread] : unread_) unread.held_back.erase(lane->own_group.get());
+    lane->own_group.reset();
   }
+  lane->group = nullptr;
+}
+
+void Lanes::Reset(Lane* lane, Actions* actions) {
+  LeaveGroup(lane);
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
   EndHold(lane, std::chrono::steady_clock::now());

@@ -84,10 +84,12 @@ struct StreamCounts {
   uint64_t skipped = 0;  // picks of samples that failed
   // The delivered samples by where their base image came from: the RAM
   // tier (ready, or already loading for another pick), or a load their
-  // pick started that read the disk tier or decoded. They add up to
-  // `delivered`: a pick never delivered (its reader gone) counts in none.
+  // pick started that read the disk tier, read the remote tier or decoded.
+  // They add up to `delivered`: a pick never delivered (its reader gone)
+  // counts in none.
   uint64_t ram_hits = 0;
   uint64_t disk_hits = 0;
+  uint64_t remote_hits = 0;
   uint64_t decodes = 0;
   // How long its readers' reads waited for data, reads still waiting
   // included.
@@ -189,6 +191,10 @@ struct Lane {
   uint64_t serial = 0;    // names the stream's loads; new after a resume
 
   PlanGroup* group = nullptr;  // set at the first epoch, with the stream
+  // A `group=` job's own planning group (else null): an independent
+  // shuffle seeded by (group, seed) alone, so that the same job on any
+  // daemon gets the same order (README "Cluster"). New at every first epoch.
+  std::unique_ptr<PlanGroup> own_group;
   JobHandle handle = 0;
   // What each pick holds of its own until read (its rendered delivery;
   // 0 when it delivers the shared base image), charged to the job's owner.
@@ -313,6 +319,8 @@ class Lanes {
                         Actions* actions) REQUIRES(mu);
   // Drops the lane's epoch under way (for `resume`): pins, plan, state.
   void Reset(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Takes the lane out of its planning group (a `group=` lane's own goes).
+  void LeaveGroup(Lane* lane) REQUIRES(mu);
   // Readies the lane for a read of `reader`: starts its epoch if none runs,
   // fetches again what an idle release gave back.
   void Wake(Lane* lane, Actions* actions) REQUIRES(mu);
