@@ -208,7 +208,8 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
   if (!mc) return Status::NotFound("no libmemcached handle");
   Status s = GetOnce(mc, id, key, out);
   bool waited = false;
-  if (!s.ok()) {
+  // A damaged value is not waited on: a lease's holder has published it.
+  if (s.code() == Status::Code::kNotFound) {
     // One daemon decodes it; the others wait for its value, briefly.
     const std::string lease = kLeasePrefix + key.substr(sizeof(kKeyPrefix) - 1);
     const memcached_return_t rc =
@@ -216,7 +217,7 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
     if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS) {
       waited = true;
       const auto until = std::chrono::steady_clock::now() + options_.lease_wait;
-      while (!s.ok() && std::chrono::steady_clock::now() < until) {
+      while (s.code() == Status::Code::kNotFound && std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(kLeasePoll);
         s = GetOnce(mc, id, key, out);
       }
