@@ -26,7 +26,7 @@ constexpr uint32_t kValueMagic = 0x3154524a;  // "JRT1"
 constexpr size_t kValueHeader = 32;
 constexpr uint64_t kMaxQueuedBytes = uint64_t{64} << 20;
 constexpr time_t kLeaseSeconds = 2;  // memcached expires in whole seconds
-constexpr auto kLeasePoll = std::chrono::milliseconds(5);
+constexpr auto kLeasePoll = std::chrono::milliseconds(2);
 
 uint64_t Digest(const std::string& s) { return Fnv1a(kFnv1aBasis, s.data(), s.size()); }
 
@@ -221,7 +221,10 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
         std::this_thread::sleep_for(kLeasePoll);
         s = GetOnce(mc, id, key, out);
       }
-    } else if (rc != MEMCACHED_SUCCESS) {
+    } else if (rc == MEMCACHED_SUCCESS) {
+      MutexLock lock(mu_);
+      leased_.insert(id);
+    } else {
       MutexLock lock(mu_);
       ++stats_.errors;
     }
@@ -239,6 +242,10 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
 }
 
 void RemoteTier::Abandon(SampleId id) {
+  {
+    MutexLock lock(mu_);
+    leased_.erase(id);
+  }
   const std::string lease = kLeasePrefix + Key(id).substr(sizeof(kKeyPrefix) - 1);
   memcached_st* mc = Handle();
   if (!mc) return;
@@ -247,6 +254,21 @@ void RemoteTier::Abandon(SampleId id) {
 }
 
 void RemoteTier::PublishAsync(SampleId id, SamplePtr sample) {
+  bool now = false;
+  {
+    MutexLock lock(mu_);
+    const uint64_t bytes = sample->bytes();
+    // Other daemons poll for a leased value: it is set at once, on this
+    // thread, not behind the queue.
+    now =
+        leased_.erase(id) > 0 && stats_.bytes_out + queued_bytes_ + bytes <= options_.publish_limit;
+  }
+  if (now) {
+    memcached_st* mc = Handle();
+    if (mc) Set(mc, id, *sample);
+    Return(mc);
+    return;
+  }
   {
     MutexLock lock(mu_);
     const uint64_t bytes = sample->bytes();
@@ -283,32 +305,34 @@ void RemoteTier::PublishLoop() {
       writing_ = true;
     }
     if (!mc) mc = memcached_clone(nullptr, master_);
-    if (!mc) continue;
-    const std::string material = KeyMaterial(w.id);
-    const DecodedSample& s = *w.sample;
-    std::string value;
-    value.reserve(kValueHeader + material.size() + s.bytes());
-    PutFixed<uint32_t>(&value, kValueMagic);
-    PutFixed<uint32_t>(&value, s.height);
-    PutFixed<uint32_t>(&value, s.width);
-    PutFixed<uint32_t>(&value, s.channels);
-    PutFixed<uint64_t>(&value, Digest(material));
-    PutFixed<uint32_t>(&value, static_cast<uint32_t>(material.size()));
-    PutFixed<uint32_t>(&value, Crc32c(s.pixels.get(), s.bytes()));
-    value += material;
-    value.append(reinterpret_cast<const char*>(s.pixels.get()), s.bytes());
-    const std::string key = Key(w.id);
-    const memcached_return_t rc =
-        memcached_set(mc, key.data(), key.size(), value.data(), value.size(), 0, 0);
-    MutexLock lock(mu_);
-    if (rc == MEMCACHED_SUCCESS) {
-      ++stats_.published;
-      stats_.bytes_out += value.size();
-    } else {
-      ++stats_.errors;
-    }
+    if (mc) Set(mc, w.id, *w.sample);
   }
   if (mc) memcached_free(mc);
+}
+
+void RemoteTier::Set(memcached_st* mc, SampleId id, const DecodedSample& s) {
+  const std::string material = KeyMaterial(id);
+  std::string value;
+  value.reserve(kValueHeader + material.size() + s.bytes());
+  PutFixed<uint32_t>(&value, kValueMagic);
+  PutFixed<uint32_t>(&value, s.height);
+  PutFixed<uint32_t>(&value, s.width);
+  PutFixed<uint32_t>(&value, s.channels);
+  PutFixed<uint64_t>(&value, Digest(material));
+  PutFixed<uint32_t>(&value, static_cast<uint32_t>(material.size()));
+  PutFixed<uint32_t>(&value, Crc32c(s.pixels.get(), s.bytes()));
+  value += material;
+  value.append(reinterpret_cast<const char*>(s.pixels.get()), s.bytes());
+  const std::string key = Key(id);
+  const memcached_return_t rc =
+      memcached_set(mc, key.data(), key.size(), value.data(), value.size(), 0, 0);
+  MutexLock lock(mu_);
+  if (rc == MEMCACHED_SUCCESS) {
+    ++stats_.published;
+    stats_.bytes_out += value.size();
+  } else {
+    ++stats_.errors;
+  }
 }
 
 RemoteTierStats RemoteTier::Stats() const {

@@ -21,7 +21,9 @@
 //
 // Publishing is asynchronous: one thread sets the values of a queue of at
 // most kMaxQueuedBytes (a full queue drops the write, counted), and a daemon
-// publishes at most `publish_limit` bytes per mount. Every server call is
+// publishes at most `publish_limit` bytes per mount. The value of a sample
+// whose lease this daemon holds is set at once by the decode thread instead:
+// other daemons are polling for it. Every server call is
 // bounded by the connect and poll timeouts (`timeout`): a dead or slow
 // server costs misses and at most about that long per call, never a crash.
 //
@@ -42,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "catalog/catalog.h"
@@ -112,6 +115,8 @@ class RemoteTier {
   // One get; Ok, NotFound or Corruption; counts errors.
   Status GetOnce(memcached_st* mc, SampleId id, const std::string& key, DecodedSample* out);
   void PublishLoop();
+  // Sets the sample's value; counts it.
+  void Set(memcached_st* mc, SampleId id, const DecodedSample& sample);
 
   RemoteTierOptions options_;
   const Catalog* catalog_ = nullptr;
@@ -127,6 +132,8 @@ class RemoteTier {
   bool writing_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   RemoteTierStats stats_ GUARDED_BY(mu_);
+  // Samples whose lease this daemon holds: their value is set at once.
+  std::unordered_set<SampleId> leased_ GUARDED_BY(mu_);
   std::thread publisher_;
 };
 
