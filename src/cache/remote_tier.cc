@@ -39,10 +39,10 @@ Status ParseRemoteCache(std::string_view uri, std::vector<std::string>* servers)
                                    ": expected memcached://host:port[+host:port...]");
   }
   servers->clear();
-  std::string_view rest = uri.substr(kScheme.size());
-  while (!rest.empty()) {
-    const size_t plus = rest.find('+');
-    const std::string_view server = rest.substr(0, plus);
+  const std::string_view list = uri.substr(kScheme.size());
+  for (size_t start = 0;;) {
+    const size_t plus = list.find('+', start);
+    const std::string_view server = list.substr(start, plus - start);
     const size_t colon = server.rfind(':');
     const auto port =
         colon == std::string_view::npos ? std::nullopt : ParseUint(server.substr(colon + 1));
@@ -51,9 +51,9 @@ Status ParseRemoteCache(std::string_view uri, std::vector<std::string>* servers)
                                      "' is not host:port");
     }
     servers->emplace_back(server);
-    rest = plus == std::string_view::npos ? std::string_view() : rest.substr(plus + 1);
+    if (plus == std::string_view::npos) break;
+    start = plus + 1;
   }
-  if (servers->empty()) return Status::InvalidArgument("remote_cache: no server given");
   return Status::Ok();
 }
 

@@ -111,12 +111,11 @@ TEST(OptionsTest, RemoteCache) {
   for (const char* bad :
        {"remote_cache=redis://a:1", "remote_cache=memcached://", "remote_cache=memcached://a",
         "remote_cache=memcached://a:0", "remote_cache=memcached://:5",
-        "remote_cache=memcached://a:1+", "remote_cache=memcached://a:65536",
-        "remote_publish=0", "remote_publish=lots"}) {
+        "remote_cache=memcached://a:1+", "remote_cache=memcached://a:65536", "remote_publish=0",
+        "remote_publish=lots"}) {
     const Status s = ParseLine(bad, &o);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
-    EXPECT_NE(s.message().find(std::string(bad).substr(0, 12)), std::string::npos)
-        << s.message();
+    EXPECT_NE(s.message().find(std::string(bad).substr(0, 12)), std::string::npos) << s.message();
   }
 }
 

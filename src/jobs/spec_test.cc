@@ -357,8 +357,8 @@ TEST_F(SpecTest, Group) {
   JobSpec back;
   ASSERT_TRUE(ParseJobSpec(spec.ToString(), *catalog_, JobSpec(), &back).ok());
   EXPECT_EQ(back.group, spec.group);
-  for (const std::string bad : {std::string("group="), std::string("group=a/b"),
-                                std::string("group=a b"), "group=" + std::string(65, 'g')}) {
+  for (const std::string& bad : {std::string("group="), std::string("group=a/b"),
+                                 std::string("group=a b"), "group=" + std::string(65, 'g')}) {
     JobSpec out;
     const Status s = ParseJobSpec(bad, *catalog_, JobSpec(), &out);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
