@@ -168,10 +168,7 @@ Status RemoteTier::GetOnce(memcached_st* mc, SampleId id, const std::string& key
   memcached_return_t rc = MEMCACHED_SUCCESS;
   char* value = memcached_get(mc, key.data(), key.size(), &length, &flags, &rc);
   if (!value) {
-    if (rc != MEMCACHED_NOTFOUND) {
-      MutexLock lock(mu_);
-      ++stats_.errors;
-    }
+    if (rc != MEMCACHED_NOTFOUND) CountError(mc);
     return Status::NotFound("not in the remote tier");
   }
   std::shared_ptr<uint8_t> buffer(reinterpret_cast<uint8_t*>(value), [](uint8_t* p) { free(p); });
@@ -225,8 +222,7 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
       MutexLock lock(mu_);
       leased_.insert(id);
     } else {
-      MutexLock lock(mu_);
-      ++stats_.errors;
+      CountError(mc);
     }
   }
   Return(mc);
@@ -326,13 +322,19 @@ void RemoteTier::Set(memcached_st* mc, SampleId id, const DecodedSample& s) {
   const std::string key = Key(id);
   const memcached_return_t rc =
       memcached_set(mc, key.data(), key.size(), value.data(), value.size(), 0, 0);
+  if (rc != MEMCACHED_SUCCESS) return CountError(mc);
   MutexLock lock(mu_);
-  if (rc == MEMCACHED_SUCCESS) {
-    ++stats_.published;
-    stats_.bytes_out += value.size();
-  } else {
+  ++stats_.published;
+  stats_.bytes_out += value.size();
+}
+
+void RemoteTier::CountError(memcached_st* mc) {
+  {
+    MutexLock lock(mu_);
     ++stats_.errors;
   }
+  Warnings().Warn("remote: error", "remote cache: {}; misses until the server answers",
+                  memcached_last_error_message(mc));
 }
 
 RemoteTierStats RemoteTier::Stats() const {

@@ -115,6 +115,8 @@ class RemoteTier {
   // One get; Ok, NotFound or Corruption; counts errors.
   Status GetOnce(memcached_st* mc, SampleId id, const std::string& key, DecodedSample* out);
   void PublishLoop();
+  // Counts a failed call and warns (rate-limited) with its reason.
+  void CountError(memcached_st* mc);
   // Sets the sample's value; counts it.
   void Set(memcached_st* mc, SampleId id, const DecodedSample& sample);
 
