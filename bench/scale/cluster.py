@@ -158,7 +158,8 @@ def main():
                 v = row[c]
                 cells.append("%.2f" % v if isinstance(v, float) else str(v))
             print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
-        servers[0].start()
+        if servers[0].proc is None:  # the last case left them running
+            servers[0].start()
         for size in (200 * 1000, 12 * 1000):
             lat = get_latency(servers[0], size, args.gets)
             print("memcached get of a %d KB value over loopback: median %.0f us (%.2f GB/s)"

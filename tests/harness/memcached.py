@@ -36,6 +36,8 @@ class Memcached:
         return "127.0.0.1:%d" % self.port
 
     def start(self):
+        # A second start would orphan the first process (same port).
+        assert self.proc is None or self.proc.poll() is not None, "already running"
         argv = [MEMCACHED, "-l", "127.0.0.1", "-p", str(self.port), "-U", "0",
                 "-m", str(self.memory_mb), "-I", self.max_item, "-t", "2"]
         if os.geteuid() == 0:
