@@ -15,6 +15,8 @@ packages=(
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
   clang-format  # formats the C++ (.clang-format)
+  memcached libmemcached-dev  # the remote tier (src/cache/remote_tier.h) and its tests
+  libmemcached-tools  # memcstat, memccat: looking at the tier by hand
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -21,10 +21,11 @@ FailureRetry FailureRetryFrom(std::chrono::seconds start) {
 
 SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk,
                          const RefCounts* counts, uint32_t base, uint64_t budget_bytes,
-                         FailureRetry retry, SourceReader* reader)
+                         FailureRetry retry, SourceReader* reader, RemoteTier* remote)
     : catalog_(catalog),
       pool_(pool),
       disk_(disk),
+      remote_(remote),
       ref_counts_(counts),
       base_(base),
       budget_(budget_bytes),
@@ -150,6 +151,11 @@ void SampleCache::Load(SampleId id, std::optional<FileIdentity> unless_same) {
     o.from_disk = o.status.ok();
     if (o.from_disk) return Finish(id, std::move(o));
   }
+  if (remote_) {
+    o.status = remote_->Fetch(id, o.loaded.get());
+    o.from_remote = o.status.ok();
+    if (o.from_remote) return Finish(id, std::move(o));
+  }
   // The read runs on the reader's I/O threads, so that a file whose reads
   // hang holds no decode thread; its bytes come back to a decode thread.
   FileRange range = catalog_->location(id);
@@ -183,7 +189,17 @@ void SampleCache::Finish(SampleId id, Outcome o) {
   // want it, and its pixels are at hand now. The tier's key names the file
   // the scan saw: pixels of a file replaced since then would be served
   // under it after a remount (docs/design.md 2.4), so they are not kept.
-  if (sample && !from_disk && as_scanned && disk_) disk_->PutAsync(id, sample);
+  // A remote value's key names the same file identity, less its inode.
+  if (sample && !from_disk && (as_scanned || o.from_remote) && disk_) disk_->PutAsync(id, sample);
+  // Shared with the other daemons under the same rule; a failed decode
+  // gives its lease up so that none of them waits for it.
+  if (remote_ && !from_disk && !o.from_remote && !unchanged && !o.stuck) {
+    if (sample && as_scanned) {
+      remote_->PublishAsync(id, sample);
+    } else if (!sample) {
+      remote_->Abandon(id);
+    }
+  }
   // Taken after the attempt, so that a file rewritten during it counts as
   // changed at the next look.
   // Not for an abandoned read: that stat may hang too.
@@ -201,7 +217,7 @@ void SampleCache::Finish(SampleId id, Outcome o) {
     auto bad = bad_.find(id);
     if (bad != bad_.end() && !unchanged) ++stats_.retries;
     if (sample) {
-      if (!from_disk) ++stats_.decoded;
+      if (!from_disk && !o.from_remote) ++stats_.decoded;
       if (bad != bad_.end()) {
         bad_.erase(bad);
         --stats_.failed;
@@ -246,7 +262,7 @@ void SampleCache::Finish(SampleId id, Outcome o) {
                     "skipping sample {} ({}): {}", id, Printable(catalog_->relpath(id)),
                     Printable(s.message(), 1024));
   }
-  const Tier loaded_from = from_disk ? Tier::kDisk : Tier::kDecode;
+  const Tier loaded_from = from_disk ? Tier::kDisk : o.from_remote ? Tier::kRemote : Tier::kDecode;
   for (size_t i = 0; i < waiters.size(); ++i) waiters[i](sample, i == 0 ? loaded_from : Tier::kRam);
 }
 

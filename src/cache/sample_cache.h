@@ -18,10 +18,14 @@
 // was released first. A count only changes when a job picks the sample
 // (and then holds it pinned, so it is re-read on release) or when a job
 // starts an epoch, arrives or leaves: the job manager then calls
-// RefreshNeeds(). Every decoded sample is also queued for the disk tier
+// RefreshNeeds(). A load asks the disk tier, then the remote tier
+// (remote_tier.h: other daemons' decodes), then decodes. Every decoded
+// sample is also queued for the disk tier
 // (write-through: a later epoch, a later job or a restarted daemon may want
 // it, and its pixels are at hand now), and an evicted sample that a job
-// still needs is queued again in case its first write was dropped.
+// still needs is queued again in case its first write was dropped. A
+// decoded sample is published to the remote tier too, and one fetched from
+// there is kept by the disk tier.
 //
 // A sample that fails to load is remembered as bad and answered null at
 // once, without touching its file, until it may heal: once the back-off
@@ -56,6 +60,7 @@
 #include "cache/disk_cache.h"
 #include "cache/eviction_policy.h"
 #include "cache/ref_counts.h"
+#include "cache/remote_tier.h"
 #include "catalog/catalog.h"
 #include "common/ranked_mutex.h"
 #include "loader/decoded_sample.h"
@@ -92,8 +97,8 @@ FailureRetry FailureRetryFrom(std::chrono::seconds start);
 
 // Where an Acquire() found its sample: the RAM tier (ready, or being loaded
 // for an earlier Acquire, or remembered as bad), or a load that this
-// Acquire started, which read the disk tier or decoded.
-enum class Tier { kRam, kDisk, kDecode };
+// Acquire started, which read the disk tier, read the remote tier or decoded.
+enum class Tier { kRam, kDisk, kRemote, kDecode };
 
 class SampleCache {
  public:
@@ -105,10 +110,11 @@ class SampleCache {
   // cache. SOURCE is read by `reader`, which must be stopped before `pool`
   // goes (its callbacks submit decodes); null: the cache makes its own, with
   // default options and the pool's number of threads, and stops it first
-  // when it goes.
+  // when it goes. `remote` (may be null) outlives the cache and holds
+  // images at the same `base`.
   SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* disk, const RefCounts* counts,
               uint32_t base, uint64_t budget_bytes, FailureRetry retry = {},
-              SourceReader* reader = nullptr);
+              SourceReader* reader = nullptr, RemoteTier* remote = nullptr);
   ~SampleCache();
   // Stops the reader the cache made for itself (none given): reads not yet
   // done are dropped, and those whose callbacks run are waited for. Call it
@@ -142,6 +148,8 @@ class SampleCache {
   SourceReaderStats ReadStats() const { return reader_->Stats(); }
   // The disk tier behind this cache, or null.
   const DiskCache* disk() const { return disk_; }
+  // The remote tier behind the disk tier, or null.
+  const RemoteTier* remote() const { return remote_; }
 
  private:
   struct Entry {
@@ -173,6 +181,7 @@ class SampleCache {
     Status status = Status::NotFound("no disk tier");
     std::shared_ptr<DecodedSample> loaded = std::make_shared<DecodedSample>();
     bool from_disk = false;
+    bool from_remote = false;
     bool unchanged = false;   // a bad sample whose file is as it was: not tried again
     bool as_scanned = false;  // decoded from the file the scan saw
     bool stuck = false;       // the read was abandoned
@@ -191,6 +200,7 @@ class SampleCache {
   const Catalog* catalog_;
   LoaderPool* pool_;
   DiskCache* disk_;
+  RemoteTier* remote_;
   const RefCounts* ref_counts_;
   const uint32_t base_;
   const uint64_t budget_;

@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "cache/disk_cache.h"
+#include "cache/remote_tier.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
 #include "common/memory_trim.h"
@@ -290,6 +291,16 @@ int Run(int argc, char** argv) {
       disk.reset();
     }
   }
+  // The remote tier (remote_cache=): servers that do not answer yet cost
+  // misses and a warning, never the mount.
+  std::unique_ptr<RemoteTier> remote;
+  if (!o.remote_cache.empty()) {
+    RemoteTierOptions rto;
+    rto.servers = o.remote_cache;
+    rto.publish_limit = o.remote_publish;
+    s = RemoteTier::Open(rto, catalog.get(), o.base, &remote);
+    if (!s.ok()) return Fail(s.message());
+  }
   // Decode threads call into the tiers: the pool is stopped first at
   // shutdown (see below).
   auto pool = std::make_unique<LoaderPool>(o.threads);
@@ -300,7 +311,7 @@ int Run(int argc, char** argv) {
   ro.timeout = std::chrono::seconds(o.read_timeout);
   SourceReader reader(ro);
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &group, o.base, o.ram_cache,
-                    FailureRetryFrom(std::chrono::seconds(o.retry_failed)), &reader);
+                    FailureRetryFrom(std::chrono::seconds(o.retry_failed)), &reader, remote.get());
   JobManagerOptions jo;
   jo.default_size = o.size;
   jo.seed = o.seed;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cache/budget.h"
+#include "cache/remote_tier.h"
 #include "common/parse.h"
 #include "common/rocksdb_support.h"
 #include "common/wrap.h"
@@ -33,6 +34,8 @@ enum Key {
   kRamCache,
   kCacheDir,
   kDiskCache,
+  kRemoteCache,
+  kRemotePublish,
   kThreads,
   kSize,
   kBase,
@@ -76,6 +79,13 @@ constexpr MountOptionRow kMountOptions[] = {
     {kDiskCache,
      {"disk_cache", "SIZE", "the decoded set's estimate",
       "on-disk budget, at most 80% of cache_dir's free space less room for its databases"}},
+    {kRemoteCache,
+     {"remote_cache", "memcached://HOST:PORT[+HOST:PORT...]|none", "none",
+      "the remote tier: decoded images shared by a cluster's daemons through these memcached "
+      "servers (see README, Cluster)"}},
+    {kRemotePublish,
+     {"remote_publish", "SIZE", "no limit",
+      "the most image bytes this daemon publishes to the remote tier per mount"}},
     {kThreads, {"threads", "N", "number of cores", "decode threads"}},
     {kSize,
      {"size", "N", "224",
@@ -192,6 +202,20 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
         o.disk_cache = *v;
       else
         return bad("a size above 0 such as 512M or 10G (cache_dir=none turns the tier off)");
+      break;
+    case kRemoteCache:
+      o.remote_cache.clear();
+      if (value != "none") {
+        if (Status s = ParseRemoteCache(value, &o.remote_cache); !s.ok()) {
+          return bad("memcached://HOST:PORT[+HOST:PORT...] or none");
+        }
+      }
+      break;
+    case kRemotePublish:
+      if (auto v = ParseSize(value); v && *v > 0)
+        o.remote_publish = *v;
+      else
+        return bad("a size above 0 such as 2G");
       break;
     case kCacheDir:
       if (value.empty()) return bad("a folder or none");

@@ -27,6 +27,9 @@ struct DaemonOptions {
   // 0 until sized from the data and cache_dir's free space (DefaultDiskCache),
   // when not given.
   uint64_t disk_cache = 0;
+  // remote_cache= servers (host:port); empty: no remote tier.
+  std::vector<std::string> remote_cache;
+  uint64_t remote_publish = UINT64_MAX;
   unsigned threads = 0;
   uint32_t size = 224;
   // The cache's base resolution (loader/decoder.h DecodeBase); 256 by

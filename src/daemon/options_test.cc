@@ -97,6 +97,28 @@ TEST(OptionsTest, ReadTimeout) {
   }
 }
 
+TEST(OptionsTest, RemoteCache) {
+  DaemonOptions o;
+  ASSERT_TRUE(ParseLine("", &o).ok());
+  EXPECT_TRUE(o.remote_cache.empty());
+  EXPECT_EQ(o.remote_publish, UINT64_MAX);
+  ASSERT_TRUE(
+      ParseLine("remote_cache=memcached://10.0.0.1:11211+node2:11212,remote_publish=2G", &o).ok());
+  EXPECT_EQ(o.remote_cache, (std::vector<std::string>{"10.0.0.1:11211", "node2:11212"}));
+  EXPECT_EQ(o.remote_publish, 2ull << 30);
+  ASSERT_TRUE(ParseLine("remote_cache=none", &o).ok());
+  EXPECT_TRUE(o.remote_cache.empty());
+  for (const char* bad :
+       {"remote_cache=redis://a:1", "remote_cache=memcached://", "remote_cache=memcached://a",
+        "remote_cache=memcached://a:0", "remote_cache=memcached://:5",
+        "remote_cache=memcached://a:1+", "remote_cache=memcached://a:65536", "remote_publish=0",
+        "remote_publish=lots"}) {
+    const Status s = ParseLine(bad, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find(std::string(bad).substr(0, 12)), std::string::npos) << s.message();
+  }
+}
+
 TEST(OptionsTest, PerUserLimits) {
   DaemonOptions o;
   ASSERT_TRUE(ParseLine("", &o).ok());

@@ -685,6 +685,7 @@ MountStats JobManager::Stats() const {
   MountStats stats;
   stats.cache = cache_->Stats();
   if (cache_->disk()) stats.disk = cache_->disk()->Stats();
+  if (cache_->remote()) stats.remote = cache_->remote()->Stats();
   stats.decode_threads = pool_->threads();
   stats.decode_queue = pool_->queue_depth();
   stats.decode_busy_seconds = pool_->busy_seconds();

@@ -97,6 +97,7 @@ struct JobManagerOptions {
 struct MountStats {
   CacheStats cache;
   DiskCacheStats disk;
+  RemoteTierStats remote;  // all 0 without remote_cache
   unsigned decode_threads = 0;
   uint64_t decode_queue = 0;
   double decode_busy_seconds = 0;

@@ -71,6 +71,10 @@ struct Lane {
   uint64_t serial = 0;    // names the stream's loads; new after a resume
 
   PlanGroup* group = nullptr;  // set at the first epoch, with the stream
+  // A `group=` job's own planning group (else null): an independent
+  // shuffle seeded by (group, seed) alone, so that the same job on any
+  // daemon gets the same order (README "Cluster"). New at every first epoch.
+  std::unique_ptr<PlanGroup> own_group;
   JobHandle handle = 0;
   // What each pick holds of its own until read (its rendered delivery;
   // 0 when it delivers the shared base image), charged to the job's owner.

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "cache/budget.h"
+#include "common/hash.h"
+#include "common/random.h"
 
 namespace joaderfs {
 
@@ -53,10 +55,7 @@ void Lanes::Make(Job* job) {
 }
 
 uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
-  if (lane->group) {
-    lane->group->RemoveJob(lane->handle);
-    planning_.erase({lane->group, lane->handle});
-  }
+  LeaveGroup(lane);
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
   drift_hold_.Forget(lane);
@@ -107,9 +106,17 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
   if (job->elastic && job->elastic->epoch == epoch) job->elastic->read = true;
   const bool full = skip.isEmpty();
   if (!lane->group) {
-    lane->group = group_;
-    // What each delivery holds besides the shared base image until read.
     const JobSpec& spec = job->spec;
+    lane->group = group_;
+    if (!spec.group.empty()) {
+      // Its first handle and its epochs alone drive the shuffle.
+      lane->own_group = std::make_unique<PlanGroup>(
+          NewIndependentPlanner(
+              MixSeed(Fnv1a(kFnv1aBasis, spec.group.data(), spec.group.size()), spec.augment.seed)),
+          group_->cadence());
+      lane->group = lane->own_group.get();
+    }
+    // What each delivery holds besides the shared base image until read.
     lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
                        : spec.augment.augmented() ? SampleBytes()
                                                   : 0;
@@ -169,12 +176,19 @@ void Lanes::SetElasticResume(Job* job, uint64_t epoch, const Roaring& consumed, 
   }
 }
 
-void Lanes::Reset(Lane* lane, Actions* actions) {
-  if (lane->group) {
-    lane->group->RemoveJob(lane->handle);
-    planning_.erase({lane->group, lane->handle});
-    lane->group = nullptr;
+void Lanes::LeaveGroup(Lane* lane) {
+  if (!lane->group) return;
+  lane->group->RemoveJob(lane->handle);
+  planning_.erase({lane->group, lane->handle});
+  if (lane->own_group) {
+    unread_.Forget(lane->own_group.get());
+    lane->own_group.reset();
   }
+  lane->group = nullptr;
+}
+
+void Lanes::Reset(Lane* lane, Actions* actions) {
+  LeaveGroup(lane);
   ReleasePins(lane, actions);
   UnchargeStream(lane, actions);
   drift_hold_.End(lane, std::chrono::steady_clock::now());

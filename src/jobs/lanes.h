@@ -83,6 +83,8 @@ class Lanes {
                         Actions* actions) REQUIRES(mu);
   // Drops the lane's epoch under way (for `resume`): pins, plan, state.
   void Reset(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Takes the lane out of its planning group (a `group=` lane's own goes).
+  void LeaveGroup(Lane* lane) REQUIRES(mu);
   // Readies the lane for a read of `reader`: starts its epoch if none runs,
   // fetches again what an idle release gave back.
   void Wake(Lane* lane, Actions* actions) REQUIRES(mu);

@@ -23,6 +23,7 @@ void CountDelivery(Lane* lane, Tier tier) {
     switch (tier) {
       case Tier::kRam: ++counts->ram_hits; break;
       case Tier::kDisk: ++counts->disk_hits; break;
+      case Tier::kRemote: ++counts->remote_hits; break;
       case Tier::kDecode: ++counts->decodes; break;
     }
   }

@@ -178,7 +178,8 @@ std::string JobSpec::ToString() const {
          "\nflip=" + ShortestDouble(augment.flip) + "\nseed=" + std::to_string(augment.seed) +
          (ranks ? "\nranks=" + std::to_string(ranks) + "\ndrop_last=" + (drop_last ? "1" : "0")
                 : "") +
-         (format == RecordFormat::kTfRecord ? "\nformat=tfrecord" : "") + "\n";
+         (format == RecordFormat::kTfRecord ? "\nformat=tfrecord" : "") +
+         (group.empty() ? "" : "\ngroup=" + group) + "\n";
 }
 
 Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec& base,
@@ -244,6 +245,15 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
                                        ": expected a probability 0-1");
       }
       spec.augment.flip = *p;
+    } else if (key == "group") {
+      // A name the spec file can show and every daemon spells alike.
+      if (value.empty() || value.size() > 64 ||
+          value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                  "_.-") != std::string_view::npos) {
+        return Status::InvalidArgument("group=" + std::string(value) +
+                                       ": expected 1-64 of A-Z a-z 0-9 _ . -");
+      }
+      spec.group = std::string(value);
     } else if (key == "seed") {
       if (!number) {
         return Status::InvalidArgument("seed=" + std::string(value) +

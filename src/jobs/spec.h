@@ -44,6 +44,9 @@ struct JobSpec {
   // crop, flip and seed. The daemon resolves the default seed when it makes
   // the job (JobSeed()), so the spec file always shows one.
   AugmentSpec augment;
+  // `group=`: jobs of any daemon with the same group, seed and subset read
+  // in the same order (jobs/lane.h Lane::own_group); empty: none.
+  std::string group;
 
   // The bytes of each of its records where they all have one size (JSF1
   // records of size N > 0), else nothing.

@@ -39,6 +39,9 @@ inline constexpr SpecKeyInfo kSpecKeys[] = {
     {"seed", "N", "derived from the mount's seed and the job id",
      "the job's augmentation seed: a sample's crop and flip depend on (seed, epoch, id) "
      "alone"},
+    {"group", "NAME", "none",
+     "jobs on any daemon with the same group, seed and subset read in the same order, so "
+     "that a cluster sharing a remote tier decodes each sample about once"},
     {"epochs", "N", "unlimited", "EOF for good after N epochs"},
     {"window", "W", "64", "deliver in completion order within W positions; 1 = strict order"},
     {"ranks", "W", "none", "W data-parallel ranks: rank R reads next.R (equal counts per epoch)"},

@@ -348,6 +348,23 @@ TEST_F(SpecTest, ToStringRoundTrips) {
   }
 }
 
+TEST_F(SpecTest, Group) {
+  EXPECT_EQ(Parse("size=8").group, "");
+  EXPECT_EQ(Parse("size=8").ToString().find("group"), std::string::npos);
+  const JobSpec spec = Parse("group=sweep-1.a_B seed=4");
+  EXPECT_EQ(spec.group, "sweep-1.a_B");
+  EXPECT_NE(spec.ToString().find("\ngroup=sweep-1.a_B\n"), std::string::npos);
+  JobSpec back;
+  ASSERT_TRUE(ParseJobSpec(spec.ToString(), *catalog_, JobSpec(), &back).ok());
+  EXPECT_EQ(back.group, spec.group);
+  for (const std::string& bad : {std::string("group="), std::string("group=a/b"),
+                                 std::string("group=a b"), "group=" + std::string(65, 'g')}) {
+    JobSpec out;
+    const Status s = ParseJobSpec(bad, *catalog_, JobSpec(), &out);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(SpecTest, Format) {
   EXPECT_EQ(Parse("size=8").format, RecordFormat::kPlain);
   EXPECT_EQ(Parse("format=tfrecord").format, RecordFormat::kTfRecord);

@@ -9,6 +9,7 @@ StreamCounts& StreamCounts::operator+=(const StreamCounts& other) {
   skipped += other.skipped;
   ram_hits += other.ram_hits;
   disk_hits += other.disk_hits;
+  remote_hits += other.remote_hits;
   decodes += other.decodes;
   stall_seconds += other.stall_seconds;
   return *this;

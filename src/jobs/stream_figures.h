@@ -22,10 +22,12 @@ struct StreamCounts {
   uint64_t skipped = 0;  // picks of samples that failed
   // The delivered samples by where their base image came from: the RAM
   // tier (ready, or already loading for another pick), or a load their
-  // pick started that read the disk tier or decoded. They add up to
-  // `delivered`: a pick never delivered (its reader gone) counts in none.
+  // pick started that read the disk tier, read the remote tier or decoded.
+  // They add up to `delivered`: a pick never delivered (its reader gone)
+  // counts in none.
   uint64_t ram_hits = 0;
   uint64_t disk_hits = 0;
+  uint64_t remote_hits = 0;
   uint64_t decodes = 0;
   // How long its readers' reads waited for data, reads still waiting
   // included.

@@ -34,6 +34,10 @@ std::set<PlanGroup*> UnreadAllowance::Add(uint32_t uid, int64_t delta) {
   return {};
 }
 
+void UnreadAllowance::Forget(PlanGroup* group) {
+  for (auto& [uid, unread] : unread_) unread.held_back.erase(group);
+}
+
 uint64_t UnreadAllowance::Bytes(uint32_t uid) const {
   auto it = unread_.find(uid);
   return it == unread_.end() ? 0 : it->second.bytes;

@@ -39,6 +39,8 @@ class UnreadAllowance {
   [[nodiscard]] std::set<PlanGroup*> Add(uint32_t uid, int64_t delta);
   // Bytes of unread deliveries `uid`'s jobs hold.
   uint64_t Bytes(uint32_t uid) const;
+  // `group` is going (a `group=` lane's own): no owner waits on it.
+  void Forget(PlanGroup* group);
 
  private:
   const UnreadLimit limit_;

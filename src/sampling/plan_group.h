@@ -89,6 +89,7 @@ class PlanGroup final : public RefCounts {
   // between them; 0 when it never does. A derived one follows the budget
   // seen by the latest Plan() (the drift bound reads it too). Lock-free.
   uint64_t coupling_horizon() const { return coupling_horizon_.load(std::memory_order_relaxed); }
+  const CadenceOptions& cadence() const { return options_; }
 
   // Adds a job needing every id of `subset` (not empty), in its epoch 0;
   // each of its picks will hold `pick_bytes` of its own besides the shared

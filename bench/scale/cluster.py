@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Cluster: two daemons x two jobs sharing decodes through the remote tier
+(issue 27), on this one machine.
+
+Every case reads one epoch of 4 jobs (same subset, no augmentation) of a
+generated set of photo-sized JPEGs (joaderfs-gendata, ImageNet-like sizes),
+each daemon with RAM at --ram of the decoded set and no disk tier:
+
+  one daemon   all 4 jobs on one daemon (the aggregate's reference)
+  2 x 2, none  2 daemons x 2 jobs, no remote tier: each daemon decodes the
+               set for its own jobs
+  2 x 2, tier  the same over 3 memcached servers on loopback
+               (remote_cache=), the jobs with group= (the same order on
+               both daemons, leases)
+  2 x 2, tier, no group  the same without group=: the daemons' orders differ
+
+Columns: decodes per distinct image (sum of /stats decoded over daemons /
+images), aggregate samples/s (all deliveries / wall), its ratio to the one
+daemon case, remote-tier bytes (fetched + published) and SOURCE bytes read
+per delivered sample. Then the get latency of a 200 KB value from one
+memcached over loopback (median of --gets, a persistent text-protocol
+socket, Python), and the decode CPU per image, from which the paper
+estimate in docs/benchmarks.md follows.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.scale.decode_once import base_set_bytes, read_json, record_bytes
+from harness.daemon import Mount
+from harness.memcached import Memcached
+
+BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                      "build"))
+
+
+def run_case(args, source, decoded_set, daemons, servers, group):
+    ram = max(1 << 20, int(decoded_set * args.ram))
+    mounts = []
+    readers = []
+    workdir = tempfile.mkdtemp(prefix="jfs-cluster-")
+    try:
+        for d in range(daemons):
+            opts = {"ram_cache": str(ram), "size": str(args.size), "base": str(args.base),
+                    "seed": "7", "cache_dir": "none", "threads": str(args.threads),
+                    "log_level": "info"}
+            if servers:
+                opts["remote_cache"] = "memcached://" + "+".join(s.address for s in servers)
+            m = Mount(source, os.path.join(workdir, "d%d" % d), opts, defaults={},
+                      binary=os.path.join(BUILD, "joaderfs"))
+            m.mount_timeout = 120
+            mounts.append(m)
+            m.start()
+        spec = "epochs=1 seed=5" + (" group=bench" if group else "")
+        jobs = [(m, "j%d" % k) for k in range(4 // daemons) for m in mounts]
+        for m, j in jobs:
+            m.mkjob(j, spec=spec)
+        rec = record_bytes(args.size)
+        t0 = time.monotonic()
+        for m, j in jobs:
+            readers.append(subprocess.Popen(
+                [sys.executable, "-m", "bench.scale.reader", m.path("jobs", j, "next"),
+                 str(rec), "0"], stdout=subprocess.PIPE, text=True))
+        delivered = sum(int(r.communicate()[0]) for r in readers)
+        wall = time.monotonic() - t0
+        stats = [m.stats() for m in mounts]
+    finally:
+        for r in readers:
+            if r.poll() is None:
+                r.kill()
+        for m in mounts:
+            m.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+    total = lambda key: sum(s.get(key, 0) for s in stats)
+    return {
+        "decodes/distinct": total("decoded") / args.images,
+        "samples/s": delivered / wall,
+        "tier B/sample": (total("remote_bytes_in") + total("remote_bytes_out")) /
+        max(delivered, 1),
+        "source B/sample": total("source_bytes") / max(delivered, 1),
+        "remote hits": total("remote_hits"),
+        "lease waits": total("remote_lease_waits"),
+        "decode ms/image": 1000 * total("decode_busy_seconds") / max(total("decoded"), 1),
+        "delivered": delivered,
+    }
+
+
+def get_latency(server, size, gets):
+    """Median seconds of one get of a `size`-byte value."""
+    value = os.urandom(size)
+    server.set("bench:latency", value)
+    times = []
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        want = len(b"VALUE bench:latency 0 %d\r\n" % size) + size + len(b"\r\nEND\r\n")
+        buf = bytearray(want)
+        for _ in range(gets):
+            t = time.perf_counter()
+            s.sendall(b"get bench:latency\r\n")
+            view = memoryview(buf)
+            got = 0
+            while got < want:
+                n = s.recv_into(view[got:])
+                if not n:
+                    raise OSError("memcached closed the connection")
+                got += n
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--images", type=int, default=600)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--base", type=int, default=256)
+    p.add_argument("--ram", type=float, default=0.1, help="RAM per daemon, share of the set")
+    p.add_argument("--threads", type=int, default=2, help="decode threads per daemon")
+    p.add_argument("--gets", type=int, default=2000)
+    p.add_argument("--data", help="dataset folder (generated if missing)")
+    args = p.parse_args()
+    data = args.data or os.path.join(tempfile.gettempdir(), "jfs-cluster-%d" % args.images)
+    if not os.path.isdir(data):
+        subprocess.run([os.path.join(BUILD, "joaderfs-gendata"), data, "--images",
+                        str(args.images), "--classes", "10", "--seed", "3"], check=True,
+                       stdout=subprocess.DEVNULL)
+    decoded_set = base_set_bytes(data, args.base)
+    print("%d images, decoded set %.0f MiB (base %d), RAM %.0f%% per daemon, %d decode "
+          "threads per daemon, no disk tier" % (args.images, decoded_set / 2**20, args.base,
+                                                100 * args.ram, args.threads))
+    servers = [Memcached(memory_mb=max(64, 2 * decoded_set >> 20)) for _ in range(3)]
+    try:
+        cases = [("one daemon, 4 jobs", 1, False, False),
+                 ("2 x 2, no tier", 2, False, False),
+                 ("2 x 2, tier, group=", 2, True, True),
+                 ("2 x 2, tier, no group", 2, True, False)]
+        columns = ["decodes/distinct", "samples/s", "vs one", "tier B/sample",
+                   "source B/sample", "remote hits", "lease waits", "decode ms/image"]
+        print("| case | " + " | ".join(columns) + " |")
+        print("|---|" + "---|" * len(columns))
+        one = None
+        for name, daemons, tier, group in cases:
+            for s in servers:
+                s.kill()
+                if tier:
+                    s.start()  # empty for each case
+            row = run_case(args, data, decoded_set, daemons, servers if tier else [], group)
+            one = one or row["samples/s"]
+            row["vs one"] = row["samples/s"] / one
+            cells = []
+            for c in columns:
+                v = row[c]
+                cells.append("%.2f" % v if isinstance(v, float) else str(v))
+            print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
+        if servers[0].proc is None:  # the last case left them running
+            servers[0].start()
+        for size in (200 * 1000, 12 * 1000):
+            lat = get_latency(servers[0], size, args.gets)
+            print("memcached get of a %d KB value over loopback: median %.0f us (%.2f GB/s)"
+                  % (size // 1000, lat * 1e6, size / lat / 1e9))
+    finally:
+        for s in servers:
+            s.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Issue 27: a cluster of daemons sharing decoded images through the remote
+tier (remote_cache=memcached://...). Two or three daemons, each with its own
+mount and no disk tier, over three memcached servers on loopback; the
+test starts and reaps every process, also on failure.
+
+- identical group= jobs on two daemons decode each image about once in
+  the cluster (sum of /stats decoded <= 1.1 N), in the same order;
+- a fresh daemon (a restart) serves an epoch from the tier with no decode;
+- every job gets every id exactly once while a memcached is killed, or
+  stopped (SIGSTOP: a node that answers nothing), mid-epoch;
+- a damaged, truncated or foreign value under a real key is never served;
+- memcached down at mount: the daemon mounts with a warning, and uses the
+  tier once the servers start.
+"""
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import harness
+from harness import TierTestCase, digests, log, read_epoch
+from harness.datasets import _image, imagefolder_order, small_layout
+from harness.memcached import Memcached, remote_key, require_memcached
+
+N = 160
+BASE = 128
+SIZE = 64
+
+
+def make_photos(root, n, seed=0):
+    """n 320 x 240 JPEGs: a decode at base 128 takes a few ms, long enough
+    for two daemons asking at once to collide."""
+    rng = np.random.default_rng(seed)
+    for cls, names in small_layout(n, 4).items():
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for name in names:
+            _image(rng, 320, 240).save(os.path.join(root, cls, name), "JPEG", quality=90)
+    return root, imagefolder_order(root)
+
+
+class ClusterTest(TierTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        harness.require_binary()
+        require_memcached()
+        cls._data = tempfile.mkdtemp(prefix="joaderfs-cluster-")
+        cls.source, cls.order = make_photos(os.path.join(cls._data, "src"), N)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls._data, True)
+
+    def servers(self, n=3, start=True):
+        out = []
+        for _ in range(n):
+            s = Memcached()
+            self.addCleanup(s.cleanup)
+            out.append(s.start() if start else s)
+        return out
+
+    def node(self, servers, **extra):
+        opts = {"cache_dir": "none", "base": str(BASE), "size": str(SIZE),
+                "ram_cache": "64M", "threads": "2", "seed": "3",
+                "remote_cache": "memcached://" + "+".join(s.address for s in servers)}
+        opts.update({k: str(v) for k, v in extra.items()})
+        return self.mount(self.source, opts)
+
+    def read_jobs(self, jobs, timeout=120):
+        """Reads one epoch of each (mount, job, spec) at once; returns the
+        record lists."""
+        results = [None] * len(jobs)
+        errors = []
+
+        def run(k, m, job, spec):
+            try:
+                m.mkjob(job, spec=spec)
+                results[k] = read_epoch(m.path("jobs", job, "next"), 1, timeout=timeout)[0]
+            except BaseException as e:  # reported below
+                errors.append(e)
+        threads = [threading.Thread(target=run, args=(k,) + j) for k, j in enumerate(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout + 10)
+        self.assertFalse(errors, errors)
+        for k, recs in enumerate(results):
+            ids = [r.id for r in recs]
+            self.assertEqual(sorted(ids), list(range(N)),
+                             "job %d: not every sample exactly once" % k)
+        return results
+
+    def wait_published(self, m, count, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = m.stats()
+            if st["remote_published"] + st["remote_publish_drops"] >= count:
+                return st
+            time.sleep(0.05)
+        self.fail("published %d of %d" % (m.stats()["remote_published"], count))
+
+    def test_group_jobs_decode_once(self):
+        servers = self.servers()
+        # Mount seeds differ, as the default (random) ones do: only group=
+        # and the job's seed make the orders the same.
+        a, b = self.node(servers, seed=3), self.node(servers, seed=4)
+        spec = "group=sweep seed=11 window=1"
+        ra, rb = self.read_jobs([(a, "j", spec), (b, "j", spec)])
+        sa, sb = a.stats(), b.stats()
+        decoded = sa["decoded"] + sb["decoded"]
+        log("group jobs: decoded %d + %d = %.2f N; lease waits %d + %d (got %d + %d); "
+            "remote hits %d + %d", sa["decoded"], sb["decoded"], decoded / N,
+            sa["remote_lease_waits"], sb["remote_lease_waits"], sa["remote_lease_hits"],
+            sb["remote_lease_hits"], sa["remote_hits"], sb["remote_hits"])
+        self.assertEqual([r.id for r in ra], [r.id for r in rb],
+                         "group= jobs of two daemons read in different orders")
+        self.assertLessEqual(decoded, 1.1 * N, "the cluster decoded each image more than ~once")
+        self.assertEqual(digests(ra), digests(rb), "the daemons delivered different pixels")
+
+    def test_restart_serves_epoch_from_tier(self):
+        servers = self.servers()
+        a = self.node(servers)
+        first = digests(self.read_jobs([(a, "j", None)])[0])
+        self.wait_published(a, N)
+        self.clean_unmount(a)
+        # A restart with no disk tier: a fresh daemon, other job name.
+        b = self.node(servers)
+        recs = self.read_jobs([(b, "k", "seed=5")])[0]
+        st = b.stats()
+        log("restart: decoded %d, remote hits %d of %d", st["decoded"], st["remote_hits"], N)
+        self.assertEqual(st["decoded"], 0, "a sample was decoded again")
+        self.assertEqual(st["remote_hits"], N)
+        self.assertEqual(digests(recs), first, "the tier served other pixels")
+
+    def run_with_failure(self, fail, heal):
+        servers = self.servers()
+        a, b = self.node(servers), self.node(servers)
+        spec = "group=sweep seed=11"
+        done = []
+
+        def when_started():
+            # A third of an epoch in, one server fails.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and \
+                    a.stats()["delivered"] + b.stats()["delivered"] < 2 * N // 3:
+                time.sleep(0.01)
+            fail(servers[1])
+            done.append(time.monotonic())
+        t = threading.Thread(target=when_started)
+        t.start()
+        t0 = time.monotonic()
+        ra, rb = self.read_jobs([(a, "j", spec), (b, "j", spec)])
+        elapsed = time.monotonic() - t0
+        t.join(60)
+        self.assertTrue(done, "the server was never failed")
+        sa, sb = a.stats(), b.stats()
+        log("failed node: %.1f s; decoded %d + %d; remote errors %d + %d, hits %d + %d",
+            elapsed, sa["decoded"], sb["decoded"], sa["remote_errors"], sb["remote_errors"],
+            sa["remote_hits"], sb["remote_hits"])
+        self.assertEqual(digests(ra), digests(rb))
+        heal(servers[1])
+        # Both daemons still serve, and still use the tier.
+        self.read_jobs([(a, "again", None), (b, "again", None)])
+        self.assertIsNone(a.proc.poll())
+        self.assertIsNone(b.proc.poll())
+        return elapsed
+
+    def test_memcached_killed_mid_epoch(self):
+        self.run_with_failure(lambda s: s.kill(), lambda s: None)
+
+    def test_memcached_stopped_mid_epoch(self):
+        # A node that accepts nothing and answers nothing: each call waits a
+        # poll timeout (100 ms), then the node is ejected for a second.
+        elapsed = self.run_with_failure(lambda s: s.pause(), lambda s: s.resume())
+        self.assertLess(elapsed, 60, "a stopped memcached stalled the reads")
+
+    def test_corrupt_values_are_misses(self):
+        servers = self.servers()
+        a = self.node(servers)
+        good = digests(self.read_jobs([(a, "j", None)])[0])
+        self.wait_published(a, N)
+        self.clean_unmount(a)
+        victims = {}
+        values = {}
+        for rel, _ in self.order[:4]:
+            key = remote_key(self.source, rel, BASE)
+            holders = [s for s in servers if s.get(key) is not None]
+            self.assertEqual(len(holders), 1, "key %s on %d servers" % (key, len(holders)))
+            victims[rel] = (holders[0], key)
+            values[rel] = holders[0].get(key)
+        (r0, r1, r2, r3) = [rel for rel, _ in self.order[:4]]
+        flipped = bytearray(values[r0])
+        for at in range(len(flipped) // 3, len(flipped), 97):  # pixels
+            flipped[at] ^= 0x40
+        victims[r0][0].set(victims[r0][1], bytes(flipped))
+        victims[r1][0].set(victims[r1][1], values[r1][:len(values[r1]) - 100])  # truncated
+        victims[r2][0].set(victims[r2][1], values[r3])  # another image's value
+        victims[r3][0].set(victims[r3][1], b"garbage")
+        b = self.node(servers)
+        recs = self.read_jobs([(b, "k", None)])[0]
+        st = b.stats()
+        log("corrupt: remote corrupt %d, decoded %d, hits %d", st["remote_corrupt"],
+            st["decoded"], st["remote_hits"])
+        self.assertEqual(digests(recs), good, "a damaged value was served")
+        self.assertEqual(st["remote_corrupt"], 4)
+        self.assertEqual(st["decoded"], 4)
+
+    def test_memcached_down_at_mount(self):
+        servers = self.servers(start=False)
+        a = self.node(servers, ram_cache="1M")
+        with open(a.log_path, errors="replace") as f:
+            self.assertIn("remote cache", f.read(), "no warning about the servers")
+        self.read_jobs([(a, "j", None)])
+        st = a.stats()
+        self.assertEqual(st["remote_hits"], 0)
+        for s in servers:
+            s.start()
+        time.sleep(1.5)  # the retry timeout of ejected servers
+        # ram_cache=1M holds a fraction of the set: the next epoch decodes
+        # again, and publishes now.
+        self.read_jobs([(a, "j2", None)])
+        st = self.wait_published(a, 1)
+        self.assertGreater(st["remote_published"], 0, "the tier never came back")
+        b = self.node(servers)
+        self.read_jobs([(b, "k", None)])
+        log("down at mount: published %d after the servers started; a fresh daemon got %d "
+            "of %d from the tier", st["remote_published"], b.stats()["remote_hits"], N)
+        self.assertGreater(b.stats()["remote_hits"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
