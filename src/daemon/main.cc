@@ -256,6 +256,8 @@ int Run(int argc, char** argv) {
   std::unique_ptr<Catalog> catalog;
   CatalogOptions catalog_options;
   catalog_options.label_key = o.label_key;
+  catalog_options.s3_endpoint = o.s3_endpoint;
+  catalog_options.s3_region = o.s3_region;
   s = Catalog::Open(o.source, catalog_options, &catalog);
   if (!s.ok()) return Fail(s.message());
 
@@ -298,6 +300,7 @@ int Run(int argc, char** argv) {
   SourceReaderOptions ro;
   ro.threads = o.threads;
   ro.timeout = std::chrono::seconds(o.read_timeout);
+  ro.store = catalog->store();
   SourceReader reader(ro);
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &group, o.base, o.ram_cache,
                     FailureRetryFrom(std::chrono::seconds(o.retry_failed)), &reader);

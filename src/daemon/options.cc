@@ -48,6 +48,8 @@ enum Key {
   kMaxUnreadPerUser,
   kLimitRoot,
   kLabelKey,
+  kS3Endpoint,
+  kS3Region,
   kSampler,
   kDriftBound,
   kLog,
@@ -116,6 +118,13 @@ constexpr MountOptionRow kMountOptions[] = {
      {"label_key", "NAME", "cls",
       "tar shards: the label is the integer in <key>.NAME, else field NAME of <key>.json, "
       "else -1"}},
+    {kS3Endpoint,
+     {"s3_endpoint", "URL", "https://s3.REGION.amazonaws.com",
+      "SOURCE s3://BUCKET[/PREFIX]: an S3-compatible store's http:// or https:// URL, "
+      "path-style addressing"}},
+    {kS3Region,
+     {"s3_region", "NAME", "AWS_REGION, else us-east-1",
+      "SOURCE s3://...: the region requests are signed for"}},
     {kSampler, {"sampler", "dsa|isa", "dsa", "dependent sampling or independent shuffles"}},
     {kDriftBound,
      {"drift_bound", "0|1", "1",
@@ -262,6 +271,20 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
         return bad("a member extension / JSON field name, 1-64 characters, no '.' or '/'");
       }
       o.label_key = std::string(value);
+      break;
+    case kS3Endpoint:
+      if (!value.starts_with("http://") && !value.starts_with("https://")) {
+        return bad("an http:// or https:// URL");
+      }
+      o.s3_endpoint = std::string(value);
+      break;
+    case kS3Region:
+      if (value.empty() || value.size() > 64 ||
+          value.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") !=
+              std::string_view::npos) {
+        return bad("a region name such as us-east-1");
+      }
+      o.s3_region = std::string(value);
       break;
     case kSampler:
       if (value != "dsa" && value != "isa") return bad("dsa or isa");
@@ -450,12 +473,16 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
   if (!s.ok() || options->help || options->version) return s;
   DaemonOptions& o = *options;
   std::error_code ec;
-  if (!fs::exists(o.source, ec)) return Status::NotFound("SOURCE " + o.source + " does not exist");
-  o.source = fs::absolute(o.source, ec).lexically_normal().string();
+  // An s3:// SOURCE is checked when the catalog lists it.
+  const bool object_store = o.source.starts_with("s3://");
+  if (!object_store && !fs::exists(o.source, ec)) {
+    return Status::NotFound("SOURCE " + o.source + " does not exist");
+  }
+  if (!object_store) o.source = fs::absolute(o.source, ec).lexically_normal().string();
   // The daemon works from "/" once mounted, and unmounts by this path.
   o.mountpoint = fs::absolute(o.mountpoint, ec).lexically_normal().string();
   // Once mounted, what lies under the mountpoint is hidden by the mount.
-  if (IsInside(o.source, o.mountpoint)) {
+  if (!object_store && IsInside(o.source, o.mountpoint)) {
     return Status::InvalidArgument("SOURCE " + o.source + " lies inside the mountpoint " +
                                    o.mountpoint);
   }

@@ -47,7 +47,9 @@ struct DaemonOptions {
   uint32_t max_readers_per_user = 256;
   uint64_t max_unread_per_user = 0;  // 0: DefaultUnreadPerUser(ram_cache)
   bool limit_root = false;
-  std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
+  std::string label_key = "cls";  // tar shards (catalog/catalog.h CatalogOptions)
+  std::string s3_endpoint;        // s3:// SOURCEs (catalog/s3_client.h S3Options)
+  std::string s3_region;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   bool drift_bound = true;         // jobs/lane.h Lanes::HeldByDrift
   std::string log;                 // a file, "syslog", or empty for the default
