@@ -378,7 +378,6 @@ void Catalog::Index() {
 
 Status Catalog::ScanShards(std::vector<std::string> names, const std::string& label_key) {
   std::sort(names.begin(), names.end());
-  num_classes_ = 0;
   int64_t max_label = -1;
   ShardCounts counts;
   for (std::string& name : names) {
@@ -395,37 +394,51 @@ Status Catalog::ScanShards(std::vector<std::string> names, const std::string& la
     shard.size = static_cast<uint64_t>(st.st_size);
     shard.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
     shard.inode = st.st_ino;
-    shard.first = static_cast<SampleId>(members_.size());
-    const uint32_t index = static_cast<uint32_t>(shards_.size());
-    const Status s =
-        ScanShard(fd, shard.size, label_key, &counts,
-                  [&](std::string_view member, uint64_t offset, uint64_t length, int64_t label) {
-                    // Offsets past 2 TiB, labels past 32 bits and 4 GiB of names are
-                    // beyond what a 24-byte entry holds.
-                    if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
-                        members_.size() >= UINT32_MAX) {
-                      ++counts.too_large;
-                      return;
-                    }
-                    if (label < INT32_MIN || label > INT32_MAX) {
-                      ++counts.unlabeled;
-                      label = -1;
-                    }
-                    members_.push_back(
-                        {static_cast<uint32_t>(names_.size()), static_cast<uint32_t>(member.size()),
-                         index, static_cast<uint32_t>(offset / 512), static_cast<uint32_t>(length),
-                         static_cast<int32_t>(label)});
-                    names_.append(member);
-                    max_label = std::max(max_label, label);
-                  });
+    AddShard(
+        std::move(shard),
+        [&](uint64_t size, const ShardSampleFn& emit) {
+          return ScanShard(fd, size, label_key, &counts, emit);
+        },
+        &counts, &max_label);
     ::close(fd);
-    if (!s.ok()) {
-      ++shard_skips_.unreadable_shards;
-      members_.resize(shard.first);
-      continue;
-    }
-    shards_.push_back(std::move(shard));
   }
+  FinishShards(counts, max_label);
+  return Status::Ok();
+}
+
+void Catalog::AddShard(Shard shard,
+                       const std::function<Status(uint64_t size, const ShardSampleFn& emit)>& scan,
+                       ShardCounts* counts, int64_t* max_label) {
+  shard.first = static_cast<SampleId>(members_.size());
+  const uint32_t index = static_cast<uint32_t>(shards_.size());
+  const Status s = scan(shard.size, [&](std::string_view member, uint64_t offset, uint64_t length,
+                                        int64_t label) {
+    // Offsets past 2 TiB, labels past 32 bits and 4 GiB of names are
+    // beyond what a 24-byte entry holds.
+    if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
+        members_.size() >= UINT32_MAX) {
+      ++counts->too_large;
+      return;
+    }
+    if (label < INT32_MIN || label > INT32_MAX) {
+      ++counts->unlabeled;
+      label = -1;
+    }
+    members_.push_back({static_cast<uint32_t>(names_.size()), static_cast<uint32_t>(member.size()),
+                        index, static_cast<uint32_t>(offset / 512), static_cast<uint32_t>(length),
+                        static_cast<int32_t>(label)});
+    names_.append(member);
+    *max_label = std::max(*max_label, label);
+  });
+  if (!s.ok()) {
+    ++shard_skips_.unreadable_shards;
+    members_.resize(shard.first);
+    return;
+  }
+  shards_.push_back(std::move(shard));
+}
+
+void Catalog::FinishShards(const ShardCounts& counts, int64_t max_label) {
   shard_skips_.damaged = counts.damaged;
   shard_skips_.no_image = counts.no_image;
   shard_skips_.unlabeled = counts.unlabeled;
@@ -434,7 +447,6 @@ Status Catalog::ScanShards(std::vector<std::string> names, const std::string& la
   members_.shrink_to_fit();
   names_.shrink_to_fit();
   if (members_.empty()) shards_.clear();
-  return Status::Ok();
 }
 
 void Catalog::IndexShards() {
@@ -728,60 +740,33 @@ Status Catalog::ScanS3Shards(const S3Client& client, std::vector<S3Object> objec
                              const std::string& label_key) {
   std::sort(objects.begin(), objects.end(),
             [](const S3Object& a, const S3Object& b) { return a.key < b.key; });
-  // A GET costs a round trip: read headers in 1 MiB windows.
+  // A GET costs a round trip: headers are read in 1 MiB windows.
   constexpr uint64_t kWindow = 1 << 20;
   const std::string prefix = root_.substr(("s3://" + client.bucket()).size());
   int64_t max_label = -1;
   ShardCounts counts;
+  std::string body;
   for (S3Object& o : objects) {
     const std::string key = (prefix.empty() ? "" : prefix.substr(1) + "/") + o.key;
     Shard shard;
     shard.name = o.key;
     shard.size = o.size;
     shard.inode = EtagDigest(o.etag);
-    shard.first = static_cast<SampleId>(members_.size());
-    const uint32_t index = static_cast<uint32_t>(shards_.size());
-    std::string body;
+    // Every window must come from the object the listing saw.
     const ShardReadFn read = [&](uint64_t offset, char* buffer, uint64_t n) -> int64_t {
       S3Object meta;
       if (!client.Get(key, offset, n, n, &body, &meta).ok() || meta.etag != o.etag) return -EIO;
       std::memcpy(buffer, body.data(), body.size());
       return static_cast<int64_t>(body.size());
     };
-    const Status s =
-        ScanShard(read, shard.size, kWindow, label_key, &counts,
-                  [&](std::string_view member, uint64_t offset, uint64_t length, int64_t label) {
-                    if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
-                        members_.size() >= UINT32_MAX) {
-                      ++counts.too_large;
-                      return;
-                    }
-                    if (label < INT32_MIN || label > INT32_MAX) {
-                      ++counts.unlabeled;
-                      label = -1;
-                    }
-                    members_.push_back(
-                        {static_cast<uint32_t>(names_.size()), static_cast<uint32_t>(member.size()),
-                         index, static_cast<uint32_t>(offset / 512), static_cast<uint32_t>(length),
-                         static_cast<int32_t>(label)});
-                    names_.append(member);
-                    max_label = std::max(max_label, label);
-                  });
-    if (!s.ok()) {
-      ++shard_skips_.unreadable_shards;
-      members_.resize(shard.first);
-      continue;
-    }
-    shards_.push_back(std::move(shard));
+    AddShard(
+        std::move(shard),
+        [&](uint64_t size, const ShardSampleFn& emit) {
+          return ScanShard(read, size, kWindow, label_key, &counts, emit);
+        },
+        &counts, &max_label);
   }
-  shard_skips_.damaged = counts.damaged;
-  shard_skips_.no_image = counts.no_image;
-  shard_skips_.unlabeled = counts.unlabeled;
-  shard_skips_.too_large = counts.too_large;
-  num_classes_ = static_cast<uint32_t>(max_label + 1);
-  members_.shrink_to_fit();
-  names_.shrink_to_fit();
-  if (members_.empty()) shards_.clear();
+  FinishShards(counts, max_label);
   return Status::Ok();
 }
 

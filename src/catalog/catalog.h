@@ -35,6 +35,7 @@
 #define JOADERFS_CATALOG_CATALOG_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -48,6 +49,7 @@
 #include <roaring/roaring.hh>
 
 #include "catalog/source_store.h"
+#include "catalog/tar_index.h"
 #include "common/file_range.h"
 #include "common/status.h"
 #include "common/types.h"
@@ -186,6 +188,13 @@ class Catalog {
                       const std::string& label_key);
   // Indexes the shards named (relative to root_) in name order.
   Status ScanShards(std::vector<std::string> names, const std::string& label_key);
+  // Appends the members `scan` finds in `shard` (its sample ids follow the
+  // last shard's); a shard whose scan fails adds nothing and is counted.
+  void AddShard(Shard shard,
+                const std::function<Status(uint64_t size, const ShardSampleFn& emit)>& scan,
+                ShardCounts* counts, int64_t* max_label);
+  // The skips and classes once every shard was added.
+  void FinishShards(const ShardCounts& counts, int64_t max_label);
   // The identity and by_member_.
   void IndexShards();
   // Where the hash of (shard, member name) starts its probe in by_member_.

@@ -343,8 +343,15 @@ Status S3Client::List(const std::string& prefix, std::vector<S3Object>* out) con
     if (!token.empty()) query += "continuation-token=" + Encode(token, false) + "&";
     query += "list-type=2&prefix=" + Encode(prefix, false);
     Response r;
+    const auto started = std::chrono::steady_clock::now();
     Status s = Request("GET", "", query, "", uint64_t{64} << 20, &r);
     if (!s.ok()) return s;
+    const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - started)
+                             .count();
+    int64_t best = list_round_trip_us_.load();
+    while ((best == 0 || took < best) && !list_round_trip_us_.compare_exchange_weak(best, took)) {
+    }
     xmlDoc* doc = xmlReadMemory(r.body.data(), static_cast<int>(r.body.size()), nullptr, nullptr,
                                 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     const xmlNode* root = doc ? xmlDocGetRootElement(doc) : nullptr;

@@ -14,6 +14,7 @@
 #ifndef JOADERFS_CATALOG_SOURCE_STORE_H_
 #define JOADERFS_CATALOG_SOURCE_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,9 @@ class SourceStore {
                       bool* as_scanned) const = 0;
   virtual SourceIdentity Identify(const std::string& path) const = 0;
   virtual SourceStoreStats Stats() const { return {}; }
+  // One request's round trip as measured when SOURCE was listed at mount
+  // (the fastest listing page); zero for local files.
+  virtual std::chrono::microseconds RoundTrip() const { return {}; }
 };
 
 // Local files (a process-wide instance).

@@ -297,8 +297,11 @@ int Run(int argc, char** argv) {
   auto pool = std::make_unique<LoaderPool>(o.threads);
   // SOURCE is read on I/O threads of their own, one per decode thread to
   // start with (loader/source_reader.h); stopped before the pool.
+  // On an object store, more: enough reads in flight to hide its round trip
+  // (DefaultSourceReads), so that decode threads never wait for a GET.
   SourceReaderOptions ro;
-  ro.threads = o.threads;
+  ro.threads = o.source_reads ? o.source_reads
+                              : DefaultSourceReads(o.threads, catalog->store()->RoundTrip());
   ro.timeout = std::chrono::seconds(o.read_timeout);
   ro.store = catalog->store();
   SourceReader reader(ro);
@@ -368,9 +371,11 @@ int Run(int argc, char** argv) {
   std::string argline;
   for (int i = 0; i < argc; ++i) argline += std::string(i ? " " : "") + argv[i];
   spdlog::info("joaderfs {} started: {}", JOADERFS_VERSION, argline);
-  spdlog::info("{}: {} samples in {} classes; size {}, ram_cache {} MiB, {} threads, seed {}",
-               catalog->source(), catalog->size(), catalog->num_classes(), o.size,
-               o.ram_cache >> 20, o.threads, o.seed);
+  spdlog::info(
+      "{}: {} samples in {} classes; size {}, ram_cache {} MiB, {} threads, {} reads in flight "
+      "(round trip {} us), seed {}",
+      catalog->source(), catalog->size(), catalog->num_classes(), o.size, o.ram_cache >> 20,
+      o.threads, ro.threads, catalog->store()->RoundTrip().count(), o.seed);
 
   pool->Start();
   int ret;

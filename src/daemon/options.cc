@@ -41,6 +41,7 @@ enum Key {
   kIdleTimeout,
   kRetryFailed,
   kReadTimeout,
+  kSourceReads,
   kMaxPixels,
   kMaxJobsPerUser,
   kMaxStreamsPerUser,
@@ -97,6 +98,10 @@ constexpr MountOptionRow kMountOptions[] = {
      {"read_timeout", "SEC", "30",
       "skip an image whose read of SOURCE has not returned after SEC, like an unreadable one; "
       "its thread is replaced"}},
+    {kSourceReads,
+     {"source_reads", "N", "threads; for s3:// sized from the round trip",
+      "reads of SOURCE in flight at once, on I/O threads ahead of the decodes that need "
+      "them"}},
     {kMaxPixels,
      {"max_pixels", "N", "89478485",
       "refuse images of more than N pixels, from their header (PIL's limit)"}},
@@ -123,7 +128,7 @@ constexpr MountOptionRow kMountOptions[] = {
       "SOURCE s3://BUCKET[/PREFIX]: an S3-compatible store's http:// or https:// URL, "
       "path-style addressing"}},
     {kS3Region,
-     {"s3_region", "NAME", "AWS_REGION, else us-east-1",
+     {"s3_region", "NAME", "AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1",
       "SOURCE s3://...: the region requests are signed for"}},
     {kSampler, {"sampler", "dsa|isa", "dsa", "dependent sampling or independent shuffles"}},
     {kDriftBound,
@@ -239,6 +244,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kReadTimeout:
       if (!number || *number == 0 || *number > kMaxReadTimeout) return bad("seconds, 1-86400");
       o.read_timeout = *number;
+      break;
+    case kSourceReads:
+      if (!number || *number == 0 || *number > 1024) return bad("1-1024");
+      o.source_reads = static_cast<unsigned>(*number);
       break;
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
@@ -507,6 +516,11 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
                                    o.mountpoint);
   }
   return CheckCacheDir(o.cache_dir);
+}
+
+unsigned DefaultSourceReads(unsigned threads, std::chrono::microseconds round_trip) {
+  const uint64_t per_thread = 1 + static_cast<uint64_t>(round_trip.count()) / 2000;
+  return static_cast<unsigned>(std::clamp<uint64_t>(uint64_t{threads} * per_thread, threads, 256));
 }
 
 std::optional<uint64_t> CgroupMemoryLimit(

@@ -31,6 +31,26 @@ def digest(r):
     return hashlib.sha1(r.payload).hexdigest(), r.height, r.width
 
 
+def same_size_other_picture(original, out):
+    """Writes to `out` a JPEG of other pixels, as many bytes as `original`
+    (zeros after its end marker, which decoders ignore); returns `out`."""
+    from PIL import Image
+    with Image.open(original) as im:
+        w, h = im.size
+    size = os.path.getsize(original)
+    shutil.copy(original, out)
+    for quality in range(90, 0, -10):
+        rewrite_image(out, seed=99)
+        with Image.open(out) as im:
+            im.save(out, "JPEG", quality=quality)
+        if os.path.getsize(out) <= size:
+            break
+    with open(out, "ab") as f:
+        f.write(b"\0" * (size - os.path.getsize(out)))
+    assert os.path.getsize(out) == size
+    return out
+
+
 def multiset(records_per_reader):
     return sorted((r.label, digest(r)) for rs in records_per_reader for r in rs)
 
@@ -227,16 +247,15 @@ class S3SourceTest(JoaderTestCase):
         self.assertGreaterEqual(m.stats()["disk_hits"], len(self.order))
 
     def test_changed_object_is_not_served_stale(self):
-        """One object is replaced by another picture: while mounted its next
-        decode has the new pixels, and after a remount with the disk tier
-        (which held the old one) too."""
+        """One object is replaced by another picture of the same size (only
+        its ETag tells them apart): after a remount with the disk tier,
+        which held the old one, its decode has the new pixels."""
         cache = os.path.join(self.tempdir(), "cache")
         opts = {"cache_dir": cache, "ram_cache": "8M"}
         rel = self.order[2][0]
         key = "folder/" + rel
-        changed = os.path.join(self.tempdir(), "changed.jpg")
-        shutil.copy(os.path.join(self.folder, rel), changed)
-        rewrite_image(changed, seed=99)
+        changed = same_size_other_picture(os.path.join(self.folder, rel),
+                                          os.path.join(self.tempdir(), "changed.jpg"))
         self.addCleanup(self.s3.put, BUCKET, key, os.path.join(self.folder, rel))
         m = self.mount_s3("folder", opts)
         old = {r.id: r.payload for rs in self.epoch(m) for r in rs}
