@@ -624,6 +624,7 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
   std::unique_ptr<S3Client> made;
   s = S3Client::Open(bucket, so, std::move(credentials), &made);
   if (!s.ok()) return s;
+  S3Client* measure = made.get();
   std::shared_ptr<const S3Client> client = std::move(made);
   store_ = NewS3SourceStore(client);
   std::vector<S3Object> objects;
@@ -641,11 +642,13 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
                               " and none below " + prefix + "/)");
     }
     if (!s.ok()) return Status::IOError("SOURCE " + source_ + ": " + s.message());
+    measure->MeasureRoundTrip(prefix);
     s = ReadS3Manifest(*client, bucket, prefix);
     if (!s.ok()) return s;
     Index();
     return Status::Ok();
   }
+  measure->MeasureRoundTrip(objects.front().key);
   root_ = source_;
   const size_t skip = prefix.empty() ? 0 : prefix.size() + 1;
   // Classes in name order get labels 0..C-1 (std::map), as the folder walk.

@@ -343,15 +343,8 @@ Status S3Client::List(const std::string& prefix, std::vector<S3Object>* out) con
     if (!token.empty()) query += "continuation-token=" + Encode(token, false) + "&";
     query += "list-type=2&prefix=" + Encode(prefix, false);
     Response r;
-    const auto started = std::chrono::steady_clock::now();
     Status s = Request("GET", "", query, "", uint64_t{64} << 20, &r);
     if (!s.ok()) return s;
-    const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::steady_clock::now() - started)
-                             .count();
-    int64_t best = list_round_trip_us_.load();
-    while ((best == 0 || took < best) && !list_round_trip_us_.compare_exchange_weak(best, took)) {
-    }
     xmlDoc* doc = xmlReadMemory(r.body.data(), static_cast<int>(r.body.size()), nullptr, nullptr,
                                 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     const xmlNode* root = doc ? xmlDocGetRootElement(doc) : nullptr;
@@ -396,6 +389,20 @@ Status S3Client::Get(const std::string& key, uint64_t offset, uint64_t length, u
   meta->size = length > 0 ? r.total_size : r.body.size();
   *body = std::move(r.body);
   return Status::Ok();
+}
+
+void S3Client::MeasureRoundTrip(const std::string& key) {
+  int64_t best = 0;
+  for (int i = 0; i < 3; ++i) {
+    S3Object meta;
+    const auto started = std::chrono::steady_clock::now();
+    if (!Head(key, &meta).ok()) return;
+    const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - started)
+                             .count();
+    if (best == 0 || took < best) best = took;
+  }
+  round_trip_us_ = best;
 }
 
 Status S3Client::Head(const std::string& key, S3Object* meta) const {

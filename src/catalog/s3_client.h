@@ -90,10 +90,13 @@ class S3Client {
   const std::string& endpoint() const { return endpoint_; }
   const std::string& region() const { return region_; }
   S3Stats Stats() const;
-  // The fastest ListObjectsV2 page so far, request to answer (zero before
-  // the first): the store's round trip, which sizes the reads in flight.
-  std::chrono::microseconds list_round_trip() const {
-    return std::chrono::microseconds(list_round_trip_us_.load());
+  // Times three HEADs of `key` and keeps the fastest as round_trip(): the
+  // store's round trip, which sizes the reads in flight (a listing page
+  // costs the store far more than a GET's round trip).
+  void MeasureRoundTrip(const std::string& key);
+  // Zero until measured.
+  std::chrono::microseconds round_trip() const {
+    return std::chrono::microseconds(round_trip_us_.load());
   }
 
   struct Response;  // one request's answer (s3_client.cc)
@@ -118,7 +121,7 @@ class S3Client {
   mutable std::vector<void*> handles_;  // idle curl handles
   mutable std::atomic<uint64_t> gets_{0}, retries_{0}, failures_{0}, bytes_{0}, lists_{0},
       heads_{0};
-  mutable std::atomic<int64_t> list_round_trip_us_{0};
+  mutable std::atomic<int64_t> round_trip_us_{0};
 };
 
 // "s3://BUCKET[/PREFIX]" into its bucket and prefix (no trailing '/').

@@ -76,7 +76,7 @@ class S3Store : public SourceStore {
     return {s.gets, s.retries, s.failures};
   }
 
-  std::chrono::microseconds RoundTrip() const override { return client_->list_round_trip(); }
+  std::chrono::microseconds RoundTrip() const override { return client_->round_trip(); }
 
  private:
   const std::shared_ptr<const S3Client> client_;

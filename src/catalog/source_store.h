@@ -51,8 +51,8 @@ class SourceStore {
                       bool* as_scanned) const = 0;
   virtual SourceIdentity Identify(const std::string& path) const = 0;
   virtual SourceStoreStats Stats() const { return {}; }
-  // One request's round trip as measured when SOURCE was listed at mount
-  // (the fastest listing page); zero for local files.
+  // One request's round trip as measured at mount (the fastest of three
+  // HEADs of one object); zero for local files.
   virtual std::chrono::microseconds RoundTrip() const { return {}; }
 };
 
