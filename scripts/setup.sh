@@ -10,6 +10,7 @@ packages=(
   build-essential cmake pkg-config git
   libfuse3-dev fuse3 autofs libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
   libjpeg62-turbo-dev libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev
+  libcurl4-openssl-dev libxml2-dev  # s3:// SOURCEs: signed requests, listings
   python3-torch python3-torchvision python3-numpy python3-pil
   python3-venv  # the client's test venvs (.venv-test, ctest client_pip_install)
   gnuplot-nox

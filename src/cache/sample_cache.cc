@@ -1,7 +1,6 @@
 #include "cache/sample_cache.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 
@@ -40,6 +39,7 @@ SampleCache::SampleCache(const Catalog* catalog, LoaderPool* pool, DiskCache* di
   if (!reader_) {
     SourceReaderOptions ro;
     ro.threads = std::max(1u, pool->threads());
+    ro.store = catalog->store();
     own_reader_ = std::make_unique<SourceReader>(ro);
     reader_ = own_reader_.get();
   }
@@ -134,10 +134,8 @@ void SampleCache::RefreshNeeds() {
 void SampleCache::UpdateCommitted() { committed_ = stats_.pinned_bytes + loading_bytes_; }
 
 SampleCache::FileIdentity SampleCache::Identify(SampleId id) const {
-  struct stat st;
-  if (::stat(catalog_->path(id).c_str(), &st) != 0) return {};
-  return {static_cast<int64_t>(st.st_size),
-          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  const SourceIdentity now = catalog_->store()->Identify(catalog_->path(id));
+  return {now.size, now.version};
 }
 
 void SampleCache::Load(SampleId id, std::optional<FileIdentity> unless_same) {

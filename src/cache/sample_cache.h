@@ -162,9 +162,10 @@ class SampleCache {
 
   using Clock = std::chrono::steady_clock;
   // What a failed sample's file looked like: a change means it may heal.
+  // Asked of the catalog's store (a stat, or a HEAD of an object).
   struct FileIdentity {
-    int64_t size = -1;  // -1: it could not be stat'ed
-    int64_t mtime_ns = -1;
+    int64_t size = -1;      // -1: it could not be looked at
+    int64_t mtime_ns = -1;  // an object's ETag digest
     bool operator==(const FileIdentity&) const = default;
   };
   struct Bad {

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "catalog/manifest.h"
+#include "catalog/s3_client.h"
 #include "catalog/tar_index.h"
 #include "common/hash.h"
 #include "common/printable.h"
@@ -67,6 +68,21 @@ constexpr char kLayouts[] =
 Status Catalog::Open(const std::string& source, const CatalogOptions& options,
                      std::unique_ptr<Catalog>* out) {
   std::unique_ptr<Catalog> c(new Catalog());
+  if (source.starts_with("s3://")) {
+    Status s = c->OpenS3(source, options);
+    if (!s.ok()) return s;
+    c->LogSkips();
+    if (c->size() == 0) {
+      if (c->flat_images_ > 0) {
+        return Status::InvalidArgument("SOURCE " + source + " holds " +
+                                       std::to_string(c->flat_images_) +
+                                       " images but no class folder: " + kLayouts);
+      }
+      return Status::InvalidArgument("SOURCE " + source + " holds no image: " + kLayouts);
+    }
+    *out = std::move(c);
+    return Status::Ok();
+  }
   std::error_code ec;
   c->source_ = fs::absolute(source, ec).lexically_normal().string();
   if (c->source_.size() > 1 && c->source_.ends_with('/')) c->source_.pop_back();
@@ -326,14 +342,21 @@ Status Catalog::ReadManifest() {
 void Catalog::Index() {
   uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
   size_t kept = 0;
+  const bool objects = is_object_store();
   for (Entry& e : entries_) {
     struct stat st {};
-    const std::string p = root_ + "/" + e.relpath;
-    if (::stat(p.c_str(), &st) != 0) {
-      st = {};  // missing now: kept, its decode fails and is counted then
-    } else if (!S_ISREG(st.st_mode)) {
-      ++special_files_;
-      continue;
+    if (objects) {
+      // The listing's size and ETag digest (OpenS3): the object's identity.
+      st.st_size = static_cast<off_t>(e.size);
+      st.st_ino = static_cast<ino_t>(e.inode);
+    } else {
+      const std::string p = root_ + "/" + e.relpath;
+      if (::stat(p.c_str(), &st) != 0) {
+        st = {};  // missing now: kept, its decode fails and is counted then
+      } else if (!S_ISREG(st.st_mode)) {
+        ++special_files_;
+        continue;
+      }
     }
     const uint64_t parts[] = {static_cast<uint64_t>(e.label), static_cast<uint64_t>(st.st_size),
                               static_cast<uint64_t>(st.st_mtim.tv_sec),
@@ -355,7 +378,6 @@ void Catalog::Index() {
 
 Status Catalog::ScanShards(std::vector<std::string> names, const std::string& label_key) {
   std::sort(names.begin(), names.end());
-  num_classes_ = 0;
   int64_t max_label = -1;
   ShardCounts counts;
   for (std::string& name : names) {
@@ -372,37 +394,51 @@ Status Catalog::ScanShards(std::vector<std::string> names, const std::string& la
     shard.size = static_cast<uint64_t>(st.st_size);
     shard.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
     shard.inode = st.st_ino;
-    shard.first = static_cast<SampleId>(members_.size());
-    const uint32_t index = static_cast<uint32_t>(shards_.size());
-    const Status s =
-        ScanShard(fd, shard.size, label_key, &counts,
-                  [&](std::string_view member, uint64_t offset, uint64_t length, int64_t label) {
-                    // Offsets past 2 TiB, labels past 32 bits and 4 GiB of names are
-                    // beyond what a 24-byte entry holds.
-                    if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
-                        members_.size() >= UINT32_MAX) {
-                      ++counts.too_large;
-                      return;
-                    }
-                    if (label < INT32_MIN || label > INT32_MAX) {
-                      ++counts.unlabeled;
-                      label = -1;
-                    }
-                    members_.push_back(
-                        {static_cast<uint32_t>(names_.size()), static_cast<uint32_t>(member.size()),
-                         index, static_cast<uint32_t>(offset / 512), static_cast<uint32_t>(length),
-                         static_cast<int32_t>(label)});
-                    names_.append(member);
-                    max_label = std::max(max_label, label);
-                  });
+    AddShard(
+        std::move(shard),
+        [&](uint64_t size, const ShardSampleFn& emit) {
+          return ScanShard(fd, size, label_key, &counts, emit);
+        },
+        &counts, &max_label);
     ::close(fd);
-    if (!s.ok()) {
-      ++shard_skips_.unreadable_shards;
-      members_.resize(shard.first);
-      continue;
-    }
-    shards_.push_back(std::move(shard));
   }
+  FinishShards(counts, max_label);
+  return Status::Ok();
+}
+
+void Catalog::AddShard(Shard shard,
+                       const std::function<Status(uint64_t size, const ShardSampleFn& emit)>& scan,
+                       ShardCounts* counts, int64_t* max_label) {
+  shard.first = static_cast<SampleId>(members_.size());
+  const uint32_t index = static_cast<uint32_t>(shards_.size());
+  const Status s = scan(shard.size, [&](std::string_view member, uint64_t offset, uint64_t length,
+                                        int64_t label) {
+    // Offsets past 2 TiB, labels past 32 bits and 4 GiB of names are
+    // beyond what a 24-byte entry holds.
+    if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
+        members_.size() >= UINT32_MAX) {
+      ++counts->too_large;
+      return;
+    }
+    if (label < INT32_MIN || label > INT32_MAX) {
+      ++counts->unlabeled;
+      label = -1;
+    }
+    members_.push_back({static_cast<uint32_t>(names_.size()), static_cast<uint32_t>(member.size()),
+                        index, static_cast<uint32_t>(offset / 512), static_cast<uint32_t>(length),
+                        static_cast<int32_t>(label)});
+    names_.append(member);
+    *max_label = std::max(*max_label, label);
+  });
+  if (!s.ok()) {
+    ++shard_skips_.unreadable_shards;
+    members_.resize(shard.first);
+    return;
+  }
+  shards_.push_back(std::move(shard));
+}
+
+void Catalog::FinishShards(const ShardCounts& counts, int64_t max_label) {
   shard_skips_.damaged = counts.damaged;
   shard_skips_.no_image = counts.no_image;
   shard_skips_.unlabeled = counts.unlabeled;
@@ -411,7 +447,6 @@ Status Catalog::ScanShards(std::vector<std::string> names, const std::string& la
   members_.shrink_to_fit();
   names_.shrink_to_fit();
   if (members_.empty()) shards_.clear();
-  return Status::Ok();
 }
 
 void Catalog::IndexShards() {
@@ -556,6 +591,186 @@ std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {
   auto it = by_relpath_.find(relpath);
   if (it == by_relpath_.end()) return {};
   return it->second;
+}
+
+namespace {
+
+// Whether a key's path below the SOURCE may become a sample: no empty
+// component and none hidden (a leading '.'), as the folder walk skips them.
+bool UsableRelpath(const std::string& rel) {
+  size_t i = 0;
+  while (i <= rel.size()) {
+    const size_t end = std::min(rel.find('/', i), rel.size());
+    if (end == i || rel[i] == '.') return false;
+    i = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options) {
+  std::string bucket, prefix;
+  if (!ParseS3Url(source, &bucket, &prefix)) {
+    return Status::InvalidArgument("SOURCE " + source + " is not s3://BUCKET[/PREFIX]");
+  }
+  source_ = "s3://" + bucket + (prefix.empty() ? "" : "/" + prefix);
+  S3Credentials credentials;
+  Status s = LoadS3Credentials(&credentials);
+  if (!s.ok()) return Status::InvalidArgument("SOURCE " + source_ + ": " + s.message());
+  S3Options so;
+  so.endpoint = options.s3_endpoint;
+  so.region = options.s3_region;
+  std::unique_ptr<S3Client> made;
+  s = S3Client::Open(bucket, so, std::move(credentials), &made);
+  if (!s.ok()) return s;
+  S3Client* measure = made.get();
+  std::shared_ptr<const S3Client> client = std::move(made);
+  store_ = NewS3SourceStore(client);
+  std::vector<S3Object> objects;
+  s = client->List(prefix.empty() ? "" : prefix + "/", &objects);
+  if (!s.ok()) {
+    return Status::IOError("SOURCE " + source_ + " cannot be listed at " + client->endpoint() +
+                           ": " + s.message());
+  }
+  if (objects.empty() && !prefix.empty()) {
+    // No key below PREFIX/: PREFIX itself may be a manifest object.
+    S3Object manifest;
+    s = client->Head(prefix, &manifest);
+    if (s.code() == Status::Code::kNotFound) {
+      return Status::NotFound("SOURCE " + source_ + " does not exist (no object " + prefix +
+                              " and none below " + prefix + "/)");
+    }
+    if (!s.ok()) return Status::IOError("SOURCE " + source_ + ": " + s.message());
+    measure->MeasureRoundTrip(prefix);
+    s = ReadS3Manifest(*client, bucket, prefix);
+    if (!s.ok()) return s;
+    Index();
+    return Status::Ok();
+  }
+  measure->MeasureRoundTrip(objects.front().key);
+  root_ = source_;
+  const size_t skip = prefix.empty() ? 0 : prefix.size() + 1;
+  // Classes in name order get labels 0..C-1 (std::map), as the folder walk.
+  std::map<std::string, std::vector<const S3Object*>> classes;
+  std::vector<S3Object> shards;
+  for (const S3Object& o : objects) {
+    const std::string rel = o.key.substr(skip);
+    if (!UsableRelpath(rel)) continue;
+    const size_t slash = rel.find('/');
+    if (slash == std::string::npos) {
+      flat_images_ += IsImageName(rel);
+      if (IsTarName(rel)) shards.push_back(o);
+      continue;
+    }
+    auto& files = classes[rel.substr(0, slash)];
+    if (IsImageName(rel)) files.push_back(&o);
+  }
+  num_classes_ = static_cast<uint32_t>(classes.size());
+  int64_t label = 0;
+  for (auto& [name, files] : classes) {
+    std::vector<std::string> rels;
+    std::unordered_map<std::string, const S3Object*> by_rel;
+    for (const S3Object* o : files) {
+      rels.push_back(o->key.substr(skip));
+      by_rel[rels.back()] = o;
+    }
+    std::sort(rels.begin(), rels.end(), PathLess);
+    for (std::string& rel : rels) {
+      const S3Object* o = by_rel[rel];
+      Entry e{std::move(rel), label};
+      e.size = o->size;
+      e.inode = EtagDigest(o->etag);
+      entries_.push_back(std::move(e));
+    }
+    ++label;
+  }
+  if (entries_.empty() && !shards.empty()) {
+    for (S3Object& o : shards) o.key = o.key.substr(skip);
+    s = ScanS3Shards(*client, std::move(shards), options.label_key);
+    if (!s.ok()) return s;
+    IndexShards();
+    return Status::Ok();
+  }
+  Index();
+  return Status::Ok();
+}
+
+Status Catalog::ReadS3Manifest(const S3Client& client, const std::string& bucket,
+                               const std::string& key) {
+  const size_t slash = key.rfind('/');
+  const std::string folder = slash == std::string::npos ? "" : key.substr(0, slash);
+  root_ = "s3://" + bucket + (folder.empty() ? "" : "/" + folder);
+  std::string text;
+  S3Object meta;
+  Status s = client.Get(key, 0, 0, uint64_t{1} << 30, &text, &meta);
+  if (!s.ok()) return Status::IOError("cannot read manifest " + source_ + ": " + s.message());
+  Manifest manifest;
+  s = ParseManifest(text, &manifest);
+  if (!s.ok()) {
+    return Status::InvalidArgument("manifest " + source_ + " " + s.message() +
+                                   " (SOURCE is an object, so it was read as a manifest; " +
+                                   kLayouts + ")");
+  }
+  // One listing of the manifest's folder gives every entry's size and ETag.
+  std::vector<S3Object> objects;
+  s = client.List(folder.empty() ? "" : folder + "/", &objects);
+  if (!s.ok()) return Status::IOError("SOURCE " + source_ + ": " + s.message());
+  std::unordered_map<std::string, const S3Object*> by_key;
+  for (const S3Object& o : objects) by_key[o.key] = &o;
+  int64_t max_label = -1;
+  for (ManifestEntry& m : manifest.entries) {
+    max_label = std::max(max_label, m.label);
+    Entry e{std::move(m.relpath), m.label};
+    // Missing: kept with no identity; its read fails and is counted then.
+    if (auto it = by_key.find(folder.empty() ? e.relpath : folder + "/" + e.relpath);
+        it != by_key.end()) {
+      e.size = it->second->size;
+      e.inode = EtagDigest(it->second->etag);
+    }
+    entries_.push_back(std::move(e));
+  }
+  num_classes_ = static_cast<uint32_t>(max_label + 1);
+  rejected_paths_ = manifest.rejected;
+  if (rejected_paths_ > 0) {
+    spdlog::warn("manifest {}: left out {} paths that could leave its folder, the first on line {}",
+                 Printable(source_), rejected_paths_, manifest.first_rejected_line);
+  }
+  return Status::Ok();
+}
+
+Status Catalog::ScanS3Shards(const S3Client& client, std::vector<S3Object> objects,
+                             const std::string& label_key) {
+  std::sort(objects.begin(), objects.end(),
+            [](const S3Object& a, const S3Object& b) { return a.key < b.key; });
+  // A GET costs a round trip: headers are read in 1 MiB windows.
+  constexpr uint64_t kWindow = 1 << 20;
+  const std::string prefix = root_.substr(("s3://" + client.bucket()).size());
+  int64_t max_label = -1;
+  ShardCounts counts;
+  std::string body;
+  for (S3Object& o : objects) {
+    const std::string key = (prefix.empty() ? "" : prefix.substr(1) + "/") + o.key;
+    Shard shard;
+    shard.name = o.key;
+    shard.size = o.size;
+    shard.inode = EtagDigest(o.etag);
+    // Every window must come from the object the listing saw.
+    const ShardReadFn read = [&](uint64_t offset, char* buffer, uint64_t n) -> int64_t {
+      S3Object meta;
+      if (!client.Get(key, offset, n, n, &body, &meta).ok() || meta.etag != o.etag) return -EIO;
+      std::memcpy(buffer, body.data(), body.size());
+      return static_cast<int64_t>(body.size());
+    };
+    AddShard(
+        std::move(shard),
+        [&](uint64_t size, const ShardSampleFn& emit) {
+          return ScanShard(read, size, kWindow, label_key, &counts, emit);
+        },
+        &counts, &max_label);
+  }
+  FinishShards(counts, max_label);
+  return Status::Ok();
 }
 
 }  // namespace joaderfs

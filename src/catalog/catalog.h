@@ -22,12 +22,20 @@
 // use (a looping or broken link, an unreadable folder) stops it: each is
 // skipped, counted in scan_skips() and logged once per cause at Open().
 //
+// SOURCE may also be `s3://BUCKET[/PREFIX]` (catalog/s3_client.h), with the
+// same three layouts: keys PREFIX/<class>/.../<image>, PREFIX naming a
+// manifest object (its paths relative to the manifest's "folder"), or
+// PREFIX/*.tar shards (scanned with ranged GETs). Keys are listed once, at
+// Open(); an object's identity is its size and ETag (catalog/source_store.h).
+// Keys with a component starting with '.' are left out, as hidden files are.
+//
 // Immutable after Open(); safe for concurrent access.
 
 #ifndef JOADERFS_CATALOG_CATALOG_H_
 #define JOADERFS_CATALOG_CATALOG_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -40,6 +48,8 @@
 
 #include <roaring/roaring.hh>
 
+#include "catalog/source_store.h"
+#include "catalog/tar_index.h"
 #include "common/file_range.h"
 #include "common/status.h"
 #include "common/types.h"
@@ -56,10 +66,16 @@ struct ScanSkips {
   uint64_t total() const { return link_loops + broken_links + revisits + unreadable; }
 };
 
+class S3Client;
+struct S3Object;
+
 struct CatalogOptions {
   // Shards: the label is the integer in member `<key>.<label_key>`, else the
   // integer field `label_key` of `<key>.json`, else -1.
   std::string label_key = "cls";
+  // s3:// SOURCEs (catalog/s3_client.h S3Options).
+  std::string s3_endpoint;
+  std::string s3_region;
 };
 
 // What the shard scan left out or could not label (tar_index.h ShardCounts),
@@ -83,6 +99,9 @@ class Catalog {
   }
 
   const std::string& source() const { return source_; }
+  // Where the bytes of location() are read from: local files or the bucket.
+  const std::shared_ptr<const SourceStore>& store() const { return store_; }
+  bool is_object_store() const { return store_ != LocalSourceStore(); }
   size_t size() const { return shards_.empty() ? entries_.size() : members_.size(); }
   // Whether SOURCE is a folder of WebDataset shards.
   bool is_tar() const { return !shards_.empty(); }
@@ -161,8 +180,21 @@ class Catalog {
   };
 
   Catalog() = default;
+  // Lists an s3:// SOURCE and builds entries_ (or shards) from its keys.
+  Status OpenS3(const std::string& source, const CatalogOptions& options);
+  Status ReadS3Manifest(const S3Client& client, const std::string& bucket, const std::string& key);
+  // Indexes the shards of an S3 SOURCE: `objects` are their keys, sizes and ETags.
+  Status ScanS3Shards(const S3Client& client, std::vector<S3Object> objects,
+                      const std::string& label_key);
   // Indexes the shards named (relative to root_) in name order.
   Status ScanShards(std::vector<std::string> names, const std::string& label_key);
+  // Appends the members `scan` finds in `shard` (its sample ids follow the
+  // last shard's); a shard whose scan fails adds nothing and is counted.
+  void AddShard(Shard shard,
+                const std::function<Status(uint64_t size, const ShardSampleFn& emit)>& scan,
+                ShardCounts* counts, int64_t* max_label);
+  // The skips and classes once every shard was added.
+  void FinishShards(const ShardCounts& counts, int64_t max_label);
   // The identity and by_member_.
   void IndexShards();
   // Where the hash of (shard, member name) starts its probe in by_member_.
@@ -175,12 +207,15 @@ class Catalog {
                  std::vector<std::string>* files);
   Status ReadManifest();
   // Drops the entries that are not regular files, then indexes the rest.
+  // For an object store, the entries carry their sizes and ETag digests
+  // from the listing and nothing is looked at.
   void Index();
   // One warning per cause of what the scan left out.
   void LogSkips() const;
 
-  std::string source_;  // as given, made absolute
-  std::string root_;    // the folder relative paths start from
+  std::string source_;  // as given, made absolute (an s3:// URL as given)
+  std::shared_ptr<const SourceStore> store_ = LocalSourceStore();
+  std::string root_;  // the folder relative paths start from
   std::vector<Entry> entries_;
   uint32_t num_classes_ = 0;
   uint64_t identity_ = 0;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -20,26 +21,25 @@ constexpr uint64_t kWindow = 64 << 10;
 // Label members and .json members larger than this are not read.
 constexpr uint64_t kMaxLabelBytes = 64 << 10;
 
-// Reads a file through one window of kWindow bytes, so that the headers of
-// small members come from one pread() and long members are skipped unread.
+// Reads a file through one window, so that the headers of small members
+// come from one read and long members are skipped unread.
 class Reader {
  public:
-  Reader(int fd, uint64_t size) : fd_(fd), size_(size), buffer_(kWindow, '\0') {}
+  Reader(const ShardReadFn& read, uint64_t size, uint64_t window)
+      : read_(read), size_(size), buffer_(std::max(window, kMaxLabelBytes), '\0') {}
 
-  // The `n` bytes at `offset` (n <= kWindow), or nullptr when the file ends
-  // before them or cannot be read (then error() says why).
+  // The `n` bytes at `offset` (n <= the window), or nullptr when the file
+  // ends before them or cannot be read (then error() says why).
   const char* At(uint64_t offset, uint64_t n) {
     if (offset + n > size_) return nullptr;
     if (offset < start_ || offset + n > start_ + filled_) {
       start_ = offset;
       filled_ = 0;
-      const uint64_t want = std::min<uint64_t>(kWindow, size_ - offset);
+      const uint64_t want = std::min<uint64_t>(buffer_.size(), size_ - offset);
       while (filled_ < want) {
-        const ssize_t r = ::pread(fd_, buffer_.data() + filled_, want - filled_,
-                                  static_cast<off_t>(offset + filled_));
-        if (r < 0 && errno == EINTR) continue;
+        const int64_t r = read_(offset + filled_, buffer_.data() + filled_, want - filled_);
         if (r <= 0) {
-          error_ = r < 0 ? errno : EIO;
+          error_ = r < 0 ? static_cast<int>(-r) : EIO;
           break;
         }
         filled_ += static_cast<uint64_t>(r);
@@ -51,7 +51,7 @@ class Reader {
   int error() const { return error_; }
 
  private:
-  int fd_;
+  const ShardReadFn& read_;
   uint64_t size_;
   std::string buffer_;
   uint64_t start_ = 0;
@@ -150,7 +150,19 @@ struct Group {
 
 Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts* counts,
                  const ShardSampleFn& emit) {
-  Reader reader(fd, size);
+  const ShardReadFn read = [fd](uint64_t offset, char* buffer, uint64_t n) -> int64_t {
+    for (;;) {
+      const ssize_t r = ::pread(fd, buffer, n, static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      return r < 0 ? -errno : r;
+    }
+  };
+  return ScanShard(read, size, kWindow, label_key, counts, emit);
+}
+
+Status ScanShard(const ShardReadFn& read, uint64_t size, uint64_t window,
+                 std::string_view label_key, ShardCounts* counts, const ShardSampleFn& emit) {
+  Reader reader(read, size, window);
   Group group;
   auto finish = [&](bool keep) {
     if (!group.open) return;

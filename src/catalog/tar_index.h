@@ -8,7 +8,7 @@
 // `.json` member, else -1 (no label).
 //
 // Only headers and label members are read (pread, in 64 KiB windows that
-// skip long members); image bytes are located, never read. ustar, GNU (long
+// skip long members, or a caller's reads); image bytes are located, never read. ustar, GNU (long
 // names, base-256 sizes) and pax (path, size) headers are understood.
 // Damage costs only the samples it touches: a header whose checksum fails
 // is skipped up to the next valid header (the member it described is lost,
@@ -44,6 +44,15 @@ using ShardSampleFn =
 // sample in member order. Fails only when the file cannot be read at all.
 Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts* counts,
                  const ShardSampleFn& emit);
+
+// Reads up to `n` bytes at `offset` into `buffer`: the count read (0 at the
+// end), or -errno.
+using ShardReadFn = std::function<int64_t(uint64_t offset, char* buffer, uint64_t n)>;
+// The same through `read` (an object store's ranged GETs), `window` bytes a
+// call at most (at least 64 KiB are used): fewer, larger reads where each
+// costs a round trip.
+Status ScanShard(const ShardReadFn& read, uint64_t size, uint64_t window,
+                 std::string_view label_key, ShardCounts* counts, const ShardSampleFn& emit);
 
 }  // namespace joaderfs
 

@@ -257,6 +257,8 @@ int Run(int argc, char** argv) {
   std::unique_ptr<Catalog> catalog;
   CatalogOptions catalog_options;
   catalog_options.label_key = o.label_key;
+  catalog_options.s3_endpoint = o.s3_endpoint;
+  catalog_options.s3_region = o.s3_region;
   s = Catalog::Open(o.source, catalog_options, &catalog);
   if (!s.ok()) return Fail(s.message());
 
@@ -306,9 +308,13 @@ int Run(int argc, char** argv) {
   auto pool = std::make_unique<LoaderPool>(o.threads);
   // SOURCE is read on I/O threads of their own, one per decode thread to
   // start with (loader/source_reader.h); stopped before the pool.
+  // On an object store, more: enough reads in flight to hide its round trip
+  // (DefaultSourceReads), so that decode threads never wait for a GET.
   SourceReaderOptions ro;
-  ro.threads = o.threads;
+  ro.threads = o.source_reads ? o.source_reads
+                              : DefaultSourceReads(o.threads, catalog->store()->RoundTrip());
   ro.timeout = std::chrono::seconds(o.read_timeout);
+  ro.store = catalog->store();
   SourceReader reader(ro);
   SampleCache cache(catalog.get(), pool.get(), disk.get(), &group, o.base, o.ram_cache,
                     FailureRetryFrom(std::chrono::seconds(o.retry_failed)), &reader, remote.get());
@@ -376,9 +382,11 @@ int Run(int argc, char** argv) {
   std::string argline;
   for (int i = 0; i < argc; ++i) argline += std::string(i ? " " : "") + argv[i];
   spdlog::info("joaderfs {} started: {}", JOADERFS_VERSION, argline);
-  spdlog::info("{}: {} samples in {} classes; size {}, ram_cache {} MiB, {} threads, seed {}",
-               catalog->source(), catalog->size(), catalog->num_classes(), o.size,
-               o.ram_cache >> 20, o.threads, o.seed);
+  spdlog::info(
+      "{}: {} samples in {} classes; size {}, ram_cache {} MiB, {} threads, {} reads in flight "
+      "(round trip {} us), seed {}",
+      catalog->source(), catalog->size(), catalog->num_classes(), o.size, o.ram_cache >> 20,
+      o.threads, ro.threads, catalog->store()->RoundTrip().count(), o.seed);
 
   pool->Start();
   int ret;

@@ -44,6 +44,7 @@ enum Key {
   kIdleTimeout,
   kRetryFailed,
   kReadTimeout,
+  kSourceReads,
   kMaxPixels,
   kMaxJobsPerUser,
   kMaxStreamsPerUser,
@@ -51,6 +52,8 @@ enum Key {
   kMaxUnreadPerUser,
   kLimitRoot,
   kLabelKey,
+  kS3Endpoint,
+  kS3Region,
   kSampler,
   kDriftBound,
   kLog,
@@ -105,6 +108,10 @@ constexpr MountOptionRow kMountOptions[] = {
      {"read_timeout", "SEC", "30",
       "skip an image whose read of SOURCE has not returned after SEC, like an unreadable one; "
       "its thread is replaced"}},
+    {kSourceReads,
+     {"source_reads", "N", "threads; for s3:// sized from the round trip",
+      "reads of SOURCE in flight at once, on I/O threads ahead of the decodes that need "
+      "them"}},
     {kMaxPixels,
      {"max_pixels", "N", "89478485",
       "refuse images of more than N pixels, from their header (PIL's limit)"}},
@@ -126,6 +133,13 @@ constexpr MountOptionRow kMountOptions[] = {
      {"label_key", "NAME", "cls",
       "tar shards: the label is the integer in <key>.NAME, else field NAME of <key>.json, "
       "else -1"}},
+    {kS3Endpoint,
+     {"s3_endpoint", "URL", "https://s3.REGION.amazonaws.com",
+      "SOURCE s3://BUCKET[/PREFIX]: an S3-compatible store's http:// or https:// URL, "
+      "path-style addressing"}},
+    {kS3Region,
+     {"s3_region", "NAME", "AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1",
+      "SOURCE s3://...: the region requests are signed for"}},
     {kSampler, {"sampler", "dsa|isa", "dsa", "dependent sampling or independent shuffles"}},
     {kDriftBound,
      {"drift_bound", "0|1", "1",
@@ -255,6 +269,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
       if (!number || *number == 0 || *number > kMaxReadTimeout) return bad("seconds, 1-86400");
       o.read_timeout = *number;
       break;
+    case kSourceReads:
+      if (!number || *number == 0 || *number > 1024) return bad("1-1024");
+      o.source_reads = static_cast<unsigned>(*number);
+      break;
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
       o.max_pixels = *number;
@@ -286,6 +304,20 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
         return bad("a member extension / JSON field name, 1-64 characters, no '.' or '/'");
       }
       o.label_key = std::string(value);
+      break;
+    case kS3Endpoint:
+      if (!value.starts_with("http://") && !value.starts_with("https://")) {
+        return bad("an http:// or https:// URL");
+      }
+      o.s3_endpoint = std::string(value);
+      break;
+    case kS3Region:
+      if (value.empty() || value.size() > 64 ||
+          value.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") !=
+              std::string_view::npos) {
+        return bad("a region name such as us-east-1");
+      }
+      o.s3_region = std::string(value);
       break;
     case kSampler:
       if (value != "dsa" && value != "isa") return bad("dsa or isa");
@@ -474,12 +506,16 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
   if (!s.ok() || options->help || options->version) return s;
   DaemonOptions& o = *options;
   std::error_code ec;
-  if (!fs::exists(o.source, ec)) return Status::NotFound("SOURCE " + o.source + " does not exist");
-  o.source = fs::absolute(o.source, ec).lexically_normal().string();
+  // An s3:// SOURCE is checked when the catalog lists it.
+  const bool object_store = o.source.starts_with("s3://");
+  if (!object_store && !fs::exists(o.source, ec)) {
+    return Status::NotFound("SOURCE " + o.source + " does not exist");
+  }
+  if (!object_store) o.source = fs::absolute(o.source, ec).lexically_normal().string();
   // The daemon works from "/" once mounted, and unmounts by this path.
   o.mountpoint = fs::absolute(o.mountpoint, ec).lexically_normal().string();
   // Once mounted, what lies under the mountpoint is hidden by the mount.
-  if (IsInside(o.source, o.mountpoint)) {
+  if (!object_store && IsInside(o.source, o.mountpoint)) {
     return Status::InvalidArgument("SOURCE " + o.source + " lies inside the mountpoint " +
                                    o.mountpoint);
   }
@@ -504,6 +540,11 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
                                    o.mountpoint);
   }
   return CheckCacheDir(o.cache_dir);
+}
+
+unsigned DefaultSourceReads(unsigned threads, std::chrono::microseconds round_trip) {
+  const uint64_t per_thread = 1 + static_cast<uint64_t>(round_trip.count()) / 2000;
+  return static_cast<unsigned>(std::clamp<uint64_t>(uint64_t{threads} * per_thread, threads, 256));
 }
 
 std::optional<uint64_t> CgroupMemoryLimit(

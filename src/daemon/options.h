@@ -7,6 +7,7 @@
 
 #include <fuse_opt.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -43,6 +44,8 @@ struct DaemonOptions {
   uint64_t retry_failed = 30;
   // The deadline of one read of SOURCE (loader/source_reader.h), in seconds.
   uint64_t read_timeout = 30;
+  // Reads of SOURCE in flight at once (I/O threads); 0: DefaultSourceReads.
+  unsigned source_reads = 0;
   uint64_t max_pixels = kDefaultMaxPixels;
   // Per-user limits (jobs/job_manager.h UserLimits; README "Limits").
   uint32_t max_jobs_per_user = 64;
@@ -50,7 +53,9 @@ struct DaemonOptions {
   uint32_t max_readers_per_user = 256;
   uint64_t max_unread_per_user = 0;  // 0: DefaultUnreadPerUser(ram_cache)
   bool limit_root = false;
-  std::string label_key = "cls";   // tar shards (catalog/catalog.h CatalogOptions)
+  std::string label_key = "cls";  // tar shards (catalog/catalog.h CatalogOptions)
+  std::string s3_endpoint;        // s3:// SOURCEs (catalog/s3_client.h S3Options)
+  std::string s3_region;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   bool drift_bound = true;         // jobs/drift_hold.h DriftHold::Holds
   std::string log;                 // a file, "syslog", or empty for the default
@@ -86,6 +91,12 @@ inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
 inline constexpr uint64_t kMaxPerUserLimit = 1 << 20;
 // The longest retry_failed: a day (a cap of 60 days).
 inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
+// Reads of SOURCE in flight when source_reads is not given: one per decode
+// thread for local files; for a store `round_trip` away, enough that each
+// decode thread has the next image's bytes when it finishes one (a decode
+// takes ~2 ms: 1 + round_trip / 2 ms reads per decode thread), at most 256.
+unsigned DefaultSourceReads(unsigned threads, std::chrono::microseconds round_trip);
+
 // The longest read_timeout: a day.
 inline constexpr uint64_t kMaxReadTimeout = 24 * 3600;
 

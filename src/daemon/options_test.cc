@@ -119,6 +119,26 @@ TEST(OptionsTest, RemoteCache) {
   }
 }
 
+// s3:// SOURCEs: the store's options, and the reads in flight sized from
+// its round trip unless source_reads= says.
+TEST(OptionsTest, ObjectStoreOptions) {
+  DaemonOptions o;
+  ASSERT_TRUE(
+      ParseLine("s3_endpoint=http://127.0.0.1:9000,s3_region=eu-west-1,source_reads=64", &o).ok());
+  EXPECT_EQ(o.s3_endpoint, "http://127.0.0.1:9000");
+  EXPECT_EQ(o.s3_region, "eu-west-1");
+  EXPECT_EQ(o.source_reads, 64u);
+  for (const char* bad : {"s3_endpoint=minio:9000", "s3_region=EU West",
+                          "s3_region=", "source_reads=0", "source_reads=1025"}) {
+    EXPECT_EQ(ParseLine(bad, &o).code(), Status::Code::kInvalidArgument) << bad;
+  }
+  using std::chrono::microseconds;
+  EXPECT_EQ(DefaultSourceReads(4, microseconds(0)), 4u);        // local files
+  EXPECT_EQ(DefaultSourceReads(4, microseconds(1500)), 4u);     // below one decode
+  EXPECT_EQ(DefaultSourceReads(4, microseconds(20'000)), 44u);  // 20 ms: 11 per thread
+  EXPECT_EQ(DefaultSourceReads(64, microseconds(100'000)), 256u);
+}
+
 TEST(OptionsTest, PerUserLimits) {
   DaemonOptions o;
   ASSERT_TRUE(ParseLine("", &o).ok());

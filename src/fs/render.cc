@@ -170,6 +170,17 @@ const MountFigure kMountFigures[] = {
     {"source_io_threads_stuck", "joaderfs_source_io_threads_stuck", "gauge",
      "I/O threads whose read passed read_timeout and has not returned.",
      [](const MountStats& s) { return Json(s.source.stuck_threads); }},
+    // An object store's requests (catalog/source_store.h); 0 for local files.
+    {"source_requests", "joaderfs_source_requests_total", "counter",
+     "GET requests to an object-store SOURCE, retries included.",
+     [](const MountStats& s) { return Json(s.source_store.requests); }},
+    {"source_retries", "joaderfs_source_retries_total", "counter",
+     "Requests to an object-store SOURCE tried again after a failure that may pass.",
+     [](const MountStats& s) { return Json(s.source_store.retries); }},
+    {"source_failures", "joaderfs_source_failures_total", "counter",
+     "Requests to an object-store SOURCE that failed after their last attempt (their "
+     "samples are skipped as unreadable).",
+     [](const MountStats& s) { return Json(s.source_store.failures); }},
     {"planner.rounds", "joaderfs_planner_rounds_total", "counter", "Planner rounds.",
      [](const MountStats& s) { return Json(s.planner.rounds); }},
     {"planner.picks", "joaderfs_planner_picks_total", "counter", "Samples planned.",

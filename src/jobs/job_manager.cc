@@ -698,6 +698,7 @@ MountStats JobManager::Stats() const {
   stats.shard_skips = catalog_->shard_skips();
   stats.planner = group_->Stats();
   stats.source = cache_->ReadStats();
+  stats.source_store = catalog_->store()->Stats();
   MutexLock lock(lanes_.mu);
   stats.delivered = lanes_.delivered();
   stats.stall_seconds = lanes_.StallSeconds();

@@ -114,6 +114,7 @@ struct MountStats {
   PlannerStats planner;
   std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
   SourceReaderStats source;                             // reads of SOURCE (loader/source_reader.h)
+  SourceStoreStats source_store;  // its store's requests (catalog/source_store.h)
 };
 
 class JobManager {

@@ -127,7 +127,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
 
       Result result;
       std::string bytes;
-      result.status = ReadImageBytes(r->range, r->max_bytes, &bytes, &result.as_scanned);
+      result.status = options.store->Read(r->range, r->max_bytes, &bytes, &result.as_scanned);
 
       lock.lock();
       running.erase(at);

@@ -1,8 +1,7 @@
-// SourceReader: reads the encoded bytes of SOURCE images (loader/decoder.h
-// ReadImageBytes) on I/O threads of its own, apart from the decode pool, with
-// a deadline per read, so that a file whose reads never return (a hung
-// network filesystem) costs an I/O thread and that sample, never a decode
-// thread that other jobs need.
+// SourceReader: reads the encoded bytes of SOURCE images (through its
+// catalog/source_store.h SourceStore: files, or objects) on I/O threads of its own, apart from the
+// decode pool, with a deadline per read, so that a file whose reads never return (a hung network
+// filesystem) costs an I/O thread and that sample, never a decode thread that other jobs need.
 //
 // - Deadline: a read that has run `timeout` fails with IOError naming the
 //   timeout; its result is dropped when it finally returns.
@@ -35,6 +34,7 @@
 #include <string>
 #include <thread>
 
+#include "catalog/source_store.h"
 #include "common/file_range.h"
 #include "common/status.h"
 
@@ -46,6 +46,8 @@ struct SourceReaderOptions {
   unsigned max_extra_threads = 16;
   std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
   uint64_t max_bytes_in_flight = uint64_t{256} << 20;
+  // Where ranges are read (the catalog's store()): local files by default.
+  std::shared_ptr<const SourceStore> store = LocalSourceStore();
 };
 
 struct SourceReaderStats {

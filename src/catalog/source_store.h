@@ -1,0 +1,70 @@
+// SourceStore: where the bytes of SOURCE's images come from. The catalog
+// makes the one of its SOURCE (catalog.h Catalog::store()): local files, or
+// the objects of an S3 bucket. The I/O threads (loader/source_reader.h) read
+// through it and the RAM tier asks it whether a failed image changed
+// (cache/sample_cache.h), so neither knows which it is.
+//
+// Identity: a local file's is its size, modification time and inode; an
+// object's its size and ETag, whose 64-bit digest stands in a FileRange's
+// `inode` (and mtime_ns is 0), so that the catalog's fingerprints, and the
+// disk tier's keys made from them, change when an object does.
+//
+// Implementations are immutable and thread-safe.
+
+#ifndef JOADERFS_CATALOG_SOURCE_STORE_H_
+#define JOADERFS_CATALOG_SOURCE_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/file_range.h"
+#include "common/status.h"
+
+namespace joaderfs {
+
+class S3Client;
+
+// What a file or object looks like now; size -1 when it cannot be looked at.
+struct SourceIdentity {
+  int64_t size = -1;
+  int64_t version = -1;  // a file's mtime in ns; an object's ETag digest
+  bool operator==(const SourceIdentity&) const = default;
+};
+
+// Figures of the store's own requests (the I/O threads count their reads
+// in loader/source_reader.h); all 0 for local files.
+struct SourceStoreStats {
+  uint64_t requests = 0;  // GET attempts
+  uint64_t retries = 0;   // attempts after a failure that may pass
+  uint64_t failures = 0;  // requests failed for good
+};
+
+class SourceStore {
+ public:
+  virtual ~SourceStore() = default;
+  // Reads the bytes of `range` with loader/decoder.h ReadImageBytes's
+  // contract: at most `max_bytes`; `*as_scanned` when they came from the
+  // identity the scan saw; a member of a shard that changed since fails.
+  virtual Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
+                      bool* as_scanned) const = 0;
+  virtual SourceIdentity Identify(const std::string& path) const = 0;
+  virtual SourceStoreStats Stats() const { return {}; }
+  // One request's round trip as measured at mount (the fastest of three
+  // HEADs of one object); zero for local files.
+  virtual std::chrono::microseconds RoundTrip() const { return {}; }
+};
+
+// Local files (a process-wide instance).
+std::shared_ptr<const SourceStore> LocalSourceStore();
+// Objects of `client`'s bucket; paths are "s3://BUCKET/KEY".
+std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client);
+
+// The digest of an ETag that stands in FileRange::inode: never 0 (0 is a
+// missing file's).
+uint64_t EtagDigest(const std::string& etag);
+
+}  // namespace joaderfs
+
+#endif  // JOADERFS_CATALOG_SOURCE_STORE_H_
