@@ -15,6 +15,7 @@ packages=(
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
   clang-format  # formats the C++ (.clang-format)
+  linux-perf libavdevice59 libavfilter8  # bench.sh peers: the profile, SPDL's FFmpeg
 )
 missing=()
 for p in "${packages[@]}"; do
