@@ -297,7 +297,7 @@ def job_main(args) -> None:
     d0 = proc_cpu(args.daemon_pid) if args.daemon_pid else 0.0
     for epoch in range(args.epochs):
         samples, labels, hashes = 0, collections.Counter(), set()
-        for images, batch_labels in loader:
+        for images, batch_labels, *_ in loader:
             if args.check:
                 images, batch_labels = as_numpy(images, batch_labels)
                 if images.shape[1:] != (SIZE, SIZE, 3) or images.dtype.name != "uint8":
