@@ -56,6 +56,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -463,6 +464,8 @@ def main() -> None:
     p.add_argument("--scenarios", default="1x2,4x1",
                    help="JOBSxEPOCHS, comma-separated")
     p.add_argument("--no-check", action="store_true")
+    p.add_argument("--from-log", metavar="STDERR",
+                   help="only print the table of an earlier run's stderr")
     p.add_argument("--job-main", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--loader", help=argparse.SUPPRESS)
     p.add_argument("--job", help=argparse.SUPPRESS)
@@ -473,6 +476,9 @@ def main() -> None:
     args = p.parse_args()
     if args.job_main:
         job_main(args)
+        return
+    if args.from_log:
+        table_from_log(args.from_log)
         return
     sets = dict(d.split("=", 1) for d in args.data)
     if not sets:
@@ -517,12 +523,23 @@ def main() -> None:
                             for e, f in enumerate(r["epochs"]))
                         print(f"rep {rep} {name} {jobs}x{epochs} {loader}: {line}",
                               file=sys.stderr, flush=True)
+    cells = {key: [[(f["samples"] / f["seconds"], f["samples"] / f["cpu"])
+                    for f in r["epochs"]] for r in runs]
+             for key, runs in figures.items()}
+    print_table(cells, {n: describe(d) for n, d in sets.items()}, loaders,
+                scenarios, args.reps, failed)
+
+
+def print_table(cells: dict, sets: dict, loaders: list, scenarios: list,
+                reps: int, failed: dict) -> None:
+    """cells[(set, jobs, loader)]: per run, per epoch (samples/s,
+    samples/CPU-s)."""
     print(f"Peer loaders ({os.cpu_count()} cores; RandomResizedCrop({SIZE}) + "
           f"flip, batch {BATCH}, uint8, {WORKERS} workers/threads; medians "
-          f"(min-max) of {args.reps} interleaved runs; samples/s, and samples "
+          f"(min-max) of {reps} interleaved runs; samples/s, and samples "
           "per CPU-second of the jobs' process trees plus the daemon):\n")
-    for name in sets:
-        print(f"**{name}** ({describe(sets[name])})\n")
+    for name, description in sets.items():
+        print(f"**{name}** ({description})\n")
         head = "| loader |"
         rule = "| --- |"
         for jobs, epochs in scenarios:
@@ -540,10 +557,10 @@ def main() -> None:
                 continue
             row = f"| {loader} |"
             for jobs, epochs in scenarios:
-                runs = figures[(name, jobs, loader)]
+                runs = cells[(name, jobs, loader)]
                 for e in range(epochs):
-                    rate = [r["epochs"][e]["samples"] / r["epochs"][e]["seconds"] for r in runs]
-                    eff = [r["epochs"][e]["samples"] / r["epochs"][e]["cpu"] for r in runs]
+                    rate = [r[e][0] for r in runs]
+                    eff = [r[e][1] for r in runs]
                     row += f" {fmt(rate)} | {fmt(eff)} |"
                     medians[(loader, jobs, e)] = statistics.median(rate)
                     if loader != "joaderfs":
@@ -551,7 +568,8 @@ def main() -> None:
             print(row)
         if "joaderfs" in loaders and best:
             ratios = ", ".join(
-                f"{jobs}x epoch {e + 1}: {medians[('joaderfs', jobs, e)] / b:.2f}x"
+                f"{jobs} job{'s' if jobs > 1 else ''} epoch {e + 1}: "
+                f"{medians[('joaderfs', jobs, e)] / b:.2f}x"
                 for (jobs, e), b in best.items())
             print(f"\njoaderfs / best peer (samples/s): {ratios}\n")
         for (fname, loader), verdict in failed.items():
@@ -559,6 +577,31 @@ def main() -> None:
                 print(f"- {loader} left out: {verdict}")
         print()
 
+
+def table_from_log(path: str) -> None:
+    """The table again from a run's progress lines (stderr), as far as it
+    got: `rep R SET JxE LOADER: epoch 1 N/s M/CPU-s[, epoch 2 ...]`."""
+    cells = collections.defaultdict(list)
+    sets, loaders, scenarios, reps = {}, [], [], set()
+    for line in open(path):
+        if re.match(r"^\w+: \d+ JPEGs", line):
+            name, description = line.strip().split(": ", 1)
+            sets[name] = description
+            continue
+        m = re.match(r"^rep (\d+) (\S+) (\d+)x(\d+) (\S+): (.*)$", line)
+        if not m:
+            continue
+        rep, name, jobs, epochs, loader, rest = m.groups()
+        jobs, epochs = int(jobs), int(epochs)
+        reps.add(rep)
+        if loader not in loaders:
+            loaders.append(loader)
+        if (jobs, epochs) not in scenarios:
+            scenarios.append((jobs, epochs))
+        cells[(name, jobs, loader)].append(
+            [(float(a), float(b)) for a, b in
+             re.findall(r"epoch \d+ ([\d.]+)/s ([\d.]+)/CPU-s", rest)])
+    print_table(cells, sets, loaders, scenarios, len(reps), {})
 
 if __name__ == "__main__":
     main()
