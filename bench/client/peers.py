@@ -534,6 +534,9 @@ def print_table(cells: dict, sets: dict, loaders: list, scenarios: list,
                 reps: int, failed: dict) -> None:
     """cells[(set, jobs, loader)]: per run, per epoch (samples/s,
     samples/CPU-s)."""
+    counts = sorted({len(runs) for runs in cells.values()})
+    if counts and counts[0] != counts[-1]:
+        reps = f"{counts[0]}-{counts[-1]}"
     print(f"Peer loaders ({os.cpu_count()} cores; RandomResizedCrop({SIZE}) + "
           f"flip, batch {BATCH}, uint8, {WORKERS} workers/threads; medians "
           f"(min-max) of {reps} interleaved runs; samples/s, and samples "
