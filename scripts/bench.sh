@@ -36,6 +36,13 @@
 #   everything this script started is ended and every mount under its work
 #   folder is unmounted.
 #
+# peers [--reps N] [--loaders a,b] [--data NAME=DIR ...]
+#   joaderfs against the other loaders (bench/client/peers.py). The peers
+#   (bench/requirements-peers.txt) are installed once into build/venv-peers,
+#   a venv layered over the test venv (torch, TensorFlow), so that the test
+#   venv stays lean. Without --data: the photos (1000 generated, 10
+#   classes) and `large`, the same with every 25th upscaled past 2000 px.
+#
 # --no-setup  skip scripts/setup.sh (packages and build already there); only
 #             scenarios and scale run it, the other commands need the build.
 set -euo pipefail
@@ -61,6 +68,7 @@ commands=(
   "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
   "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
   "source|python bench.scale.source|SOURCE in an S3 bucket (moto on loopback, and 20 ms added per request) vs a local tree: 4 jobs, RAM at 10%, samples/s and decodes per distinct, plan-driven reads beside one read per decode thread"
+  "peers|python bench.client.peers|joaderfs against the loaders a user would pick (DataLoader + PIL or decode_jpeg, tf.data, DALI CPU, SPDL): 1 job x 2 epochs and 4 jobs, samples/s and samples per CPU-second, daemon included"
   "memory|python bench.memory.rss|the daemon's RSS before, at peak and after the loads of issue 20 (a second uid's 200 ranks=4096 jobs, 300 readers of a huge sample, 6 jobs, job churn): freed memory goes back"
 )
 
@@ -96,6 +104,31 @@ need_built() {
       exit 1
     fi
   done
+}
+
+# build/venv-peers: bench/requirements-peers.txt over the test venv (a .pth
+# file puts the test venv's site-packages after its own), remade when the
+# requirements change.
+peers_venv() {
+  local venv=$build/venv-peers req=$repo/bench/requirements-peers.txt test_venv site
+  test_venv=${JOADERFS_TEST_VENV:-$repo/.venv-test}
+  [[ -x $test_venv/bin/python ]] || { echo "bench.sh: no $test_venv (scripts/setup.sh makes it)" >&2; exit 1; }
+  # SPDL's FFmpeg libraries and perf: for this benchmark alone, so not in
+  # scripts/setup.sh (CI would install them for nothing).
+  local p missing=()
+  for p in linux-perf libavdevice59 libavfilter8; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    $([[ $(id -u) == 0 ]] || echo sudo) apt-get install -y --no-install-recommends "${missing[@]}" >&2
+  fi
+  if [[ -e $venv/.complete ]] && cmp -s "$req" "$venv/.complete"; then return; fi
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  "$test_venv/bin/python" -c 'import site; print(site.getsitepackages()[0])' >"$site/zz-test-venv.pth"
+  "$venv/bin/pip" install --no-deps -r "$req" >&2
+  cp "$req" "$venv/.complete"
 }
 
 # --no-setup may come anywhere before a `--`.
@@ -153,6 +186,11 @@ case $how in
       python=${JOADERFS_TEST_VENV:-$repo/.venv-test}/bin/python
       [[ -x $python ]] || { echo "bench.sh: no $python (scripts/setup.sh makes it)" >&2; exit 1; }
     fi
+    if [[ $command == peers ]]; then
+      peers_venv
+      python=$build/venv-peers/bin/python
+      export JOADERFS_PEERS_PYTHON=$python
+    fi
     if ! "$python" -c 'import PIL, numpy' 2>/dev/null; then
       echo "bench.sh: $python lacks PIL/numpy (scripts/setup.sh installs them)" >&2
       exit 1
@@ -160,7 +198,7 @@ case $how in
     extra=()
     case $command in
       tiers) has_arg --bin "$@" || extra+=(--bin "$build/joaderfs") ;;
-      client-cost|train|drift|tf) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
+      client-cost|train|drift|tf|peers) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
     esac
     case $command in
       tiers|client-cost|train|source)
@@ -172,6 +210,11 @@ case $how in
         if ! has_arg --data "$@" && ! has_arg --help "$@"; then
           need_built joaderfs-gendata
           extra+=(--data "$(dataset 512 10)")
+        fi ;;
+      peers)
+        if ! has_arg --data "$@" && ! has_arg --help "$@"; then
+          need_built joaderfs-gendata
+          extra+=(--photos "$(dataset 1000 10)" --large-dir "$build/bench-data/large-1000")
         fi ;;
     esac
     if [[ $command == drift || $command == cluster ]] && ! has_arg --data "$@"; then

@@ -23,6 +23,25 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds of process `root` and every live descendant (its
+    DataLoader workers...), each with its reaped children's: user + system,
+    all threads."""
+    fields = dict(all_stat_fields())
+    children: dict[int, list[int]] = {}
+    for pid, f in fields.items():
+        children.setdefault(int(f[1]), []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        f = fields.get(pid)
+        if f is None:
+            continue
+        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+        todo.extend(children.get(pid, ()))
+    return total / CLK_TCK
+
+
 def proc_status_kib(pid, key):
     """A kB figure of /proc/PID/status (VmHWM, VmRSS...), None if gone."""
     try:
