@@ -44,9 +44,9 @@ struct SourceStoreStats {
 class SourceStore {
  public:
   virtual ~SourceStore() = default;
-  // Reads the bytes of `range` with loader/decoder.h ReadImageBytes's
-  // contract: at most `max_bytes`; `*as_scanned` when they came from the
-  // identity the scan saw; a member of a shard that changed since fails.
+  // Reads the bytes of `range` with ReadImageBytes's contract (below): at
+  // most `max_bytes`; `*as_scanned` when they came from the identity the
+  // scan saw; a member of a shard that changed since fails.
   virtual Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
                       bool* as_scanned) const = 0;
   virtual SourceIdentity Identify(const std::string& path) const = 0;
@@ -55,6 +55,14 @@ class SourceStore {
   // HEADs of one object); zero for local files.
   virtual std::chrono::microseconds RoundTrip() const { return {}; }
 };
+
+// Reads the bytes of the local file `range` names, at most `max_bytes`
+// (else Corruption), opening it without blocking and refusing what is not a
+// regular file (IOError). `*as_scanned`: a whole file has the size, time
+// and inode the scan saw (a `checked` range); a shard member without them
+// fails. A file rewritten while read fails too.
+Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
+                      bool* as_scanned);
 
 // Local files (a process-wide instance).
 std::shared_ptr<const SourceStore> LocalSourceStore();

@@ -66,14 +66,11 @@ Status DecodeBase(const FileRange& range, uint32_t base, DecodedSample* out, boo
 
 // The two halves of the DecodeBase above, for callers that read on threads
 // of their own (loader/source_reader.h) so that decode threads never wait on
-// I/O. ReadImageBytes reads the bytes of `range`, at most `max_bytes`
-// (MaxImageFileBytes(): a picture within MaxPixels() stored raw, 8 bytes a
-// pixel, plus metadata), opening the file without blocking and refusing
-// what is not a regular file; `*as_scanned` and the IOErrors are those of
-// DecodeBase. DecodeBaseFromBytes decodes them; errors name `range`.
+// I/O: the bytes come from the SOURCE's store (catalog/source_store.h, for
+// local files ReadImageBytes), at most MaxImageFileBytes() (a picture within
+// MaxPixels() stored raw, 8 bytes a pixel, plus metadata), and
+// DecodeBaseFromBytes decodes them; errors name `range`.
 uint64_t MaxImageFileBytes();
-Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
-                      bool* as_scanned);
 Status DecodeBaseFromBytes(const FileRange& range, const std::string& bytes, uint32_t base,
                            DecodedSample* out);
 
