@@ -5,7 +5,6 @@
 // vips_vector_set_enabled is not in vips.h; vector.h needs vips.h first.
 #include <vips/vector.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
