@@ -63,6 +63,15 @@ constexpr char kLayouts[] =
     "expected SOURCE/<class>/<image> (ImageFolder), a manifest file of relpath<TAB>label "
     "lines, or a folder of WebDataset shards SOURCE/*.tar";
 
+// The error for a SOURCE folder or bucket that yielded no sample.
+Status NoImage(const std::string& source, uint64_t flat_images) {
+  if (flat_images > 0) {
+    return Status::InvalidArgument("SOURCE " + source + " holds " + std::to_string(flat_images) +
+                                   " images but no class folder: " + kLayouts);
+  }
+  return Status::InvalidArgument("SOURCE " + source + " holds no image: " + kLayouts);
+}
+
 }  // namespace
 
 Status Catalog::Open(const std::string& source, const CatalogOptions& options,
@@ -72,14 +81,7 @@ Status Catalog::Open(const std::string& source, const CatalogOptions& options,
     Status s = c->OpenS3(source, options);
     if (!s.ok()) return s;
     c->LogSkips();
-    if (c->size() == 0) {
-      if (c->flat_images_ > 0) {
-        return Status::InvalidArgument("SOURCE " + source + " holds " +
-                                       std::to_string(c->flat_images_) +
-                                       " images but no class folder: " + kLayouts);
-      }
-      return Status::InvalidArgument("SOURCE " + source + " holds no image: " + kLayouts);
-    }
+    if (c->size() == 0) return NoImage(source, c->flat_images_);
     *out = std::move(c);
     return Status::Ok();
   }
@@ -109,12 +111,7 @@ Status Catalog::Open(const std::string& source, const CatalogOptions& options,
   if (c->size() == 0) {
     if (!S_ISDIR(st.st_mode))
       return Status::InvalidArgument("manifest " + source + " lists no image");
-    if (c->flat_images_ > 0) {
-      return Status::InvalidArgument("SOURCE " + source + " holds " +
-                                     std::to_string(c->flat_images_) +
-                                     " images but no class folder: " + kLayouts);
-    }
-    return Status::InvalidArgument("SOURCE " + source + " holds no image: " + kLayouts);
+    return NoImage(source, c->flat_images_);
   }
   *out = std::move(c);
   return Status::Ok();
