@@ -331,7 +331,8 @@ def peer_python(loader: str) -> str:
     """The torchvision loaders run on Debian's torch and torchvision (PyPI's
     torchvision needs CUDA torch); the others in the peers venv."""
     if loader.startswith("torch-"):
-        return "/usr/bin/python3"
+        # Elsewhere (a GPU machine's venv): JOADERFS_TORCH_PYTHON.
+        return os.environ.get("JOADERFS_TORCH_PYTHON", "/usr/bin/python3")
     return os.environ.get("JOADERFS_PEERS_PYTHON", sys.executable)
 
 
@@ -347,7 +348,9 @@ def run_jobs(args, data: str, loader: str, jobs: int, epochs: int,
         if loader == "joaderfs":
             daemon = Mount(os.path.abspath(data), str(workdir),
                            {"ram_cache": "4G", "cache_dir": "none",
-                            "size": str(SIZE), "log_level": "info"},
+                            "size": str(SIZE), "log_level": "info",
+                            **({"threads": str(WORKERS * jobs)}
+                               if args.match_threads else {})},
                            defaults={}, binary=args.joaderfs)
             daemon.mount_timeout = 300
             daemon.start()
@@ -464,6 +467,10 @@ def main() -> None:
     p.add_argument("--scenarios", default="1x2,4x1",
                    help="JOBSxEPOCHS, comma-separated")
     p.add_argument("--no-check", action="store_true")
+    p.add_argument("--match-threads", action="store_true",
+                   help="give the daemon 2 decode threads per job, the CPU "
+                        "the peers' workers get (where there are more cores "
+                        "than that; the daemon's default is one per core)")
     p.add_argument("--from-log", metavar="STDERR",
                    help="only print the table of an earlier run's stderr")
     p.add_argument("--job-main", action="store_true", help=argparse.SUPPRESS)
