@@ -101,7 +101,10 @@ TEST(ResampleTest, ShrinkKeepsARampInTheInterior) {
 TEST(ResampleTest, ScaledSourceGivesTheSameCrop) {
   const uint32_t w = 160, h = 120;
   std::vector<uint8_t> full(w * h * 3), half((w / 2) * (h / 2) * 3);
-  auto value = [](double x, double y, int c) { return static_cast<uint8_t>(x + 0.5 * y + 20 * c); };
+  // A smooth ramp within 0..255 (at most 0.8 * 160 + 0.5 * 120 + 40 = 228).
+  auto value = [](double x, double y, int c) {
+    return static_cast<uint8_t>(0.8 * x + 0.5 * y + 20 * c);
+  };
   for (uint32_t y = 0; y < h; ++y) {
     for (uint32_t x = 0; x < w; ++x) {
       for (int c = 0; c < 3; ++c) full[(y * w + x) * 3 + c] = value(x + 0.5, y + 0.5, c);
