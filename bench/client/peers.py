@@ -123,10 +123,10 @@ def torch_tvio(args):
                       generator=torch.Generator().manual_seed(args.seed))
 
 
-def tf_data(args, fixed: bool):
-    import tensorflow as tf
-    files, labels = image_folder(args.data)
-
+def tf_random_resized_crop(tf, size: int):
+    """tf.data's map function for (path, label): the usual ImageNet
+    pipeline's RandomResizedCrop(size) + flip, decoding only the crop
+    window (decode_and_crop_jpeg); also bench.client.tf_native's."""
     def load(path, label):
         data = tf.io.read_file(path)
         begin, crop, _ = tf.image.sample_distorted_bounding_box(
@@ -135,10 +135,17 @@ def tf_data(args, fixed: bool):
             use_image_if_no_bounding_boxes=True)
         window = tf.stack([begin[0], begin[1], crop[0], crop[1]])
         image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
-        image = tf.image.resize(image, [SIZE, SIZE])
+        image = tf.image.resize(image, [size, size])
         image = tf.image.random_flip_left_right(image)
         return tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), label
 
+    return load
+
+
+def tf_data(args, fixed: bool):
+    import tensorflow as tf
+    files, labels = image_folder(args.data)
+    load = tf_random_resized_crop(tf, SIZE)
     calls = WORKERS if fixed else tf.data.AUTOTUNE
     dataset = (tf.data.Dataset.from_tensor_slices((files, labels))
                .shuffle(len(files), seed=args.seed,

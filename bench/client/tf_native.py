@@ -39,6 +39,8 @@ from pathlib import Path
 import joaderfs
 from harness.daemon import Mount
 
+from bench.client.peers import image_folder, tf_random_resized_crop
+
 MODES = ("native", "tf_dataset", "tf.data")
 
 
@@ -62,25 +64,8 @@ def job_main(args) -> None:
     elif args.mode == "tf_dataset":
         dataset = joaderfs.tf_dataset(args.job, batch)
     else:
-        classes = sorted(p.name for p in Path(args.data).iterdir() if p.is_dir())
-        files, labels = [], []
-        for label, name in enumerate(classes):
-            for f in sorted((Path(args.data) / name).iterdir()):
-                files.append(str(f))
-                labels.append(label)
-
-        def load(path, label):
-            data = tf.io.read_file(path)
-            shape = tf.io.extract_jpeg_shape(data)
-            begin, crop, _ = tf.image.sample_distorted_bounding_box(
-                shape, tf.zeros([0, 0, 4]), area_range=(0.08, 1.0),
-                aspect_ratio_range=(3 / 4, 4 / 3), max_attempts=10,
-                use_image_if_no_bounding_boxes=True)
-            window = tf.stack([begin[0], begin[1], crop[0], crop[1]])
-            image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
-            image = tf.image.resize(image, [size, size])
-            image = tf.image.random_flip_left_right(image)
-            return tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), label
+        files, labels = image_folder(args.data)
+        load = tf_random_resized_crop(tf, size)
 
         dataset = (tf.data.Dataset.from_tensor_slices((files, labels))
                    .shuffle(len(files))

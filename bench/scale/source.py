@@ -30,15 +30,10 @@ import time
 from harness.daemon import Mount
 from harness.s3 import Proxy, S3Server
 
-from bench.scale.decode_once import base_set_bytes, record_bytes
+from bench.scale.decode_once import base_set_bytes, read_json, record_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
-
-
-def read_json(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def run_case(args, source, extra, env):
