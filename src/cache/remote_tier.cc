@@ -142,40 +142,42 @@ void RemoteTier::Return(memcached_st* mc) {
   idle_.push_back(mc);
 }
 
-std::string RemoteTier::KeyMaterial(SampleId id) const {
+RemoteTier::ValueKey RemoteTier::KeyOf(SampleId id) const {
   const FileRange r = catalog_->location(id);
-  std::string m;
+  ValueKey k;
+  std::string& m = k.material;
   PutFixed<uint32_t>(&m, base_);
   PutFixed<uint64_t>(&m, r.file_size);
   PutFixed<uint64_t>(&m, static_cast<uint64_t>(r.mtime_ns));
   PutFixed<uint64_t>(&m, r.partial ? r.offset : 0);
   PutFixed<uint64_t>(&m, r.partial ? r.length : 0);
   m += catalog_->relpath(id);
-  return m;
-}
-
-std::string RemoteTier::Key(SampleId id) const {
+  k.digest = Digest(m);
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(Digest(KeyMaterial(id))));
-  return std::string(kKeyPrefix) + hex;
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(k.digest));
+  k.name = std::string(kKeyPrefix) + hex;
+  return k;
 }
 
-Status RemoteTier::GetOnce(memcached_st* mc, SampleId id, const std::string& key,
-                           DecodedSample* out) {
+// The lease on a value's decode: its key under the lease prefix.
+std::string RemoteTier::LeaseName(const ValueKey& key) {
+  return kLeasePrefix + key.name.substr(sizeof(kKeyPrefix) - 1);
+}
+
+Status RemoteTier::GetOnce(memcached_st* mc, const ValueKey& key, DecodedSample* out) {
   size_t length = 0;
   uint32_t flags = 0;
   memcached_return_t rc = MEMCACHED_SUCCESS;
-  char* value = memcached_get(mc, key.data(), key.size(), &length, &flags, &rc);
+  char* value = memcached_get(mc, key.name.data(), key.name.size(), &length, &flags, &rc);
   if (!value) {
     if (rc != MEMCACHED_NOTFOUND) CountError(mc);
     return Status::NotFound("not in the remote tier");
   }
   std::shared_ptr<uint8_t> buffer(reinterpret_cast<uint8_t*>(value), [](uint8_t* p) { free(p); });
   const uint8_t* h = buffer.get();
-  const std::string material = KeyMaterial(id);
+  const std::string& material = key.material;
   bool good = length >= kValueHeader && DecodeFixed<uint32_t>(h) == kValueMagic &&
-              DecodeFixed<uint64_t>(h + 16) == Digest(material) &&
+              DecodeFixed<uint64_t>(h + 16) == key.digest &&
               DecodeFixed<uint32_t>(h + 24) == material.size() &&
               length >= kValueHeader + material.size() &&
               std::memcmp(h + kValueHeader, material.data(), material.size()) == 0;
@@ -192,7 +194,7 @@ Status RemoteTier::GetOnce(memcached_st* mc, SampleId id, const std::string& key
   if (!good) {
     ++stats_.corrupt;
     Warnings().Warn("remote: corrupt", "remote cache: ignored a damaged or foreign value for {}",
-                    key);
+                    key.name);
     return Status::Corruption("damaged remote value");
   }
   stats_.bytes_in += length;
@@ -200,15 +202,15 @@ Status RemoteTier::GetOnce(memcached_st* mc, SampleId id, const std::string& key
 }
 
 Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
-  const std::string key = Key(id);
+  const ValueKey key = KeyOf(id);
   memcached_st* mc = Handle();
   if (!mc) return Status::NotFound("no libmemcached handle");
-  Status s = GetOnce(mc, id, key, out);
+  Status s = GetOnce(mc, key, out);
   bool waited = false;
   // A damaged value is not waited on: a lease's holder has published it.
   if (s.code() == Status::Code::kNotFound) {
     // One daemon decodes it; the others wait for its value, briefly.
-    const std::string lease = kLeasePrefix + key.substr(sizeof(kKeyPrefix) - 1);
+    const std::string lease = LeaseName(key);
     const memcached_return_t rc =
         memcached_add(mc, lease.data(), lease.size(), "1", 1, kLeaseSeconds, 0);
     if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS) {
@@ -216,7 +218,7 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
       const auto until = std::chrono::steady_clock::now() + options_.lease_wait;
       while (s.code() == Status::Code::kNotFound && std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(kLeasePoll);
-        s = GetOnce(mc, id, key, out);
+        s = GetOnce(mc, key, out);
       }
     } else if (rc == MEMCACHED_SUCCESS) {
       MutexLock lock(mu_);
@@ -242,7 +244,7 @@ void RemoteTier::Abandon(SampleId id) {
     MutexLock lock(mu_);
     leased_.erase(id);
   }
-  const std::string lease = kLeasePrefix + Key(id).substr(sizeof(kKeyPrefix) - 1);
+  const std::string lease = LeaseName(KeyOf(id));
   memcached_st* mc = Handle();
   if (!mc) return;
   memcached_delete(mc, lease.data(), lease.size(), 0);
@@ -307,21 +309,21 @@ void RemoteTier::PublishLoop() {
 }
 
 void RemoteTier::Set(memcached_st* mc, SampleId id, const DecodedSample& s) {
-  const std::string material = KeyMaterial(id);
+  const ValueKey key = KeyOf(id);
+  const std::string& material = key.material;
   std::string value;
   value.reserve(kValueHeader + material.size() + s.bytes());
   PutFixed<uint32_t>(&value, kValueMagic);
   PutFixed<uint32_t>(&value, s.height);
   PutFixed<uint32_t>(&value, s.width);
   PutFixed<uint32_t>(&value, s.channels);
-  PutFixed<uint64_t>(&value, Digest(material));
+  PutFixed<uint64_t>(&value, key.digest);
   PutFixed<uint32_t>(&value, static_cast<uint32_t>(material.size()));
   PutFixed<uint32_t>(&value, Crc32c(s.pixels.get(), s.bytes()));
   value += material;
   value.append(reinterpret_cast<const char*>(s.pixels.get()), s.bytes());
-  const std::string key = Key(id);
   const memcached_return_t rc =
-      memcached_set(mc, key.data(), key.size(), value.data(), value.size(), 0, 0);
+      memcached_set(mc, key.name.data(), key.name.size(), value.data(), value.size(), 0, 0);
   if (rc != MEMCACHED_SUCCESS) return CountError(mc);
   MutexLock lock(mu_);
   ++stats_.published;

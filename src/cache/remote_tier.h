@@ -100,11 +100,14 @@ class RemoteTier {
   RemoteTierStats Stats() const;
   const std::vector<std::string>& servers() const { return options_.servers; }
 
-  // The value's key and its key material (exposed for tests).
-  std::string Key(SampleId id) const;
-  std::string KeyMaterial(SampleId id) const;
-
  private:
+  // A sample's value key: what it names (base size, file identity, relpath),
+  // that material's digest, and the memcached key made from the digest.
+  struct ValueKey {
+    std::string material;
+    uint64_t digest = 0;
+    std::string name;
+  };
   struct Write {
     SampleId id;
     SamplePtr sample;
@@ -113,7 +116,9 @@ class RemoteTier {
   memcached_st* Handle();         // a handle of the pool, or a new clone
   void Return(memcached_st* mc);  // back to the pool
   // One get; Ok, NotFound or Corruption; counts errors.
-  Status GetOnce(memcached_st* mc, SampleId id, const std::string& key, DecodedSample* out);
+  Status GetOnce(memcached_st* mc, const ValueKey& key, DecodedSample* out);
+  ValueKey KeyOf(SampleId id) const;
+  static std::string LeaseName(const ValueKey& key);
   void PublishLoop();
   // Counts a failed call and warns (rate-limited) with its reason.
   void CountError(memcached_st* mc);
