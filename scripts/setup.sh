@@ -35,11 +35,13 @@ fi
 # The Python client's test environment, .venv-test: torch 2.x, TensorFlow and
 # JAX from PyPI, pinned in python/requirements-test.txt (ctest runs the
 # client's tests in it and under Debian's /usr/bin/python3 with its torch
-# 1.13). Re-installed only when that file changes.
+# 1.13). Re-installed only when that file changes, beside the build below:
+# pip spends most of its minutes downloading, which the compilers do not.
 venv=.venv-test
 requirements=python/requirements-test.txt
 stamp="$venv/requirements.sha256"
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
+venv_pid=
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The python3 on PATH (pyenv, say) if it can make venvs, else Debian's
   # (python3-venv above).
@@ -48,10 +50,21 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing $requirements into $venv with $python (a few minutes)"
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q -r "$requirements"
-  echo "$want" >"$stamp"
+  "$venv/bin/python" -m pip install -q -r "$requirements" >"$venv/pip.log" 2>&1 &
+  venv_pid=$!
+  trap 'kill "$venv_pid" 2>/dev/null || true' EXIT  # a failed build stops pip too
 fi
 
 build_type=${BUILD_TYPE:-RelWithDebInfo}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
 cmake --build build -j"$(nproc)"
+
+if [ -n "$venv_pid" ]; then
+  if ! wait "$venv_pid"; then
+    cat "$venv/pip.log"
+    echo "setup: pip could not install $requirements into $venv (its log is above)"
+    exit 1
+  fi
+  trap - EXIT
+  echo "$want" >"$stamp"
+fi
