@@ -5,6 +5,8 @@ test starts and reaps every process, also on failure.
 
 - identical group= jobs on two daemons decode each image about once in
   the cluster (sum of /stats decoded <= 1.1 N), in the same order;
+- a group= job keeps the group's order after its daemon is killed
+  mid-epoch and restarted, and when a third daemon resumes it mid-epoch;
 - a fresh daemon (a restart) serves an epoch from the tier with no decode;
 - every job gets every id exactly once while a memcached is killed, or
   stopped (SIGSTOP: a node that answers nothing), mid-epoch;
@@ -23,7 +25,7 @@ import unittest
 import numpy as np
 
 import harness
-from harness import TierTestCase, digests, log, read_epoch
+from harness import TierTestCase, digests, log, read_epoch, read_exact
 from harness.datasets import _image, imagefolder_order, small_layout
 from harness.memcached import Memcached, remote_key, require_memcached
 
@@ -121,6 +123,51 @@ class ClusterTest(TierTestCase):
                          "group= jobs of two daemons read in different orders")
         self.assertLessEqual(decoded, 1.1 * N, "the cluster decoded each image more than ~once")
         self.assertEqual(digests(ra), digests(rb), "the daemons delivered different pixels")
+
+    def test_group_order_survives_restart_and_resume(self):
+        # A group= job goes on in the group's order after its daemon is
+        # killed mid-epoch (the job store brings it back) and when another
+        # daemon takes it over from a checkpoint (resume).
+        servers = self.servers()
+        store = self.tempdir()
+        a = self.node(servers, seed=3, cache_dir=store)
+        b = self.node(servers, seed=4)
+        spec = "group=sweep seed=11 window=1"
+        for m in (a, b):
+            m.mkjob("j", spec=spec)
+        orders = []  # b's, epoch by epoch
+        for epoch in range(3):
+            recs = read_epoch(b.path("jobs", "j", "next"))[0]
+            self.assertEqual({r.epoch for r in recs}, {epoch})
+            orders.append([r.id for r in recs])
+        self.assertNotEqual(orders[1], orders[2])
+        self.assertEqual([r.id for r in read_epoch(a.path("jobs", "j", "next"))[0]], orders[0])
+        k = N // 3
+        fd = os.open(a.path("jobs", "j", "next"), os.O_RDONLY)
+        try:
+            before = [r.id for r in
+                      harness.parse_records(read_exact(fd, k * harness.record_size(SIZE * SIZE * 3)))]
+            self.kill9(a)
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # ENOTCONN: the daemon is gone
+        self.assertEqual(before, orders[1][:k])
+        a = self.node(servers, seed=3, cache_dir=store)
+        rest = read_epoch(a.path("jobs", "j", "next"))[0]
+        self.assertEqual({r.epoch for r in rest}, {1})
+        self.assertEqual([r.id for r in rest], orders[1][k:],
+                         "after a restart the rest of epoch 1 came in another order")
+        self.assertEqual([r.id for r in read_epoch(a.path("jobs", "j", "next"))[0]], orders[2],
+                         "after a restart epoch 2 came in another order")
+        # A third daemon resumes the job from a checkpoint inside epoch 2.
+        c = self.node(servers, seed=5)
+        c.mkjob("j", spec=spec)
+        c.write_file("j", "resume", "epoch=2\n" + "".join("%d\n" % i for i in orders[2][:k]))
+        rest = read_epoch(c.path("jobs", "j", "next"))[0]
+        self.assertEqual([r.id for r in rest], orders[2][k:],
+                         "a resumed epoch 2 came in another order")
 
     def test_restart_serves_epoch_from_tier(self):
         servers = self.servers()
