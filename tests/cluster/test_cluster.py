@@ -1,7 +1,9 @@
 """Issue 27: a cluster of daemons sharing decoded images through the remote
 tier (remote_cache=memcached://...). Two or three daemons, each with its own
-mount and no disk tier, over three memcached servers on loopback; the
-test starts and reaps every process, also on failure.
+mount and no disk tier, over three memcached servers, each in a network
+namespace of its own reached over a veth pair where this process may make
+them (root), else on loopback; the test starts and reaps every process and
+namespace, also on failure.
 
 - identical group= jobs on two daemons decode each image about once in
   the cluster (sum of /stats decoded <= 1.1 N), in the same order;
@@ -9,7 +11,8 @@ test starts and reaps every process, also on failure.
   mid-epoch and restarted, and when a third daemon resumes it mid-epoch;
 - a fresh daemon (a restart) serves an epoch from the tier with no decode;
 - every job gets every id exactly once while a memcached is killed, or
-  stopped (SIGSTOP: a node that answers nothing), mid-epoch;
+  stopped (SIGSTOP: a node that answers nothing), or its node's link goes
+  down (ip link set down: packets lost), mid-epoch;
 - a damaged, truncated or foreign value under a real key is never served;
 - memcached down at mount: the daemon mounts with a warning, and uses the
   tier once the servers start.
@@ -27,7 +30,7 @@ import numpy as np
 import harness
 from harness import TierTestCase, digests, log, read_epoch, read_exact
 from harness.datasets import _image, imagefolder_order, small_layout
-from harness.memcached import Memcached, remote_key, require_memcached
+from harness.memcached import Memcached, netns_available, remote_key, require_memcached
 
 N = 160
 BASE = 128
@@ -53,6 +56,8 @@ class ClusterTest(TierTestCase):
         require_memcached()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-cluster-")
         cls.source, cls.order = make_photos(os.path.join(cls._data, "src"), N)
+        cls.netns = netns_available()
+        log("memcached servers %s", "in network namespaces" if cls.netns else "on loopback")
 
     @classmethod
     def tearDownClass(cls):
@@ -61,9 +66,9 @@ class ClusterTest(TierTestCase):
     def servers(self, n=3, start=True):
         out = []
         for _ in range(n):
-            s = Memcached()
+            s = Memcached(netns=self.netns)
             self.addCleanup(s.cleanup)
-            out.append(s.start() if start else s)
+            out.append(s.start() if start else s.attach())
         return out
 
     def node(self, servers, **extra):
@@ -225,6 +230,14 @@ class ClusterTest(TierTestCase):
         # poll timeout (100 ms), then the node is ejected for a second.
         elapsed = self.run_with_failure(lambda s: s.pause(), lambda s: s.resume())
         self.assertLess(elapsed, 60, "a stopped memcached stalled the reads")
+
+    def test_memcached_link_down_mid_epoch(self):
+        # The node's link goes down: its packets are lost, each call waits
+        # a connect or poll timeout, then the node is ejected for a second.
+        if not self.netns:
+            self.skipTest("needs network namespaces (root, iproute2)")
+        elapsed = self.run_with_failure(lambda s: s.link_down(), lambda s: s.link_up())
+        self.assertLess(elapsed, 60, "a node whose link went down stalled the reads")
 
     def test_corrupt_values_are_misses(self):
         servers = self.servers()
