@@ -10,7 +10,8 @@
 // values fetched per second, both ways in one run:
 //   joaderfs-remote-get-bench --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
-// docs/design.md 3.2 has the figures and what was decided from them.
+// docs/benchmarks.md "Cluster" has the figures, docs/design.md 3.2 what was
+// decided from them.
 
 #include <benchmark/benchmark.h>
 #include <libmemcached-1.0/memcached.h>
