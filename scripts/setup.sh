@@ -18,6 +18,7 @@ packages=(
   clang-format  # formats the C++ (.clang-format)
   memcached libmemcached-dev  # the remote tier (src/cache/remote_tier.h) and its tests
   libmemcached-tools  # memcstat, memccat: looking at the tier by hand
+  iproute2  # tests/cluster: each memcached in a network namespace (as root)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -108,19 +108,24 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
   if (!lane->group) {
     const JobSpec& spec = job->spec;
     lane->group = group_;
-    if (!spec.group.empty()) {
-      // Its first handle and its epochs alone drive the shuffle.
+    // What each delivery holds besides the shared base image until read.
+    lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
+                       : spec.augment.augmented() ? SampleBytes()
+                                                  : 0;
+    if (spec.group.empty()) {
+      lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
+    } else {
+      // Its first handle and its epochs alone drive the shuffle; after a
+      // restart or a resume it goes on at the job's epoch, less what was
+      // handed out of it, so it still reads in the order of the same job
+      // on other daemons.
       lane->own_group = std::make_unique<PlanGroup>(
           NewIndependentPlanner(
               MixSeed(Fnv1a(kFnv1aBasis, spec.group.data(), spec.group.size()), spec.augment.seed)),
           group_->cadence());
       lane->group = lane->own_group.get();
+      lane->handle = lane->group->ResumeJob(ids, spec.window, lane->pick_bytes, epoch, skip);
     }
-    // What each delivery holds besides the shared base image until read.
-    lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
-                       : spec.augment.augmented() ? SampleBytes()
-                                                  : 0;
-    lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
     lane->peer_key = job->ranked() ? 0 : SubsetKey(job->subset);
     lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;

@@ -1,8 +1,12 @@
 // The independent sampling algorithm: each job shuffles its own subset at the
 // start of every epoch, ignoring the others. Kept as the baseline that the
-// simulator and the benchmarks compare dependent sampling against.
+// simulator and the benchmarks compare dependent sampling against, and the
+// order of a `group=` job (jobs/lane.h Lane::own_group): a job's order in an
+// epoch depends on (seed, handle, epoch, ids) alone, so a resumed job goes on
+// where it was.
 
 #include <unordered_map>
+#include <vector>
 
 #include "common/random.h"
 #include "sampling/planner.h"
@@ -19,6 +23,14 @@ class IndependentPlanner final : public Planner {
     j.subset = subset;
     j.epoch = 0;
     Refill(job, j);
+  }
+
+  void ResumeJob(JobHandle job, const Roaring& subset, uint64_t epoch,
+                 const Roaring& done) override {
+    Job& j = jobs_[job];
+    j.subset = subset | done;  // the epoch's order is drawn over all of it
+    j.epoch = epoch;
+    Refill(job, j, done);
   }
 
   void RemoveJob(JobHandle job) override {
@@ -68,16 +80,20 @@ class IndependentPlanner final : public Planner {
  private:
   struct Job {
     Roaring subset;
-    uint32_t epoch = 0;
+    uint64_t epoch = 0;
     std::vector<SampleId> order;
     size_t next = 0;
   };
 
-  void Refill(JobHandle job, Job& j) {
+  // The epoch's order over the job's subset, less `done`.
+  void Refill(JobHandle job, Job& j, const Roaring& done = Roaring()) {
     j.order.resize(j.subset.cardinality());
     j.subset.toUint32Array(j.order.data());
     Rng rng(MixSeed(MixSeed(seed_, job), j.epoch));
     rng.Shuffle(j.order);
+    if (!done.isEmpty()) {
+      std::erase_if(j.order, [&](SampleId id) { return done.contains(id); });
+    }
     j.next = 0;
     for (SampleId id : j.order) ++refs_[id];
   }

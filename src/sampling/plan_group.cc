@@ -26,9 +26,18 @@ PlanGroup::PlanGroup(std::unique_ptr<Planner> planner, CadenceOptions options,
       planner_(std::move(planner)) {}
 
 JobHandle PlanGroup::AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes) {
+  return ResumeJob(subset, window, pick_bytes, 0, Roaring());
+}
+
+JobHandle PlanGroup::ResumeJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes,
+                               uint64_t epoch, const Roaring& done) {
   MutexLock lock(mu_);
   const JobHandle job = next_handle_++;
-  planner_->AddJob(job, subset);
+  if (epoch == 0 && done.isEmpty()) {
+    planner_->AddJob(job, subset);
+  } else {
+    planner_->ResumeJob(job, subset, epoch, done);
+  }
   Member& m = members_[job];
   m.subset_size = subset.cardinality();
   m.window = window;

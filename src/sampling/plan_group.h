@@ -95,6 +95,11 @@ class PlanGroup final : public RefCounts {
   // each of its picks will hold `pick_bytes` of its own besides the shared
   // sample (0: it delivers the shared sample as it is).
   JobHandle AddJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes = 0);
+  // The same for a job resumed in its epoch `epoch`, the ids of `done`
+  // delivered already (Planner::ResumeJob): with the independent planner
+  // its order goes on where it was.
+  JobHandle ResumeJob(const Roaring& subset, uint64_t window, uint64_t pick_bytes, uint64_t epoch,
+                      const Roaring& done);
   // Removes the job: what it planned and what it still needed.
   void RemoveJob(JobHandle job);
   // Starts the job's next epoch. REQUIRES: its epoch is done.

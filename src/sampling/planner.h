@@ -59,6 +59,20 @@ class Planner {
   // REQUIRES: `job` is not present; `subset` is not empty.
   virtual void AddJob(JobHandle job, const Roaring& subset) = 0;
 
+  // Adds a job resumed inside its run: in its epoch `epoch`, of which the
+  // ids of `done` (none of them in `subset`) were delivered before. It needs
+  // every id of `subset`, in the order epoch `epoch` of a job added with
+  // AddJob() over `subset` and `done` would give them, less `done`: a
+  // planner whose orders depend on nothing but (seed, handle, epoch, ids)
+  // resumes exactly where the job was (the independent one). The default,
+  // for planners whose orders depend on the other jobs (dependent sampling),
+  // adds it as a job in epoch 0 over `subset`.
+  // REQUIRES: as AddJob().
+  virtual void ResumeJob(JobHandle job, const Roaring& subset, uint64_t /*epoch*/,
+                         const Roaring& /*done*/) {
+    AddJob(job, subset);
+  }
+
   // Removes a job and whatever it still needed. REQUIRES: `job` is present.
   virtual void RemoveJob(JobHandle job) = 0;
 

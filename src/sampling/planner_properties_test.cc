@@ -264,6 +264,45 @@ TEST_P(PlannerPropertyTest, ExhaustedParticipantGetsNothingUntilNextEpoch) {
   EXPECT_EQ(planner->Remaining(0), 2u);
 }
 
+// All of one job's picks over its epoch (one job per round).
+std::vector<SampleId> EpochOrder(Planner& planner, JobHandle job) {
+  const JobHandle jobs[] = {job};
+  std::vector<Pick> picks;
+  while (planner.Remaining(job) > 0) planner.Round(jobs, &picks);
+  std::vector<SampleId> order;
+  for (const Pick& p : picks) order.push_back(p.id);
+  return order;
+}
+
+// A group= job's order after a restart or resume (jobs/lane.h own_group):
+// the independent planner resumed at epoch 2 less the ids handed out goes
+// on with the rest of epoch 2's order, then epoch 3's, as the job that was
+// never stopped does.
+TEST(IndependentPlanner, ResumedJobGoesOnWhereItWas) {
+  Roaring subset;
+  for (SampleId id = 3; id < 200; id += 2) subset.add(id);
+  auto running = NewIndependentPlanner(42);
+  running->AddJob(0, subset);
+  std::vector<std::vector<SampleId>> orders;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    if (epoch > 0) running->StartEpoch(0);
+    orders.push_back(EpochOrder(*running, 0));
+  }
+  ASSERT_NE(orders[2], orders[0]);
+  Roaring done;
+  for (size_t i = 0; i < 17; ++i) done.add(orders[2][i]);
+  auto resumed = NewIndependentPlanner(42);
+  resumed->ResumeJob(0, subset - done, 2, done);
+  EXPECT_EQ(resumed->Remaining(0), subset.cardinality() - 17);
+  EXPECT_EQ(resumed->RefCount(orders[2][0]), 0u);
+  EXPECT_EQ(resumed->RefCount(orders[2][17]), 1u);
+  EXPECT_EQ(EpochOrder(*resumed, 0),
+            std::vector<SampleId>(orders[2].begin() + 17, orders[2].end()));
+  resumed->StartEpoch(0);
+  EXPECT_EQ(resumed->Remaining(0), subset.cardinality());
+  EXPECT_EQ(EpochOrder(*resumed, 0), orders[3]);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Planners, PlannerPropertyTest,
     ::testing::Values(PlannerKind{"Dependent",

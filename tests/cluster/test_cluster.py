@@ -1,13 +1,18 @@
 """Issue 27: a cluster of daemons sharing decoded images through the remote
 tier (remote_cache=memcached://...). Two or three daemons, each with its own
-mount and no disk tier, over three memcached servers on loopback; the
-test starts and reaps every process, also on failure.
+mount and no disk tier, over three memcached servers, each in a network
+namespace of its own reached over a veth pair where this process may make
+them (root), else on loopback; the test starts and reaps every process and
+namespace, also on failure.
 
 - identical group= jobs on two daemons decode each image about once in
   the cluster (sum of /stats decoded <= 1.1 N), in the same order;
+- a group= job keeps the group's order after its daemon is killed
+  mid-epoch and restarted, and when a third daemon resumes it mid-epoch;
 - a fresh daemon (a restart) serves an epoch from the tier with no decode;
 - every job gets every id exactly once while a memcached is killed, or
-  stopped (SIGSTOP: a node that answers nothing), mid-epoch;
+  stopped (SIGSTOP: a node that answers nothing), or its node's link goes
+  down (ip link set down: packets lost), mid-epoch;
 - a damaged, truncated or foreign value under a real key is never served;
 - memcached down at mount: the daemon mounts with a warning, and uses the
   tier once the servers start.
@@ -23,9 +28,9 @@ import unittest
 import numpy as np
 
 import harness
-from harness import TierTestCase, digests, log, read_epoch
+from harness import TierTestCase, digests, log, read_epoch, read_exact
 from harness.datasets import _image, imagefolder_order, small_layout
-from harness.memcached import Memcached, remote_key, require_memcached
+from harness.memcached import Memcached, netns_available, remote_key, require_memcached
 
 N = 160
 BASE = 128
@@ -51,6 +56,8 @@ class ClusterTest(TierTestCase):
         require_memcached()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-cluster-")
         cls.source, cls.order = make_photos(os.path.join(cls._data, "src"), N)
+        cls.netns = netns_available()
+        log("memcached servers %s", "in network namespaces" if cls.netns else "on loopback")
 
     @classmethod
     def tearDownClass(cls):
@@ -59,9 +66,9 @@ class ClusterTest(TierTestCase):
     def servers(self, n=3, start=True):
         out = []
         for _ in range(n):
-            s = Memcached()
+            s = Memcached(netns=self.netns)
             self.addCleanup(s.cleanup)
-            out.append(s.start() if start else s)
+            out.append(s.start() if start else s.attach())
         return out
 
     def node(self, servers, **extra):
@@ -122,6 +129,51 @@ class ClusterTest(TierTestCase):
         self.assertLessEqual(decoded, 1.1 * N, "the cluster decoded each image more than ~once")
         self.assertEqual(digests(ra), digests(rb), "the daemons delivered different pixels")
 
+    def test_group_order_survives_restart_and_resume(self):
+        # A group= job goes on in the group's order after its daemon is
+        # killed mid-epoch (the job store brings it back) and when another
+        # daemon takes it over from a checkpoint (resume).
+        servers = self.servers()
+        store = self.tempdir()
+        a = self.node(servers, seed=3, cache_dir=store)
+        b = self.node(servers, seed=4)
+        spec = "group=sweep seed=11 window=1"
+        for m in (a, b):
+            m.mkjob("j", spec=spec)
+        orders = []  # b's, epoch by epoch
+        for epoch in range(3):
+            recs = read_epoch(b.path("jobs", "j", "next"))[0]
+            self.assertEqual({r.epoch for r in recs}, {epoch})
+            orders.append([r.id for r in recs])
+        self.assertNotEqual(orders[1], orders[2])
+        self.assertEqual([r.id for r in read_epoch(a.path("jobs", "j", "next"))[0]], orders[0])
+        k = N // 3
+        fd = os.open(a.path("jobs", "j", "next"), os.O_RDONLY)
+        try:
+            before = [r.id for r in
+                      harness.parse_records(read_exact(fd, k * harness.record_size(SIZE * SIZE * 3)))]
+            self.kill9(a)
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # ENOTCONN: the daemon is gone
+        self.assertEqual(before, orders[1][:k])
+        a = self.node(servers, seed=3, cache_dir=store)
+        rest = read_epoch(a.path("jobs", "j", "next"))[0]
+        self.assertEqual({r.epoch for r in rest}, {1})
+        self.assertEqual([r.id for r in rest], orders[1][k:],
+                         "after a restart the rest of epoch 1 came in another order")
+        self.assertEqual([r.id for r in read_epoch(a.path("jobs", "j", "next"))[0]], orders[2],
+                         "after a restart epoch 2 came in another order")
+        # A third daemon resumes the job from a checkpoint inside epoch 2.
+        c = self.node(servers, seed=5)
+        c.mkjob("j", spec=spec)
+        c.write_file("j", "resume", "epoch=2\n" + "".join("%d\n" % i for i in orders[2][:k]))
+        rest = read_epoch(c.path("jobs", "j", "next"))[0]
+        self.assertEqual([r.id for r in rest], orders[2][k:],
+                         "a resumed epoch 2 came in another order")
+
     def test_restart_serves_epoch_from_tier(self):
         servers = self.servers()
         a = self.node(servers)
@@ -178,6 +230,14 @@ class ClusterTest(TierTestCase):
         # poll timeout (100 ms), then the node is ejected for a second.
         elapsed = self.run_with_failure(lambda s: s.pause(), lambda s: s.resume())
         self.assertLess(elapsed, 60, "a stopped memcached stalled the reads")
+
+    def test_memcached_link_down_mid_epoch(self):
+        # The node's link goes down: its packets are lost, each call waits
+        # a connect or poll timeout, then the node is ejected for a second.
+        if not self.netns:
+            self.skipTest("needs network namespaces (root, iproute2)")
+        elapsed = self.run_with_failure(lambda s: s.link_down(), lambda s: s.link_up())
+        self.assertLess(elapsed, 60, "a node whose link went down stalled the reads")
 
     def test_corrupt_values_are_misses(self):
         servers = self.servers()
