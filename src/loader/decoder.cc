@@ -164,7 +164,7 @@ void TakePixels(RgbImage* rgb, DecodedSample* out) {
   out->channels = 3;
   out->width = rgb->width;
   out->height = rgb->height;
-  auto owner = std::make_shared<PixelBuffer>(std::move(rgb->pixels));
+  auto owner = std::make_shared<std::vector<uint8_t>>(std::move(rgb->pixels));
   out->pixels = std::shared_ptr<uint8_t>(owner, owner->data());
 }
 

@@ -85,18 +85,9 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
   out->width = cinfo.output_width;
   out->height = cinfo.output_height;
   out->pixels.resize(size_t{out->width} * out->height * 3);
-  // As many rows a call as the upsampler makes at once (rec_outbuf_height,
-  // at most 4): one row a call makes libjpeg stage the others in a buffer
-  // of its own and copy them out.
-  const size_t stride = size_t{out->width} * 3;
-  JSAMPROW rows[4];
-  const auto batch = static_cast<JDIMENSION>(std::clamp(cinfo.rec_outbuf_height, 1, 4));
   while (cinfo.output_scanline < cinfo.output_height) {
-    const JDIMENSION n = std::min(batch, cinfo.output_height - cinfo.output_scanline);
-    for (JDIMENSION i = 0; i < n; ++i) {
-      rows[i] = &out->pixels[(size_t{cinfo.output_scanline} + i) * stride];
-    }
-    jpeg_read_scanlines(&cinfo, rows, n);
+    JSAMPROW row = &out->pixels[size_t{cinfo.output_scanline} * out->width * 3];
+    jpeg_read_scanlines(&cinfo, &row, 1);
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);

@@ -12,40 +12,19 @@
 #define JOADERFS_LOADER_JPEG_H_
 
 #include <cstdint>
-#include <memory>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "common/status.h"
 
 namespace joaderfs {
 
-// Leaves the bytes of a resize() as they are, not zeroed: a decode writes
-// every one, and zeroing a fresh base image first cost a pass over it.
-template <typename T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-using PixelBuffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
-
 struct RgbImage {
   uint32_t width = 0;  // as decoded (scaled)
   uint32_t height = 0;
   uint32_t full_width = 0;  // as stored in the file
   uint32_t full_height = 0;
-  PixelBuffer pixels;  // width * height * 3
+  std::vector<uint8_t> pixels;  // width * height * 3
 };
 
 // Fails with Corruption (libjpeg's message) for broken or truncated data and
