@@ -288,6 +288,41 @@ TEST_F(ShardTest, AFailedRunFailsEachMember) {
   EXPECT_EQ(stats_.bytes_in_flight, 0u);
 }
 
+// A run whose read never returns fails each member at its one deadline,
+// frees what they counted in flight, and leaves its shard stuck once.
+TEST_F(ShardTest, ARunPastItsDeadlineFailsEachMember) {
+  Write(0);
+  SourceReaderOptions o = Options(1, 300ms);
+  o.store = store_;  // held until Open(): the blocker, then the run
+  Results results;
+  {
+    SourceReader reader(o);
+    reader.Read(FileRange::WholeFile(dir_ / "blocker"), 1 << 20, 7, results.Add());
+    ASSERT_TRUE(Eventually([&] { return store_->ranges().size() == 1; }));
+    for (SampleId id = 0; id < 6; ++id) {
+      const FileRange r = catalog_->location(id);
+      reader.Read(r, 1 << 20, r.length, results.Add());
+    }
+    // The blocker times out, its replacement takes the six as one run.
+    ASSERT_TRUE(Eventually([&] { return results.size() == 7; }));
+    EXPECT_EQ(Groups(), std::vector<std::string>{"012345"});
+    for (size_t i = 0; i < 7; ++i) {
+      const SourceReader::Result r = results.Take(i);
+      EXPECT_TRUE(r.stuck);
+      EXPECT_NE(r.status.message().find("read_timeout"), std::string::npos) << r.status.message();
+    }
+    SourceReaderStats st = reader.Stats();
+    EXPECT_EQ(st.timed_out, 7u);
+    EXPECT_EQ(st.stuck_threads, 2u);
+    EXPECT_EQ(st.bytes_in_flight, 0u);
+    // The shard's path is stuck: another member fails at once.
+    reader.Read(catalog_->location(0), 1 << 20, 3000, results.Add());
+    ASSERT_EQ(results.size(), 8u);
+    EXPECT_NE(results.Take(7).status.message().find("still blocked"), std::string::npos);
+  }
+  store_->Open();  // the detached threads return and end
+}
+
 // A SOURCE on joaderfs-stuck-fs (tests/tools/stuck_fs.c): reads of "stuck1"
 // and "stuck2" never return until the filesystem goes; "good" reads.
 class StuckSourceTest : public ::testing::Test {
