@@ -403,9 +403,10 @@ int Run(int argc, char** argv) {
   spdlog::info("joaderfs {} started: {}", JOADERFS_VERSION, argline);
   spdlog::info(
       "{}: {} samples in {} classes; size {}, ram_cache {} MiB, {} threads, {} reads in flight "
-      "(round trip {} us), seed {}",
+      "within {} MiB (round trip {} us), seed {}",
       catalog->source(), catalog->size(), catalog->num_classes(), o.size, o.ram_cache >> 20,
-      o.threads, ro.threads, catalog->store()->RoundTrip().count(), o.seed);
+      o.threads, ro.threads, ro.max_bytes_in_flight >> 20, catalog->store()->RoundTrip().count(),
+      o.seed);
 
   pool->Start();
   int ret;
