@@ -68,7 +68,7 @@ commands=(
   "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
   "remote-get|micro joaderfs-remote-get-bench|the remote tier's fetch: one memcached get per value against a multi-get of a batch (3 memcached on loopback), values/s by value size and batch"
   "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
-  "source|python bench.scale.source|SOURCE in an S3 bucket (moto on loopback, and 20 ms added per request) vs a local tree: 4 jobs, RAM at 10%, samples/s and decodes per distinct, plan-driven reads beside one read per decode thread"
+  "source|python bench.scale.source|SOURCE in an S3 bucket (moto on loopback, and 20 ms added per request) vs a local tree: 4 jobs, RAM at 10%, samples/s and decodes per distinct, plan-driven reads beside one read per decode thread, and beside joaderfs over an s3fs mount of the bucket (installs Debian's s3fs)"
   "peers|python bench.client.peers|joaderfs against the loaders a user would pick (DataLoader + PIL or decode_jpeg, tf.data, DALI CPU, SPDL): 1 job x 2 epochs and 4 jobs, samples/s and samples per CPU-second, daemon included"
   "memory|python bench.memory.rss|the daemon's RSS before, at peak and after the loads of issue 20 (a second uid's 200 ranks=4096 jobs, 300 readers of a huge sample, 6 jobs, job churn): freed memory goes back"
 )
@@ -218,6 +218,12 @@ case $how in
           extra+=(--photos "$(dataset 1000 10)" --large-dir "$build/bench-data/large-1000")
         fi ;;
     esac
+    # s3fs for the comparison with an S3 FUSE client under SOURCE: for this
+    # benchmark alone, so not in scripts/setup.sh.
+    if [[ $command == source ]] && ! has_arg --no-s3fs "$@" && ! has_arg --help "$@" &&
+      ! command -v s3fs >/dev/null; then
+      $([[ $(id -u) == 0 ]] || echo sudo) apt-get install -y --no-install-recommends s3fs >&2
+    fi
     if [[ $command == drift || $command == cluster ]] && ! has_arg --data "$@"; then
       need_built joaderfs-gendata  # it generates and caches its --images
     fi

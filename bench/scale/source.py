@@ -10,9 +10,22 @@ each, RAM tier at 10% of the base images' bytes, no disk tier, over
 each with plan-driven reads (the default: as many reads in flight as the
 measured round trip needs, loader/source_reader.h) and with
 `source_reads=THREADS` (one read per decode thread in flight, which is what
-synchronous reads on the decode threads gave) beside it. One row per case:
-samples/s over the 4 jobs, decodes per distinct sample, GETs, and the rate
-as a fraction of the local tree's with the same reads.
+synchronous reads on the decode threads gave) beside it; then, for the
+comparison with an S3 FUSE client under SOURCE (docs/design.md 2.1), the
+same bucket through the same proxies mounted with s3fs (Debian's s3fs,
+which scripts/bench.sh source installs) and read by joaderfs as a local
+tree:
+
+  s3fs      joaderfs over an s3fs mount of the bucket, through the proxy
+  s3fs+Nms  the same with N ms added to every request
+
+with joaderfs's reads of a local tree (the default: one per decode thread)
+and with `source_reads=N` (--s3fs-reads, as many as the s3:// default
+takes at that round trip). One row per case: samples/s over the 4 jobs
+(the readers' wall time), the rate as a fraction of the local tree's with
+the same reads (the s3fs rows: of the local default), decodes per distinct
+sample, the GETs and all requests the store saw (listings and HEADs too,
+the mount's included), the mount's seconds (the scan), and I/O wait.
 
 Run it through scripts/bench.sh (Debian's interpreter, PYTHONPATH set):
   scripts/bench.sh source --images 600 --delay-ms 20
@@ -36,6 +49,39 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
 
 
+class S3fsMount:
+    """The bucket's PREFIX mounted with s3fs at a temporary folder through
+    `endpoint`, with the S3 server's credentials; stop() unmounts it."""
+
+    def __init__(self, s3, bucket, prefix, endpoint):
+        self.dir = tempfile.mkdtemp(prefix="jfs-s3fs-")
+        self.mnt = os.path.join(self.dir, "mnt")
+        os.mkdir(self.mnt)
+        passwd = os.path.join(self.dir, "passwd")
+        with open(os.open(passwd, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("%s:%s\n" % (s3.access_key, s3.secret_key))
+        # Its defaults otherwise: no local cache (use_cache unset), its own
+        # read-ahead and stat cache.
+        subprocess.run(["s3fs", "%s:/%s" % (bucket, prefix), self.mnt,
+                        "-o", "url=" + endpoint, "-o", "use_path_request_style",
+                        "-o", "endpoint=us-east-1", "-o", "passwd_file=" + passwd,
+                        "-o", "ro"], check=True)
+        deadline = time.monotonic() + 30
+        while not os.path.ismount(self.mnt):
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("s3fs did not mount %s:/%s" % (bucket, prefix))
+            time.sleep(0.1)
+
+    def stop(self):
+        if os.path.ismount(self.mnt):
+            subprocess.run(["fusermount3", "-u", self.mnt], check=False)
+            deadline = time.monotonic() + 10
+            while os.path.ismount(self.mnt) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def run_case(args, source, extra, env):
     workdir = tempfile.mkdtemp(prefix="jfs-source-")
     opts = {"ram_cache": str(args.ram), "size": str(args.size), "seed": "7",
@@ -49,7 +95,9 @@ def run_case(args, source, extra, env):
     daemon.mount_timeout = 300
     readers = []
     try:
+        t_mount = time.monotonic()
         daemon.start()
+        mount_s = time.monotonic() - t_mount
         mnt = daemon.mnt
         for i in range(args.jobs):
             os.mkdir(os.path.join(mnt, "jobs", "j%d" % i))
@@ -77,8 +125,7 @@ def run_case(args, source, extra, env):
                 os.environ[k] = v
     delivered = sum(counts)
     return {"rate": delivered / wall, "delivered": delivered, "wall": wall,
-            "decodes_per_distinct": stats["decoded"] / args.images,
-            "gets": stats.get("source_requests", 0),
+            "mount_s": mount_s, "decodes_per_distinct": stats["decoded"] / args.images,
             "io_wait": stats.get("source_read_seconds", 0.0)}
 
 
@@ -92,6 +139,9 @@ def main():
     p.add_argument("--base", type=int, default=256)
     p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--s3fs-reads", type=int, default=32,
+                   help="source_reads of the second s3fs row of each delay")
+    p.add_argument("--no-s3fs", action="store_true", help="leave out the s3fs rows")
     p.add_argument("--out", default=os.path.join(BUILD, "bench-out", "source"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -106,29 +156,54 @@ def main():
         fast = Proxy(s3.port)
         slow = Proxy(s3.port, delay=args.delay_ms / 1000.0)
         proxies = [fast, slow]
-        cases = [("local", args.data, {}, {}),
-                 ("s3", "s3://bench/train", {"s3_endpoint": fast.endpoint}, s3.env()),
+        sync = "sync (source_reads=%d)" % args.threads
+        both = (("plan-driven", {}), (sync, {"source_reads": str(args.threads)}))
+        # (name, SOURCE or an s3fs proxy, options, environment, reads, rate base)
+        cases = [("local", args.data, {}, {}, both, None),
+                 ("s3", "s3://bench/train", {"s3_endpoint": fast.endpoint}, s3.env(), both,
+                  fast),
                  ("s3+%gms" % args.delay_ms, "s3://bench/train",
-                  {"s3_endpoint": slow.endpoint}, s3.env())]
+                  {"s3_endpoint": slow.endpoint}, s3.env(), both, slow)]
+        if not args.no_s3fs:
+            local_reads = (("local default (%d)" % args.threads, {}),
+                           ("source_reads=%d" % args.s3fs_reads,
+                            {"source_reads": str(args.s3fs_reads)}))
+            cases += [("s3fs", fast, {}, {}, local_reads, fast),
+                      ("s3fs+%gms" % args.delay_ms, slow, {}, {}, local_reads, slow)]
         rows = []
         local_rate = {}
-        print("| SOURCE | reads | samples/s | x local | decodes/distinct | GETs | I/O wait s |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
-        for name, source, opts, env in cases:
-            for reads, extra in (("plan-driven", {}),
-                                 ("sync (source_reads=%d)" % args.threads,
-                                  {"source_reads": str(args.threads)})):
-                runs = [run_case(args, source, dict(opts, **extra), env)
-                        for _ in range(args.reps)]
+        print("| SOURCE | reads | samples/s | x local | decodes/distinct | GETs | requests "
+              "| mount s | I/O wait s |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for name, source, opts, env, reads_list, proxy in cases:
+            for reads, extra in reads_list:
+                runs = []
+                for _ in range(args.reps):
+                    s3fs = None
+                    if proxy:
+                        proxy.reset_counts()
+                    try:
+                        if isinstance(source, Proxy):
+                            s3fs = S3fsMount(s3, "bench", "train", source.endpoint)
+                            path = s3fs.mnt
+                        else:
+                            path = source
+                        r = run_case(args, path, dict(opts, **extra), env)
+                    finally:
+                        if s3fs:
+                            s3fs.stop()
+                    r["gets"] = proxy.total_gets() if proxy else 0
+                    r["requests"] = proxy.requests if proxy else 0
+                    runs.append(r)
                 runs.sort(key=lambda r: r["rate"])
                 r = runs[len(runs) // 2]  # the median
                 if name == "local":
                     local_rate[reads] = r["rate"]
-                ratio = r["rate"] / local_rate[reads]
+                ratio = r["rate"] / local_rate.get(reads, local_rate["plan-driven"])
                 rows.append(dict(r, source=name, reads=reads, ratio=ratio))
-                print("| %s | %s | %.0f | %.2f | %.2f | %d | %.1f |"
+                print("| %s | %s | %.0f | %.2f | %.2f | %d | %d | %.1f | %.1f |"
                       % (name, reads, r["rate"], ratio, r["decodes_per_distinct"],
-                         r["gets"], r["io_wait"]), flush=True)
+                         r["gets"], r["requests"], r["mount_s"], r["io_wait"]), flush=True)
         with open(os.path.join(args.out, "source.json"), "w") as f:
             json.dump(rows, f, indent=1)
     finally:

@@ -45,6 +45,7 @@ enum Key {
   kRetryFailed,
   kReadTimeout,
   kSourceReads,
+  kSourceInFlight,
   kMaxPixels,
   kMaxJobsPerUser,
   kMaxStreamsPerUser,
@@ -112,6 +113,10 @@ constexpr MountOptionRow kMountOptions[] = {
      {"source_reads", "N", "threads; for s3:// sized from the round trip",
       "reads of SOURCE in flight at once, on I/O threads ahead of the decodes that need "
       "them"}},
+    {kSourceInFlight,
+     {"source_in_flight", "SIZE", "4 x source_reads x the mean image, 64M-1G",
+      "bytes of SOURCE being read or read and awaiting their decode, at most; one read "
+      "always may"}},
     {kMaxPixels,
      {"max_pixels", "N", "89478485",
       "refuse images of more than N pixels, from their header (PIL's limit)"}},
@@ -272,6 +277,12 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
     case kSourceReads:
       if (!number || *number == 0 || *number > 1024) return bad("1-1024");
       o.source_reads = static_cast<unsigned>(*number);
+      break;
+    case kSourceInFlight:
+      if (auto v = ParseSize(value); v && *v > 0)
+        o.source_in_flight = *v;
+      else
+        return bad("a size above 0 such as 64M or 1G");
       break;
     case kMaxPixels:
       if (!number || *number == 0 || *number > kMaxMaxPixels) return bad("1-4294967296");
@@ -545,6 +556,12 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
 unsigned DefaultSourceReads(unsigned threads, std::chrono::microseconds round_trip) {
   const uint64_t per_thread = 1 + static_cast<uint64_t>(round_trip.count()) / 2000;
   return static_cast<unsigned>(std::clamp<uint64_t>(uint64_t{threads} * per_thread, threads, 256));
+}
+
+uint64_t DefaultSourceInFlight(unsigned reads, uint64_t mean_image_bytes) {
+  constexpr uint64_t kMin = uint64_t{64} << 20, kMax = uint64_t{1} << 30;
+  // No overflow: reads <= 1024 and an image is at most 4 GiB (tar_index.h).
+  return std::clamp<uint64_t>(4 * uint64_t{reads} * std::min(mean_image_bytes, kMax), kMin, kMax);
 }
 
 std::optional<uint64_t> CgroupMemoryLimit(

@@ -46,6 +46,9 @@ struct DaemonOptions {
   uint64_t read_timeout = 30;
   // Reads of SOURCE in flight at once (I/O threads); 0: DefaultSourceReads.
   unsigned source_reads = 0;
+  // Bytes of SOURCE read or being read and not yet decoded; 0:
+  // DefaultSourceInFlight.
+  uint64_t source_in_flight = 0;
   uint64_t max_pixels = kDefaultMaxPixels;
   // Per-user limits (jobs/job_manager.h UserLimits; README "Limits").
   uint32_t max_jobs_per_user = 64;
@@ -96,6 +99,12 @@ inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
 // decode thread has the next image's bytes when it finishes one (a decode
 // takes ~2 ms: 1 + round_trip / 2 ms reads per decode thread), at most 256.
 unsigned DefaultSourceReads(unsigned threads, std::chrono::microseconds round_trip);
+// The bound on bytes of SOURCE in flight (read or being read, not yet
+// decoded) when source_in_flight is not given: room for `reads` reads (the
+// source_reads in effect, so sized from the round trip too) of the mean
+// image four times over (one round running, three read and awaiting their
+// decodes), at least 64 MiB and at most 1 GiB.
+uint64_t DefaultSourceInFlight(unsigned reads, uint64_t mean_image_bytes);
 
 // The longest read_timeout: a day.
 inline constexpr uint64_t kMaxReadTimeout = 24 * 3600;

@@ -139,6 +139,30 @@ TEST(OptionsTest, ObjectStoreOptions) {
   EXPECT_EQ(DefaultSourceReads(64, microseconds(100'000)), 256u);
 }
 
+// source_in_flight=: a size, else room for the reads in effect (sized from
+// the round trip) of the mean image four times over, 64 MiB-1 GiB.
+TEST(OptionsTest, SourceInFlight) {
+  DaemonOptions o;
+  EXPECT_EQ(o.source_in_flight, 0u);  // the default, sized at mount
+  ASSERT_TRUE(ParseLine("source_in_flight=96M", &o).ok());
+  EXPECT_EQ(o.source_in_flight, uint64_t{96} << 20);
+  for (const char* bad : {"source_in_flight=0", "source_in_flight=lots", "source_in_flight="}) {
+    const Status s = ParseLine(bad, &o);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("source_in_flight"), std::string::npos) << s.message();
+  }
+  constexpr uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(DefaultSourceInFlight(2, 110'000), 64 * kMiB);  // local files: the floor
+  // 20 ms away with 16 decode threads: 176 reads of 110 KB, four times over.
+  const unsigned reads = DefaultSourceReads(16, std::chrono::microseconds(20'000));
+  EXPECT_EQ(reads, 176u);
+  EXPECT_EQ(DefaultSourceInFlight(reads, 110'000), 4u * 176 * 110'000);
+  EXPECT_GT(DefaultSourceInFlight(reads, 110'000), 64 * kMiB);
+  EXPECT_EQ(DefaultSourceInFlight(256, 4 * kMiB), 1024 * kMiB);            // the cap
+  EXPECT_EQ(DefaultSourceInFlight(1024, uint64_t{4} << 30), 1024 * kMiB);  // no overflow
+  EXPECT_EQ(DefaultSourceInFlight(4, 0), 64 * kMiB);
+}
+
 TEST(OptionsTest, PerUserLimits) {
   DaemonOptions o;
   ASSERT_TRUE(ParseLine("", &o).ok());

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <list>
@@ -19,15 +20,38 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// How far into the queue a read looks for neighbours to coalesce with.
+constexpr size_t kCoalesceScan = 4096;
+
 struct Request {
   FileRange range;
   uint64_t max_bytes = 0;
   uint64_t charged = 0;  // counted in flight while it runs
   SourceReader::Done done;
+};
+
+// One read of the store: a request, or neighbouring members of one shard
+// read as one range (SourceReaderOptions coalesce_*), split among them.
+struct Batch {
+  std::vector<std::shared_ptr<Request>> members;  // by offset when coalesced
+  FileRange range;
+  uint64_t max_bytes = 0;
+  uint64_t charged = 0;  // the members' charges
   Clock::time_point started;
   Clock::time_point deadline;
   bool timed_out = false;
 };
+
+// A member whose neighbours may share its read: a checked range (its
+// shard's identity is compared with the scan's) within its own limit.
+bool Coalescable(const Request& r) {
+  return r.range.partial && r.range.checked && r.range.length > 0 && r.range.length <= r.max_bytes;
+}
+
+bool SameFile(const FileRange& a, const FileRange& b) {
+  return a.path == b.path && a.file_size == b.file_size && a.mtime_ns == b.mtime_ns &&
+         a.inode == b.inode;
+}
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -45,7 +69,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
   std::condition_variable_any watch;  // a new deadline, or stop
   std::condition_variable_any calls;  // a `done` call ended
   std::deque<std::shared_ptr<Request>> queue GUARDED_BY(mu);
-  std::list<std::shared_ptr<Request>> running GUARDED_BY(mu);
+  std::list<std::shared_ptr<Batch>> running GUARDED_BY(mu);
   std::unordered_map<std::string, unsigned> stuck_paths GUARDED_BY(mu);
   unsigned live GUARDED_BY(mu) = 0;  // threads not stuck
   unsigned stuck GUARDED_BY(mu) = 0;
@@ -107,59 +131,147 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
     work.notify_all();
   }
 
+  // `first` and, when it is a shard member, the queued members of the same
+  // shard near it (taken from the queue): while each gap is at most
+  // coalesce_max_gap, the whole span at most coalesce_max_span, and their
+  // bytes fit in flight beside what runs.
+  std::shared_ptr<Batch> TakeBatch(std::shared_ptr<Request> first) REQUIRES(mu) {
+    auto b = std::make_shared<Batch>();
+    b->range = first->range;
+    b->max_bytes = first->max_bytes;
+    b->charged = first->charged;
+    b->members.push_back(first);
+    if (!Coalescable(*first) || options.coalesce_max_span == 0) return b;
+    std::vector<std::shared_ptr<Request>> near;
+    const size_t scan = std::min<size_t>(queue.size(), kCoalesceScan);
+    for (size_t i = 0; i < scan; ++i) {
+      const Request& r = *queue[i];
+      if (Coalescable(r) && SameFile(r.range, first->range)) near.push_back(queue[i]);
+    }
+    if (near.empty()) return b;
+    near.push_back(first);
+    std::sort(near.begin(), near.end(),
+              [](const auto& x, const auto& y) { return x->range.offset < y->range.offset; });
+    const size_t at = std::find(near.begin(), near.end(), first) - near.begin();
+    uint64_t begin = first->range.offset, end = begin + first->range.length;
+    // Grows the span by `r` if the rules allow.
+    auto fits = [&](const Request& r) REQUIRES(mu) {
+      const uint64_t r_begin = r.range.offset, r_end = r_begin + r.range.length;
+      const uint64_t gap = r_begin > end ? r_begin - end : begin > r_end ? begin - r_end : 0;
+      const uint64_t span = std::max(end, r_end) - std::min(begin, r_begin);
+      if (gap > options.coalesce_max_gap || span > options.coalesce_max_span) return false;
+      if (in_flight + b->charged + r.charged > options.max_bytes_in_flight) return false;
+      begin = std::min(begin, r_begin);
+      end = std::max(end, r_end);
+      b->charged += r.charged;
+      return true;
+    };
+    size_t lo = at, hi = at + 1;
+    while (hi < near.size() && fits(*near[hi])) ++hi;
+    while (lo > 0 && fits(*near[lo - 1])) --lo;
+    if (hi - lo == 1) return b;
+    b->members.assign(near.begin() + lo, near.begin() + hi);
+    for (const auto& m : b->members) {
+      if (m != first) queue.erase(std::find(queue.begin(), queue.end(), m));
+    }
+    b->range.offset = begin;
+    b->range.length = end - begin;
+    b->max_bytes = end - begin;
+    stats.coalesced += b->members.size() - 1;
+    return b;
+  }
+
+  // Each member's bytes, cut from the read of the batch's range (without
+  // the lock: up to coalesce_max_span bytes are copied).
+  static Status Cut(const Batch& b, Status status, std::string bytes,
+                    std::vector<std::string>* parts) {
+    parts->resize(b.members.size());
+    if (!status.ok()) return status;
+    if (b.members.size() == 1) {
+      (*parts)[0] = std::move(bytes);
+      return status;
+    }
+    if (bytes.size() != b.range.length) {
+      return Status::IOError(fmt::format("{}: a ranged read of {} bytes gave {}", b.range.path,
+                                         b.range.length, bytes.size()));
+    }
+    for (size_t i = 0; i < b.members.size(); ++i) {
+      const FileRange& r = b.members[i]->range;
+      (*parts)[i] = bytes.substr(r.offset - b.range.offset, r.length);
+    }
+    return status;
+  }
+
+  // The result of each member of `b`: its part, counted in flight until the
+  // decode frees it.
+  std::vector<Result> Results(const Batch& b, const Status& status, std::vector<std::string> parts,
+                              bool as_scanned) REQUIRES(mu) {
+    std::vector<Result> results(b.members.size());
+    for (size_t i = 0; i < b.members.size(); ++i) {
+      Result& result = results[i];
+      result.status = status;
+      result.as_scanned = as_scanned;
+      if (!status.ok()) continue;
+      const uint64_t size = parts[i].size();
+      stats.bytes += size;
+      in_flight += size;
+      auto held = new std::string(std::move(parts[i]));
+      result.bytes = Bytes(held, [self = shared_from_this(), size](const std::string* h) {
+        delete h;
+        self->Release(size);
+      });
+    }
+    return results;
+  }
+
   void Work() {
     MutexLock lock(mu);
     for (;;) {
       work.wait(lock, [this]() REQUIRES(mu) { return stopping || Startable(); });
       if (stopping) break;
-      std::shared_ptr<Request> r = std::move(queue.front());
+      std::shared_ptr<Request> first = std::move(queue.front());
       queue.pop_front();
-      if (std::string why = RefusalLocked(r->range.path); !why.empty()) {
-        Call(std::move(r->done), Refused(std::move(why)));
+      if (std::string why = RefusalLocked(first->range.path); !why.empty()) {
+        Call(std::move(first->done), Refused(std::move(why)));
         continue;
       }
-      in_flight += r->charged;
-      r->started = Clock::now();
-      r->deadline = r->started + options.timeout;
-      const auto at = running.insert(running.end(), r);
+      const std::shared_ptr<Batch> b = TakeBatch(std::move(first));
+      in_flight += b->charged;
+      b->started = Clock::now();
+      b->deadline = b->started + options.timeout;
+      const auto at = running.insert(running.end(), b);
       watch.notify_all();
       lock.unlock();
 
-      Result result;
+      bool as_scanned = false;
       std::string bytes;
-      result.status = options.store->Read(r->range, r->max_bytes, &bytes, &result.as_scanned);
+      std::vector<std::string> parts;
+      Status status = options.store->Read(b->range, b->max_bytes, &bytes, &as_scanned);
+      status = Cut(*b, std::move(status), std::move(bytes), &parts);
 
       lock.lock();
       running.erase(at);
-      if (r->timed_out) {
+      if (b->timed_out) {
         // Failed and replaced by the watchdog: the result is dropped. The
         // thread serves again only where one is missing.
         --stuck;
-        if (--stuck_paths[r->range.path] == 0) stuck_paths.erase(r->range.path);
+        if (--stuck_paths[b->range.path] == 0) stuck_paths.erase(b->range.path);
         // After Stop() the logger may be gone already.
         if (stopping) return;
-        spdlog::info("a read of {} returned {:.1f} s after its deadline", r->range.path,
-                     Seconds(Clock::now() - r->deadline));
+        spdlog::info("a read of {} returned {:.1f} s after its deadline", b->range.path,
+                     Seconds(Clock::now() - b->deadline));
         if (live >= options.threads) return;
         ++live;
         continue;
       }
-      stats.wait_seconds += Seconds(Clock::now() - r->started);
-      ++stats.reads;
-      in_flight -= r->charged;
-      if (result.status.ok()) {
-        stats.bytes += bytes.size();
-        // Counted in flight until the decode frees them.
-        const uint64_t size = bytes.size();
-        in_flight += size;
-        auto held = new std::string(std::move(bytes));
-        result.bytes = Bytes(held, [self = shared_from_this(), size](const std::string* b) {
-          delete b;
-          self->Release(size);
-        });
-      }
+      stats.wait_seconds += Seconds(Clock::now() - b->started) * b->members.size();
+      stats.reads += b->members.size();
+      in_flight -= b->charged;
+      std::vector<Result> results = Results(*b, status, std::move(parts), as_scanned);
       work.notify_all();
-      Call(std::move(r->done), std::move(result));
+      for (size_t i = 0; i < results.size(); ++i) {
+        Call(std::move(b->members[i]->done), std::move(results[i]));
+      }
     }
     --live;
   }
@@ -179,22 +291,24 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
       if (stopping) break;
       const Clock::time_point now = Clock::now();
       std::vector<std::pair<Done, Result>> failed;
-      for (const auto& r : running) {
-        if (r->timed_out || r->deadline > now) continue;
-        r->timed_out = true;
+      for (const auto& b : running) {
+        if (b->timed_out || b->deadline > now) continue;
+        b->timed_out = true;
         --live;
         ++stuck;
-        ++stuck_paths[r->range.path];
-        ++stats.timed_out;
-        ++stats.reads;
-        stats.wait_seconds += Seconds(options.timeout);
-        in_flight -= r->charged;
-        Result result;
-        result.status = Status::IOError(
-            fmt::format("{}: no answer within read_timeout={:g} s (the read is abandoned)",
-                        r->range.path, Seconds(options.timeout)));
-        result.stuck = true;
-        failed.emplace_back(std::move(r->done), std::move(result));
+        ++stuck_paths[b->range.path];
+        stats.timed_out += b->members.size();
+        stats.reads += b->members.size();
+        stats.wait_seconds += Seconds(options.timeout) * b->members.size();
+        in_flight -= b->charged;
+        for (const auto& r : b->members) {
+          Result result;
+          result.status = Status::IOError(
+              fmt::format("{}: no answer within read_timeout={:g} s (the read is abandoned)",
+                          r->range.path, Seconds(options.timeout)));
+          result.stuck = true;
+          failed.emplace_back(std::move(r->done), std::move(result));
+        }
         if (live + stuck < options.threads + options.max_extra_threads) StartThread();
       }
       if (live == 0) {  // no thread left to run what waits
@@ -229,7 +343,9 @@ void SourceReader::Stop() {
     if (state_->stopping) return;
     state_->stopping = true;
     dropped.swap(state_->queue);
-    for (auto& r : state_->running) running_dones.push_back(std::move(r->done));
+    for (auto& b : state_->running) {
+      for (auto& r : b->members) running_dones.push_back(std::move(r->done));
+    }
     state_->work.notify_all();
     state_->watch.notify_all();
     state_->calls.wait(lock, [this]() REQUIRES(state_->mu) { return state_->calls_running == 0; });
@@ -263,6 +379,7 @@ SourceReaderStats SourceReader::Stats() const {
   st.stuck_threads = state_->stuck;
   st.threads = state_->live + state_->stuck;
   st.bytes_in_flight = state_->in_flight;
+  st.max_bytes_in_flight = state_->options.max_bytes_in_flight;
   st.queued = state_->queue.size();
   return st;
 }

@@ -14,6 +14,11 @@
 // - Bytes in flight: a read starts only while the bytes of reads running and
 //   of results not yet released (the Bytes handed to `done`, freed once
 //   decoded) stay within `max_bytes_in_flight`; one read always may.
+// - Coalescing: queued members of one tar shard that lie near each other
+//   are read as one range (SourceReaderOptions coalesce_*) and split; the
+//   range has one deadline, fails for all of them, and counts as one read
+//   stuck on its path. Each member counts as a read in the stats, its own
+//   bytes in flight once read.
 //
 // Thread-safe. `done` is called exactly once per Read() until Stop(): on an
 // I/O thread, on the deadline's watchdog thread, or on the caller's when the
@@ -46,6 +51,16 @@ struct SourceReaderOptions {
   unsigned max_extra_threads = 16;
   std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
   uint64_t max_bytes_in_flight = uint64_t{256} << 20;
+  // Coalescing: a thread that takes a member of a tar shard also takes the
+  // queued members of that shard (same path and identity) near it, and
+  // reads them as one range, while each gap between them is at most
+  // `coalesce_max_gap` and the span at most `coalesce_max_span` (0: never).
+  // A gap read costs its bytes' transfer, a request saved a round trip:
+  // 256 KiB takes ~2.5 ms at 100 MB/s, below an object store's round trip
+  // (10-100 ms), and shards' neighbouring images lie a few small members
+  // (.cls, .json) apart.
+  uint64_t coalesce_max_gap = uint64_t{256} << 10;
+  uint64_t coalesce_max_span = uint64_t{8} << 20;
   // Where ranges are read (the catalog's store()): local files by default.
   std::shared_ptr<const SourceStore> store = LocalSourceStore();
 };
@@ -54,12 +69,14 @@ struct SourceReaderStats {
   double wait_seconds = 0;     // time reads took, summed (timed-out ones until their deadline)
   uint64_t bytes = 0;          // bytes read successfully
   uint64_t reads = 0;          // reads finished (either way)
+  uint64_t coalesced = 0;      // reads served by another's read of their shard: requests saved
   uint64_t timed_out = 0;      // reads failed at their deadline
   uint64_t refused = 0;        // failed at once: their path still stuck, or too many stuck threads
   uint64_t stuck_threads = 0;  // threads whose read passed its deadline and has not returned
   uint64_t threads = 0;        // I/O threads now, stuck ones included
   uint64_t bytes_in_flight = 0;
-  uint64_t queued = 0;  // reads waiting for a thread or for room in flight
+  uint64_t max_bytes_in_flight = 0;  // the bound: SourceReaderOptions::max_bytes_in_flight
+  uint64_t queued = 0;               // reads waiting for a thread or for room in flight
 };
 
 class SourceReader {

@@ -9,11 +9,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "catalog/catalog.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -121,6 +123,204 @@ TEST(SourceReaderTest, StopDropsWhatIsQueued) {
   reader.Read(FileRange::WholeFile(dir / "a"), 1 << 20, 600, results.Add());
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(results.size(), 1u);
+}
+
+// The local store, whose reads are counted and held until Open() (the
+// first few wait there: the reads queued meanwhile are what a coalescing
+// thread finds).
+class GatedStore : public SourceStore {
+ public:
+  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
+              bool* as_scanned) const override {
+    {
+      std::lock_guard lock(mu_);
+      ranges_.push_back(range);
+    }
+    gate_.wait();
+    return LocalSourceStore()->Read(range, max_bytes, out, as_scanned);
+  }
+  SourceIdentity Identify(const std::string& path) const override {
+    return LocalSourceStore()->Identify(path);
+  }
+  void Open() { open_.set_value(); }
+  std::vector<FileRange> ranges() const {
+    std::lock_guard lock(mu_);
+    return ranges_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<FileRange> ranges_;
+  std::promise<void> open_;
+  std::shared_future<void> gate_ = open_.get_future().share();
+};
+
+// A WebDataset shard written by tar(1): members k0.jpg ... k5.jpg of 3000
+// distinct bytes each, each with a k<i>.cls, and `pad` bytes of k2.pad
+// after k2's members; its catalog, whose locations are the members.
+class ShardTest : public ::testing::Test {
+ protected:
+  void Write(uint64_t pad) {
+    ::mkdir((dir_ / "src").c_str(), 0755);
+    ::mkdir((dir_ / "shards").c_str(), 0755);
+    std::string names;
+    for (int i = 0; i < 6; ++i) {
+      const std::string key = "k" + std::to_string(i);
+      WriteFile(dir_ / ("src/" + key + ".jpg"), std::string(3000, static_cast<char>('a' + i)));
+      WriteFile(dir_ / ("src/" + key + ".cls"), std::to_string(i % 2) + "\n");
+      names += " " + key + ".jpg " + key + ".cls";
+      if (i == 2 && pad) {
+        WriteFile(dir_ / "src/k2.pad", std::string(pad, 'p'));
+        names += " k2.pad";
+      }
+    }
+    WriteFile(dir_ / "blocker", "blocker");
+    const std::string cmd =
+        "tar --format=ustar -C " + (dir_ / "src") + " -cf " + (dir_ / "shards/a.tar") + names;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    ASSERT_TRUE(Catalog::Open(dir_ / "shards", &catalog_).ok());
+    ASSERT_EQ(catalog_->size(), 6u);
+  }
+
+  // Reads the blocker on the one thread (held at the gate), queues the six
+  // members behind it, opens the gate and waits for all seven; each
+  // member's result is checked and its bytes freed at once.
+  void ReadAll(SourceReaderOptions o) {
+    o.threads = 1;
+    o.store = store_;
+    std::mutex mu;
+    std::map<std::string, std::string> got;  // relpath or "blocker" -> bytes or error
+    SourceReader reader(o);
+    auto add = [&](std::string name) {
+      return [&mu, &got, name](SourceReader::Result r) {
+        std::lock_guard lock(mu);
+        got[name] = r.status.ok() ? *r.bytes : "error: " + r.status.message();
+      };
+    };
+    reader.Read(FileRange::WholeFile(dir_ / "blocker"), 1 << 20, 7, add("blocker"));
+    ASSERT_TRUE(Eventually([&] { return store_->ranges().size() == 1; }));
+    for (SampleId id = 0; id < 6; ++id) {
+      const FileRange r = catalog_->location(id);
+      ASSERT_TRUE(r.partial);
+      reader.Read(r, 1 << 20, r.length, add(catalog_->relpath(id)));
+    }
+    EXPECT_EQ(reader.Stats().queued, 6u);
+    store_->Open();
+    ASSERT_TRUE(Eventually([&] {
+      std::lock_guard lock(mu);
+      return got.size() == 7;
+    }));
+    results_ = got;
+    stats_ = reader.Stats();
+  }
+
+  // The members the store's reads (after the blocker) covered, one string
+  // of their digits each.
+  std::vector<std::string> Groups() {
+    std::vector<std::string> groups;
+    const std::vector<FileRange> ranges = store_->ranges();
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      std::string g;
+      for (SampleId id = 0; id < 6; ++id) {
+        const FileRange m = catalog_->location(id);
+        if (m.offset >= ranges[i].offset &&
+            m.offset + m.length <= ranges[i].offset + ranges[i].length) {
+          g += std::to_string(id);
+        }
+      }
+      groups.push_back(g);
+    }
+    return groups;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Catalog> catalog_;
+  std::shared_ptr<GatedStore> store_ = std::make_shared<GatedStore>();
+  std::map<std::string, std::string> results_;
+  SourceReaderStats stats_;
+};
+
+TEST_F(ShardTest, NeighbouringMembersAreReadAsOneRange) {
+  Write(0);
+  ReadAll(Options(1, 10s));
+  EXPECT_EQ(Groups(), std::vector<std::string>{"012345"});
+  EXPECT_EQ(results_["blocker"], "blocker");
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(results_["a.tar/k" + std::to_string(i) + ".jpg"],
+              std::string(3000, static_cast<char>('a' + i)));
+  }
+  EXPECT_EQ(stats_.coalesced, 5u);
+  EXPECT_EQ(stats_.reads, 7u);
+  EXPECT_EQ(stats_.bytes, 7u + 6 * 3000);
+  EXPECT_EQ(stats_.bytes_in_flight, 0u);  // all freed, the gaps never held
+}
+
+// A gap past coalesce_max_gap (256 KiB by default) splits the run.
+TEST_F(ShardTest, AWideGapIsNotRead) {
+  Write(300 << 10);
+  ReadAll(Options(1, 10s));
+  EXPECT_EQ(Groups(), (std::vector<std::string>{"012", "345"}));
+  EXPECT_EQ(stats_.coalesced, 4u);
+  EXPECT_EQ(results_["a.tar/k4.jpg"], std::string(3000, 'e'));
+}
+
+// A run holds no more than fits in flight beside what is held.
+TEST_F(ShardTest, ARunStaysWithinTheBytesInFlight) {
+  Write(0);
+  SourceReaderOptions o = Options(1, 10s);
+  o.max_bytes_in_flight = 2 * 3000 + 1000;
+  ReadAll(o);
+  EXPECT_EQ(Groups(), (std::vector<std::string>{"01", "23", "45"}));
+  EXPECT_EQ(stats_.coalesced, 3u);
+}
+
+// The run's read fails for each of its members: here the shard changed
+// since the scan, so no member is served from it.
+TEST_F(ShardTest, AFailedRunFailsEachMember) {
+  Write(0);
+  WriteFile(dir_ / "shards/a.tar", "rewritten");
+  ReadAll(Options(1, 10s));
+  EXPECT_EQ(Groups().size(), 1u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NE(results_["a.tar/k" + std::to_string(i) + ".jpg"].find("changed since the scan"),
+              std::string::npos);
+  }
+  EXPECT_EQ(stats_.bytes_in_flight, 0u);
+}
+
+// A run whose read never returns fails each member at its one deadline,
+// frees what they counted in flight, and leaves its shard stuck once.
+TEST_F(ShardTest, ARunPastItsDeadlineFailsEachMember) {
+  Write(0);
+  SourceReaderOptions o = Options(1, 300ms);
+  o.store = store_;  // held until Open(): the blocker, then the run
+  Results results;
+  {
+    SourceReader reader(o);
+    reader.Read(FileRange::WholeFile(dir_ / "blocker"), 1 << 20, 7, results.Add());
+    ASSERT_TRUE(Eventually([&] { return store_->ranges().size() == 1; }));
+    for (SampleId id = 0; id < 6; ++id) {
+      const FileRange r = catalog_->location(id);
+      reader.Read(r, 1 << 20, r.length, results.Add());
+    }
+    // The blocker times out, its replacement takes the six as one run.
+    ASSERT_TRUE(Eventually([&] { return results.size() == 7; }));
+    EXPECT_EQ(Groups(), std::vector<std::string>{"012345"});
+    for (size_t i = 0; i < 7; ++i) {
+      const SourceReader::Result r = results.Take(i);
+      EXPECT_TRUE(r.stuck);
+      EXPECT_NE(r.status.message().find("read_timeout"), std::string::npos) << r.status.message();
+    }
+    SourceReaderStats st = reader.Stats();
+    EXPECT_EQ(st.timed_out, 7u);
+    EXPECT_EQ(st.stuck_threads, 2u);
+    EXPECT_EQ(st.bytes_in_flight, 0u);
+    // The shard's path is stuck: another member fails at once.
+    reader.Read(catalog_->location(0), 1 << 20, 3000, results.Add());
+    ASSERT_EQ(results.size(), 8u);
+    EXPECT_NE(results.Take(7).status.message().find("still blocked"), std::string::npos);
+  }
+  store_->Open();  // the detached threads return and end
 }
 
 // A SOURCE on joaderfs-stuck-fs (tests/tools/stuck_fs.c): reads of "stuck1"

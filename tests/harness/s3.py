@@ -84,12 +84,9 @@ class S3Server:
         self.command(op="put_bytes", bucket=bucket, key=key, hex=data.hex())
 
     def upload_tree(self, bucket, prefix, root):
-        """Every file under `root` as PREFIX/<its relative path>."""
-        for folder, _, files in os.walk(root):
-            for name in files:
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, root)
-                self.put(bucket, (prefix + "/" if prefix else "") + rel, path)
+        """Every file under `root` as PREFIX/<its relative path>, in one
+        command (one client, no round trip per file)."""
+        self.command(op="put_tree", bucket=bucket, prefix=prefix, root=os.path.abspath(root))
 
     def etag(self, bucket, key):
         return self.command(op="etag", bucket=bucket, key=key)["etag"]
@@ -117,6 +114,10 @@ class Proxy:
     """An HTTP proxy on 127.0.0.1 in front of `upstream` (host, port).
 
     .gets[key]: GETs of each object key (listings are not counted);
+    .ranges[key]: the Range header of each (None for a whole object);
+    .max_concurrent_gets: the most GETs at once, each counted from its
+    arrival until its answer came from upstream (before it is sent on, so
+    that a client's next GET never overlaps its last in this count);
     .requests: every request; fail(key, times) answers the next `times`
     GETs of `key` with 503 (times=None: every one); delay: seconds added
     before each request is forwarded."""
@@ -126,6 +127,9 @@ class Proxy:
         self.delay = delay
         self.lock = threading.Lock()
         self.gets = {}
+        self.ranges = {}
+        self.concurrent_gets = 0
+        self.max_concurrent_gets = 0
         self.requests = 0
         self.failures = {}  # key -> remaining failures, None: always
         self.failed = {}    # key -> 503s answered
@@ -149,6 +153,10 @@ class Proxy:
                     proxy.requests += 1
                     if is_get:
                         proxy.gets[key] = proxy.gets.get(key, 0) + 1
+                        proxy.ranges.setdefault(key, []).append(self.headers.get("Range"))
+                        proxy.concurrent_gets += 1
+                        proxy.max_concurrent_gets = max(proxy.max_concurrent_gets,
+                                                        proxy.concurrent_gets)
                         if key in proxy.failures:
                             left = proxy.failures[key]
                             fail = True
@@ -160,7 +168,13 @@ class Proxy:
                             proxy.failed[key] = proxy.failed.get(key, 0) + 1
                 if proxy.delay:
                     time.sleep(proxy.delay)
+
+                def answered():
+                    if is_get:
+                        with proxy.lock:
+                            proxy.concurrent_gets -= 1
                 if fail:
+                    answered()
                     payload = b"<Error><Code>ServiceUnavailable</Code></Error>"
                     self.send_response(503)
                     self.send_header("Content-Length", str(len(payload)))
@@ -169,6 +183,7 @@ class Proxy:
                     return
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port,
                                                   timeout=60)
+                in_progress = True
                 try:
                     # The Host header as signed (the proxy's address) goes
                     # through unchanged.
@@ -180,6 +195,8 @@ class Proxy:
                     conn.endheaders(body)
                     r = conn.getresponse()
                     data = r.read()
+                    answered()
+                    in_progress = False
                     self.send_response(r.status)
                     for name, value in r.getheaders():
                         if name.lower() not in ("connection", "keep-alive",
@@ -195,6 +212,8 @@ class Proxy:
                     if self.command != "HEAD":
                         self.wfile.write(data)
                 finally:
+                    if in_progress:
+                        answered()
                     conn.close()
 
             do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward
@@ -216,7 +235,9 @@ class Proxy:
     def reset_counts(self):
         with self.lock:
             self.gets.clear()
+            self.ranges.clear()
             self.failed.clear()
+            self.max_concurrent_gets = 0
             self.requests = 0
 
     def total_gets(self):

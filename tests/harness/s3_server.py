@@ -14,6 +14,8 @@ on stdout each:
   {"op": "bucket", "bucket": B}                       create a bucket
   {"op": "put", "bucket": B, "key": K, "path": P}     upload file P as K
   {"op": "put_bytes", "bucket": B, "key": K, "hex": H}
+  {"op": "put_tree", "bucket": B, "prefix": P, "root": R}
+                                  every file under R as P/<its relative path>
   {"op": "delete", "bucket": B, "key": K}
   {"op": "etag", "bucket": B, "key": K}               -> {"etag": E}
 EOF on stdin stops it.
@@ -92,6 +94,15 @@ def main():
             elif op == "put_bytes":
                 s3.put_object(Bucket=cmd["bucket"], Key=cmd["key"],
                               Body=bytes.fromhex(cmd["hex"]))
+            elif op == "put_tree":
+                for folder, _, files in os.walk(cmd["root"]):
+                    for name in files:
+                        path = os.path.join(folder, name)
+                        key = os.path.relpath(path, cmd["root"])
+                        if cmd["prefix"]:
+                            key = cmd["prefix"] + "/" + key
+                        with open(path, "rb") as f:
+                            s3.put_object(Bucket=cmd["bucket"], Key=key, Body=f.read())
             elif op == "delete":
                 s3.delete_object(Bucket=cmd["bucket"], Key=cmd["key"])
             elif op == "etag":

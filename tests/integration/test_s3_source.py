@@ -125,6 +125,18 @@ class S3SourceTest(JoaderTestCase):
         self.assertEqual(stats["skipped"], 0)
         self.assertGreater(stats["source_bytes"], 0)
         self.assertEqual(stats["source_requests"], self.proxy.total_gets())
+        # The default bound on bytes in flight (DefaultSourceInFlight).
+        self.assertGreaterEqual(stats["source_in_flight_limit"], 64 << 20)
+        self.assertLessEqual(stats["source_in_flight_limit"], 1 << 30)
+
+    def test_source_in_flight_bounds_the_reads(self):
+        """source_in_flight= below one image: the reads run one at a time
+        (one read always may), every sample is still served once."""
+        m = self.mount_s3("folder", {"source_in_flight": "1K", "source_reads": "8"})
+        self.assertEqual(m.stats()["source_in_flight_limit"], 1024)
+        records = [r for rs in self.epoch(m) for r in rs]
+        self.assertEqual(sorted(r.id for r in records), list(range(len(self.order))))
+        self.assertEqual(self.proxy.max_concurrent_gets, 1)
 
     def test_tar_shards_serve_the_local_shards(self):
         local = self.mount(self.shards)
@@ -134,6 +146,43 @@ class S3SourceTest(JoaderTestCase):
         self.assertEqual(multiset(self.epoch(m)), want)
         self.assertIn("left out 1 samples of damaged or cut-short shards",
                       "\n".join(m.log_problems()))
+
+    def test_listing_past_one_page(self):
+        """ListObjectsV2 answers 1000 keys a page (moto as S3): a bucket of
+        1010 images needs the continuation token, and each is served once."""
+        from PIL import Image
+        root = os.path.join(self.tempdir(), "many")
+        n = 1010
+        for i in range(n):
+            folder = os.path.join(root, "c%d" % (i % 3))
+            os.makedirs(folder, exist_ok=True)
+            Image.new("RGB", (8, 8), (i % 251, i // 251 * 40, 90)).save(
+                os.path.join(folder, "%04d.jpg" % i), "JPEG")
+        self.s3.upload_tree(BUCKET, "many", root)
+        m = self.mount_s3("many")
+        self.assertEqual(len(m.manifest()), n)
+        self.assertEqual(m.info()["classes"], 3)
+        records = [r for rs in self.epoch(m) for r in rs]
+        self.assertEqual(sorted(r.id for r in records), list(range(n)))
+        self.assertEqual(self.proxy.total_gets(), n)
+
+    def test_tar_members_coalesce_into_ranged_reads(self):
+        """One I/O thread, 50 ms a request: the planned members queue, and
+        neighbours in one shard are fetched by one ranged GET, each still
+        served with its own pixels."""
+        local = self.mount(self.shards)
+        want = multiset(self.epoch(local))
+        m = self.mount_s3("shards", {"source_reads": "1"})
+        self.proxy.reset_counts()  # the scan's GETs
+        self.proxy.delay = 0.05
+        self.assertEqual(multiset(self.epoch(m)), want)
+        stats = m.stats()
+        n = len(self.expected)
+        gets = self.proxy.total_gets()
+        self.assertGreater(stats["source_reads_coalesced"], 0)
+        self.assertLess(gets, n / 2, self.proxy.ranges)
+        self.assertEqual(gets + stats["source_reads_coalesced"], n)  # each member read once
+        self.assertEqual(stats["skipped"], 0)
 
     def test_manifest_object(self):
         local = self.mount(self.folder)
