@@ -105,11 +105,13 @@ Status RemoteTier::Open(const RemoteTierOptions& options, const Catalog* catalog
     spdlog::info("remote cache: {} servers", options.servers.size());
   }
   t->publisher_ = std::thread([raw = t.get()] { raw->PublishLoop(); });
+  t->lease_waiter_ = std::thread([raw = t.get()] { raw->LeaseWaitLoop(); });
   *out = std::move(t);
   return Status::Ok();
 }
 
 RemoteTier::~RemoteTier() {
+  StopWaits();
   {
     MutexLock lock(mu_);
     stopping_ = true;
@@ -206,7 +208,7 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
   memcached_st* mc = Handle();
   if (!mc) return Status::NotFound("no libmemcached handle");
   Status s = GetOnce(mc, key, out);
-  bool waited = false;
+  bool leased_elsewhere = false;
   // A damaged value is not waited on: a lease's holder has published it.
   if (s.code() == Status::Code::kNotFound) {
     // One daemon decodes it; the others wait for its value, briefly.
@@ -214,12 +216,7 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
     const memcached_return_t rc =
         memcached_add(mc, lease.data(), lease.size(), "1", 1, kLeaseSeconds, 0);
     if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS) {
-      waited = true;
-      const auto until = std::chrono::steady_clock::now() + options_.lease_wait;
-      while (s.code() == Status::Code::kNotFound && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(kLeasePoll);
-        s = GetOnce(mc, key, out);
-      }
+      leased_elsewhere = true;
     } else if (rc == MEMCACHED_SUCCESS) {
       MutexLock lock(mu_);
       leased_.insert(id);
@@ -229,14 +226,83 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
   }
   Return(mc);
   MutexLock lock(mu_);
-  if (waited) ++stats_.lease_waits;
+  if (leased_elsewhere) {
+    ++stats_.lease_waits;  // a hit or a miss once the wait is answered
+    return Status::Busy("leased by another daemon");
+  }
   if (s.ok()) {
     ++stats_.hits;
-    if (waited) ++stats_.lease_hits;
     return s;
   }
   ++stats_.misses;
   return Status::NotFound("not in the remote tier");
+}
+
+void RemoteTier::AwaitLeased(SampleId id, LeaseDone done) {
+  LeaseWait wait{KeyOf(id), std::chrono::steady_clock::now() + options_.lease_wait,
+                 std::move(done)};
+  {
+    MutexLock lock(mu_);
+    if (waits_stopped_) return;
+    lease_waits_.push_back(std::move(wait));
+  }
+  lease_wake_.notify_all();
+}
+
+void RemoteTier::StopWaits() {
+  {
+    MutexLock lock(mu_);
+    waits_stopped_ = true;
+  }
+  lease_wake_.notify_all();
+  if (lease_waiter_.joinable()) lease_waiter_.join();
+}
+
+void RemoteTier::LeaseWaitLoop() {
+  memcached_st* mc = nullptr;
+  std::vector<LeaseWait> polling;  // the waits this round polls
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      // The unanswered go back beside those that came meanwhile, and all
+      // are polled again one kLeasePoll later.
+      for (LeaseWait& w : polling) lease_waits_.push_back(std::move(w));
+      const bool again = !polling.empty();
+      polling.clear();
+      if (again)
+        lease_wake_.wait_for(lock, kLeasePoll, [this]() REQUIRES(mu_) { return waits_stopped_; });
+      lease_wake_.wait(lock,
+                       [this]() REQUIRES(mu_) { return waits_stopped_ || !lease_waits_.empty(); });
+      if (waits_stopped_) break;
+      polling.swap(lease_waits_);
+    }
+    if (!mc) mc = memcached_clone(nullptr, master_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = polling.begin(); it != polling.end();) {
+      auto sample = std::make_shared<DecodedSample>();
+      const Status s = mc ? GetOnce(mc, it->key, sample.get()) : Status::NotFound("no handle");
+      if (s.code() == Status::Code::kNotFound && now < it->until) {
+        ++it;
+        continue;
+      }
+      {
+        MutexLock lock(mu_);
+        if (s.ok()) {
+          ++stats_.hits;
+          ++stats_.lease_hits;
+        } else {
+          ++stats_.misses;
+        }
+      }
+      if (s.ok()) {
+        it->done(Status::Ok(), std::move(sample));
+      } else {
+        it->done(Status::NotFound("not in the remote tier"), nullptr);
+      }
+      it = polling.erase(it);
+    }
+  }
+  if (mc) memcached_free(mc);
 }
 
 void RemoteTier::Abandon(SampleId id) {

@@ -16,7 +16,9 @@
 // A lookup that misses takes a lease (memcached add of a companion key,
 // which only one daemon can create, expiring after kLeaseSeconds): the
 // holder decodes and publishes; the others poll the value for at most
-// `lease_wait`, then decode themselves. A holder that dies costs the others
+// `lease_wait`, then decode themselves. The polls run on a thread of the
+// tier's own (AwaitLeased), not on the decode thread that asked: that one
+// goes on to other samples meanwhile. A holder that dies costs the others
 // one lease_wait, never more.
 //
 // Publishing is asynchronous: one thread sets the values of a queue of at
@@ -27,10 +29,10 @@
 // bounded by the connect and poll timeouts (`timeout`): a dead or slow
 // server costs misses and at most about that long per call, never a crash.
 //
-// Owns its libmemcached handles (one per concurrent caller, reused) and the
-// publisher thread. Thread-safe: Fetch, PublishAsync and Stats may be called
-// from any thread; handles are handed out under a leaf mutex and used
-// without it.
+// Owns its libmemcached handles (one per concurrent caller, reused), the
+// publisher thread and the lease-wait thread. Thread-safe: every public
+// member may be called from any thread; handles are handed out under a
+// leaf mutex and used without it.
 
 #ifndef JOADERFS_CACHE_REMOTE_TIER_H_
 #define JOADERFS_CACHE_REMOTE_TIER_H_
@@ -39,6 +41,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -87,9 +90,20 @@ class RemoteTier {
                      std::unique_ptr<RemoteTier>* out);
   ~RemoteTier();  // drops queued writes, waits for the one in progress
 
-  // Ok and the sample; NotFound (after waiting out another daemon's lease,
-  // if any: the caller decodes and publishes, or calls Abandon()).
+  // Ok and the sample; Busy: another daemon holds its lease (it is decoding
+  // it), so AwaitLeased() it; NotFound: the caller decodes and publishes, or
+  // calls Abandon().
   Status Fetch(SampleId id, DecodedSample* out);
+  // Called once per AwaitLeased(), on the lease-wait thread: Ok and the
+  // sample, or NotFound (the wait ran out, or the value was damaged): the
+  // caller decodes. It must be short and must not block.
+  using LeaseDone = std::function<void(Status, std::shared_ptr<DecodedSample>)>;
+  // After Fetch() said Busy: polls the value every kLeasePoll for at most
+  // `lease_wait`, and calls `done`. Dropped, never called, after StopWaits().
+  void AwaitLeased(SampleId id, LeaseDone done);
+  // Drops the waits not answered (their `done` is never called) and returns
+  // once no `done` is running. Idempotent; the destructor calls it.
+  void StopWaits();
   // Queues the sample for publishing.
   void PublishAsync(SampleId id, SamplePtr sample);
   // The caller's decode failed: gives its lease up, so no one waits on it.
@@ -112,6 +126,11 @@ class RemoteTier {
     SampleId id;
     SamplePtr sample;
   };
+  struct LeaseWait {
+    ValueKey key;
+    std::chrono::steady_clock::time_point until;
+    LeaseDone done;
+  };
   RemoteTier() = default;
   memcached_st* Handle();         // a handle of the pool, or a new clone
   void Return(memcached_st* mc);  // back to the pool
@@ -120,6 +139,7 @@ class RemoteTier {
   ValueKey KeyOf(SampleId id) const;
   static std::string LeaseName(const ValueKey& key);
   void PublishLoop();
+  void LeaseWaitLoop();
   // Counts a failed call and warns (rate-limited) with its reason.
   void CountError(memcached_st* mc);
   // Sets the sample's value; counts it.
@@ -141,7 +161,11 @@ class RemoteTier {
   RemoteTierStats stats_ GUARDED_BY(mu_);
   // Samples whose lease this daemon holds: their value is set at once.
   std::unordered_set<SampleId> leased_ GUARDED_BY(mu_);
+  std::vector<LeaseWait> lease_waits_ GUARDED_BY(mu_);  // not being polled now
+  bool waits_stopped_ GUARDED_BY(mu_) = false;
+  std::condition_variable_any lease_wake_;
   std::thread publisher_;
+  std::thread lease_waiter_;
 };
 
 }  // namespace joaderfs

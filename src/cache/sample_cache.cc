@@ -50,6 +50,7 @@ SampleCache::~SampleCache() { StopReads(); }
 
 void SampleCache::StopReads() {
   if (own_reader_) own_reader_->Stop();
+  if (remote_) remote_->StopWaits();
 }
 
 void SampleCache::Acquire(SampleId id, Callback done) {
@@ -153,7 +154,26 @@ void SampleCache::Load(SampleId id, std::optional<FileIdentity> unless_same) {
     o.status = remote_->Fetch(id, o.loaded.get());
     o.from_remote = o.status.ok();
     if (o.from_remote) return Finish(id, std::move(o));
+    if (o.status.code() == Status::Code::kBusy) {
+      // Another daemon is decoding it: its value is awaited on the tier's
+      // thread, and this decode thread goes on to other samples.
+      remote_->AwaitLeased(id, [this, id](Status s, std::shared_ptr<DecodedSample> sample) {
+        if (!s.ok()) return ReadAndDecode(id);
+        pool_->Submit([this, id, sample = std::move(sample)]() mutable {
+          Outcome fetched;
+          fetched.status = Status::Ok();
+          fetched.loaded = std::move(sample);
+          fetched.from_remote = true;
+          Finish(id, std::move(fetched));
+        });
+      });
+      return;
+    }
   }
+  ReadAndDecode(id);
+}
+
+void SampleCache::ReadAndDecode(SampleId id) {
   // The read runs on the reader's I/O threads, so that a file whose reads
   // hang holds no decode thread; its bytes come back to a decode thread.
   FileRange range = catalog_->location(id);

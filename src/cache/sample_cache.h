@@ -116,10 +116,11 @@ class SampleCache {
               uint32_t base, uint64_t budget_bytes, FailureRetry retry = {},
               SourceReader* reader = nullptr, RemoteTier* remote = nullptr);
   ~SampleCache();
-  // Stops the reader the cache made for itself (none given): reads not yet
-  // done are dropped, and those whose callbacks run are waited for. Call it
-  // before `pool` goes when the cache outlives the pool: a read's callback
-  // submits its decode there. The destructor does it too.
+  // Stops the reader the cache made for itself (none given), and the
+  // remote tier's lease waits: reads and waits not yet done are dropped, and
+  // those whose callbacks run are waited for. Call it before `pool` goes
+  // when the cache outlives the pool: their callbacks submit to it. The
+  // destructor does it too.
   void StopReads();
 
   // Pins the entry of `id` and calls `done` exactly once with its sample.
@@ -193,6 +194,9 @@ class SampleCache {
   // On a decode thread: the disk tier, else a read by reader_, whose bytes
   // Decode() decodes on a decode thread; both end in Finish().
   void Load(SampleId id, std::optional<FileIdentity> unless_same);
+  // Reads the file on the reader's threads, then decodes it on a decode
+  // thread (Decode); from Load, or from the remote tier's lease-wait thread.
+  void ReadAndDecode(SampleId id);
   void Decode(SampleId id, const FileRange& range, SourceReader::Result read);
   void Finish(SampleId id, Outcome o);
   void EvictLocked() REQUIRES(mu_);

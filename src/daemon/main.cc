@@ -424,10 +424,12 @@ int Run(int argc, char** argv) {
                   ret < 0 ? std::strerror(-ret) : strsignal(ret));
   }
   // A decode finishing now replies to a read through the session, and
-  // writes to the tiers: the pool stops before either goes, and the reader,
-  // whose callbacks submit decodes, before the pool. Reads blocked in
+  // writes to the tiers: the pool stops before either goes, and the reader
+  // and the remote tier's lease waits, whose callbacks submit to the pool,
+  // before the pool. Reads blocked in
   // SOURCE are not waited for (their threads are detached).
   reader.Stop();
+  cache.StopReads();  // the remote tier's lease waits, whose answers go to the pool too
   pool.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

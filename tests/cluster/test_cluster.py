@@ -13,6 +13,9 @@ namespace, also on failure.
 - every job gets every id exactly once while a memcached is killed, or
   stopped (SIGSTOP: a node that answers nothing), or its node's link goes
   down (ip link set down: packets lost), mid-epoch;
+- leases whose holder died (never published) cost their loads one lease
+  wait each, on the tier's own thread: a daemon with one decode thread
+  still ends its epoch in about one wait, not one wait per lease;
 - a damaged, truncated or foreign value under a real key is never served;
 - memcached down at mount: the daemon mounts with a warning, and uses the
   tier once the servers start.
@@ -30,7 +33,8 @@ import numpy as np
 import harness
 from harness import TierTestCase, digests, log, read_epoch, read_exact
 from harness.datasets import _image, imagefolder_order, small_layout
-from harness.memcached import Memcached, netns_available, remote_key, require_memcached
+from harness.memcached import (Memcached, netns_available, remote_key, remote_lease,
+                               require_memcached)
 
 N = 160
 BASE = 128
@@ -238,6 +242,25 @@ class ClusterTest(TierTestCase):
             self.skipTest("needs network namespaces (root, iproute2)")
         elapsed = self.run_with_failure(lambda s: s.link_down(), lambda s: s.link_up())
         self.assertLess(elapsed, 60, "a node whose link went down stalled the reads")
+
+    def test_dead_holders_leases_hold_no_decode_thread(self):
+        # 40 leases taken by a daemon that died before it published: each
+        # of those loads waits out lease_wait (0.5 s), then decodes. Held
+        # on the one decode thread, the waits would take 40 x 0.5 s.
+        servers = self.servers()
+        for rel, _ in self.order[:40]:
+            for s in servers:  # whichever is the key's home
+                s.set(remote_lease(self.source, rel, BASE), b"1")
+        a = self.node(servers, threads=1)
+        t0 = time.monotonic()
+        self.read_jobs([(a, "j", None)])
+        elapsed = time.monotonic() - t0
+        st = a.stats()
+        log("dead leases: %.1f s; lease waits %d, decoded %d", elapsed,
+            st["remote_lease_waits"], st["decoded"])
+        self.assertEqual(st["remote_lease_waits"], 40)
+        self.assertEqual(st["decoded"], N)
+        self.assertLess(elapsed, 10, "lease waits held the decode thread")
 
     def test_corrupt_values_are_misses(self):
         servers = self.servers()

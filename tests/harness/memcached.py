@@ -226,6 +226,12 @@ def remote_key(source, relpath, base):
     return "jfs1:%016x" % fnv1a(material)
 
 
+def remote_lease(source, relpath, base):
+    """The key of the lease on that value's decode (jfs1l: and the same
+    digest)."""
+    return "jfs1l:" + remote_key(source, relpath, base)[len("jfs1:"):]
+
+
 def require_memcached():
     if not os.access(MEMCACHED, os.X_OK):
         raise unittest.SkipTest("memcached not installed (scripts/setup.sh)")
