@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/coding.h"
 #include "common/crc32c.h"
@@ -175,6 +177,45 @@ Status RemoteTier::GetOnce(memcached_st* mc, const ValueKey& key, DecodedSample*
     if (rc != MEMCACHED_NOTFOUND) CountError(mc);
     return Status::NotFound("not in the remote tier");
   }
+  return TakeValue(key, value, length, out);
+}
+
+void RemoteTier::GetMany(memcached_st* mc, const std::vector<LeaseWait>& waits,
+                         std::vector<Status>* found,
+                         std::vector<std::shared_ptr<DecodedSample>>* samples) {
+  found->assign(waits.size(), Status::NotFound("not in the remote tier"));
+  samples->assign(waits.size(), nullptr);
+  std::vector<const char*> names;
+  std::vector<size_t> lengths;
+  std::unordered_map<std::string_view, size_t> index;
+  for (size_t i = 0; i < waits.size(); ++i) {
+    names.push_back(waits[i].key.name.data());
+    lengths.push_back(waits[i].key.name.size());
+    index.emplace(waits[i].key.name, i);
+  }
+  memcached_return_t rc = memcached_mget(mc, names.data(), lengths.data(), names.size());
+  // Some servers failed: the others' values are still fetched.
+  if (rc == MEMCACHED_SOME_ERRORS) CountError(mc);
+  if (rc != MEMCACHED_SUCCESS && rc != MEMCACHED_SOME_ERRORS) return CountError(mc);
+  while (memcached_result_st* result = memcached_fetch_result(mc, nullptr, &rc)) {
+    const std::string_view name(memcached_result_key_value(result),
+                                memcached_result_key_length(result));
+    const size_t length = memcached_result_length(result);
+    char* value = memcached_result_take_value(result);
+    memcached_result_free(result);
+    const auto at = index.find(name);
+    if (at == index.end() || !value) {
+      free(value);
+      continue;
+    }
+    auto sample = std::make_shared<DecodedSample>();
+    (*found)[at->second] = TakeValue(waits[at->second].key, value, length, sample.get());
+    if ((*found)[at->second].ok()) (*samples)[at->second] = std::move(sample);
+  }
+  if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND) CountError(mc);
+}
+
+Status RemoteTier::TakeValue(const ValueKey& key, char* value, size_t length, DecodedSample* out) {
   std::shared_ptr<uint8_t> buffer(reinterpret_cast<uint8_t*>(value), [](uint8_t* p) { free(p); });
   const uint8_t* h = buffer.get();
   const std::string& material = key.material;
@@ -261,6 +302,8 @@ void RemoteTier::StopWaits() {
 void RemoteTier::LeaseWaitLoop() {
   memcached_st* mc = nullptr;
   std::vector<LeaseWait> polling;  // the waits this round polls
+  std::vector<Status> found;       // ... what the round found of each
+  std::vector<std::shared_ptr<DecodedSample>> samples;
   for (;;) {
     {
       MutexLock lock(mu_);
@@ -277,12 +320,21 @@ void RemoteTier::LeaseWaitLoop() {
       polling.swap(lease_waits_);
     }
     if (!mc) mc = memcached_clone(nullptr, master_);
+    // One multi-get for every value awaited: a request per server a round,
+    // not one per value.
+    if (mc) {
+      GetMany(mc, polling, &found, &samples);
+    } else {
+      found.assign(polling.size(), Status::NotFound("no libmemcached handle"));
+      samples.assign(polling.size(), nullptr);
+    }
     const auto now = std::chrono::steady_clock::now();
-    for (auto it = polling.begin(); it != polling.end();) {
-      auto sample = std::make_shared<DecodedSample>();
-      const Status s = mc ? GetOnce(mc, it->key, sample.get()) : Status::NotFound("no handle");
-      if (s.code() == Status::Code::kNotFound && now < it->until) {
-        ++it;
+    std::vector<LeaseWait> unanswered;
+    for (size_t i = 0; i < polling.size(); ++i) {
+      const Status& s = found[i];
+      // A damaged value is not waited on further: its holder published it.
+      if (s.code() == Status::Code::kNotFound && now < polling[i].until) {
+        unanswered.push_back(std::move(polling[i]));
         continue;
       }
       {
@@ -295,12 +347,12 @@ void RemoteTier::LeaseWaitLoop() {
         }
       }
       if (s.ok()) {
-        it->done(Status::Ok(), std::move(sample));
+        polling[i].done(Status::Ok(), std::move(samples[i]));
       } else {
-        it->done(Status::NotFound("not in the remote tier"), nullptr);
+        polling[i].done(Status::NotFound("not in the remote tier"), nullptr);
       }
-      it = polling.erase(it);
     }
+    polling = std::move(unanswered);
   }
   if (mc) memcached_free(mc);
 }

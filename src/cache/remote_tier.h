@@ -17,8 +17,9 @@
 // which only one daemon can create, expiring after kLeaseSeconds): the
 // holder decodes and publishes; the others poll the value for at most
 // `lease_wait`, then decode themselves. The polls run on a thread of the
-// tier's own (AwaitLeased), not on the decode thread that asked: that one
-// goes on to other samples meanwhile. A holder that dies costs the others
+// tier's own (AwaitLeased), one multi-get a round for every value awaited,
+// not on the decode thread that asked: that one goes on to other samples
+// meanwhile. A holder that dies costs the others
 // one lease_wait, never more.
 //
 // Publishing is asynchronous: one thread sets the values of a queue of at
@@ -136,6 +137,13 @@ class RemoteTier {
   void Return(memcached_st* mc);  // back to the pool
   // One get; Ok, NotFound or Corruption; counts errors.
   Status GetOnce(memcached_st* mc, const ValueKey& key, DecodedSample* out);
+  // One multi-get of the waits' values: each one's status as GetOnce's, and
+  // its sample where Ok.
+  void GetMany(memcached_st* mc, const std::vector<LeaseWait>& waits, std::vector<Status>* found,
+               std::vector<std::shared_ptr<DecodedSample>>* samples);
+  // Checks a value fetched (malloc'd; owned from here on) against the key:
+  // Ok and the sample, or Corruption (counted, warned).
+  Status TakeValue(const ValueKey& key, char* value, size_t length, DecodedSample* out);
   ValueKey KeyOf(SampleId id) const;
   static std::string LeaseName(const ValueKey& key);
   void PublishLoop();

@@ -13,6 +13,8 @@ namespace, also on failure.
 - every job gets every id exactly once while a memcached is killed, or
   stopped (SIGSTOP: a node that answers nothing), or its node's link goes
   down (ip link set down: packets lost), mid-epoch;
+- a load waiting on a lease gets the holder's value once it is published,
+  and decodes nothing;
 - leases whose holder died (never published) cost their loads one lease
   wait each, on the tier's own thread: a daemon with one decode thread
   still ends its epoch in about one wait, not one wait per lease;
@@ -242,6 +244,48 @@ class ClusterTest(TierTestCase):
             self.skipTest("needs network namespaces (root, iproute2)")
         elapsed = self.run_with_failure(lambda s: s.link_down(), lambda s: s.link_up())
         self.assertLess(elapsed, 60, "a node whose link went down stalled the reads")
+
+    def test_lease_wait_gets_the_holders_value(self):
+        # A live holder: the first 8 picks of a group= order are leased and
+        # their values gone; once the daemon waits on them (all 8, or 0.4 s),
+        # the "holder" publishes them. Each wait ends with the holder's value (one
+        # multi-get a poll round), and nothing is decoded.
+        servers = self.servers()
+        spec = "group=lease seed=2"
+        a = self.node(servers)
+        recs = self.read_jobs([(a, "j", spec)])[0]
+        self.wait_published(a, N)
+        self.clean_unmount(a)
+        held = {}
+        for r in recs[:8]:
+            rel = self.order[r.id][0]
+            key = remote_key(self.source, rel, BASE)
+            home = [s for s in servers if s.get(key) is not None]
+            self.assertEqual(len(home), 1)
+            held[key] = (home[0], home[0].get(key))
+            home[0].delete(key)
+            for s in servers:
+                s.set(remote_lease(self.source, rel, BASE), b"1")
+        b = self.node(servers, threads=1)
+
+        def publish_once_waited():
+            deadline = time.monotonic() + 0.4  # within lease_wait (0.5 s)
+            while time.monotonic() < deadline and b.stats()["remote_lease_waits"] < 8:
+                time.sleep(0.005)
+            for key, (home, value) in held.items():
+                home.set(key, value)
+        t = threading.Thread(target=publish_once_waited)
+        t.start()
+        got = self.read_jobs([(b, "j", spec)])[0]
+        t.join(10)
+        st = b.stats()
+        log("lease wait: lease waits %d, lease hits %d, decoded %d", st["remote_lease_waits"],
+            st["remote_lease_hits"], st["decoded"])
+        self.assertEqual(digests(got), digests(recs))
+        # A pick dispatched after the values were back is a plain hit.
+        self.assertGreaterEqual(st["remote_lease_waits"], 1)
+        self.assertEqual(st["remote_lease_hits"], st["remote_lease_waits"])
+        self.assertEqual(st["decoded"], 0, "a wait ended without the holder's value")
 
     def test_dead_holders_leases_hold_no_decode_thread(self):
         # 40 leases taken by a daemon that died before it published: each

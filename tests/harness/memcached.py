@@ -199,6 +199,10 @@ class Memcached:
                            (b"\r\n",))
         assert reply == b"STORED\r\n", reply
 
+    def delete(self, key):
+        reply = self._call(b"delete %s\r\n" % key.encode(), (b"\r\n",))
+        assert reply in (b"DELETED\r\n", b"NOT_FOUND\r\n"), reply
+
     def stats(self):
         data = self._call(b"stats\r\n", (b"END\r\n",))
         out = {}
