@@ -198,12 +198,12 @@ void RemoteTier::GetMany(memcached_st* mc, const std::vector<LeaseWait>& waits,
   if (rc == MEMCACHED_SOME_ERRORS) CountError(mc);
   if (rc != MEMCACHED_SUCCESS && rc != MEMCACHED_SOME_ERRORS) return CountError(mc);
   while (memcached_result_st* result = memcached_fetch_result(mc, nullptr, &rc)) {
-    const std::string_view name(memcached_result_key_value(result),
-                                memcached_result_key_length(result));
+    // The key lives in the result: looked up before the result is freed.
+    const auto at = index.find(
+        std::string_view(memcached_result_key_value(result), memcached_result_key_length(result)));
     const size_t length = memcached_result_length(result);
     char* value = memcached_result_take_value(result);
     memcached_result_free(result);
-    const auto at = index.find(name);
     if (at == index.end() || !value) {
       free(value);
       continue;
