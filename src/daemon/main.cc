@@ -190,13 +190,6 @@ void ReportMounted(int fd) {
   close(fd);
 }
 
-// What fuse_session_loop_mt() returned says how the mount ended: 0 when the
-// kernel reported the unmount (ENODEV), the number of the signal that asked
-// it to stop, or a failed read of /dev/fuse as -errno. ECONNABORTED is an
-// unmount too: a request the kernel dequeued for us just as the last file of
-// a lazily unmounted mount closed is failed with it instead of ENODEV
-// (libfuse 3.14 does not know this), as is an abort through
-// /sys/fs/fuse/connections, which an administrator uses to stop a mount.
 // The mean encoded size of SOURCE's images, from the sizes the scan found
 // (a shard member's length), over at most 4096 samples spread evenly.
 uint64_t MeanImageBytes(const Catalog& catalog) {
@@ -209,6 +202,13 @@ uint64_t MeanImageBytes(const Catalog& catalog) {
   return count ? bytes / count : 0;
 }
 
+// What fuse_session_loop_mt() returned says how the mount ended: 0 when the
+// kernel reported the unmount (ENODEV), the number of the signal that asked
+// it to stop, or a failed read of /dev/fuse as -errno. ECONNABORTED is an
+// unmount too: a request the kernel dequeued for us just as the last file of
+// a lazily unmounted mount closed is failed with it instead of ENODEV
+// (libfuse 3.14 does not know this), as is an abort through
+// /sys/fs/fuse/connections, which an administrator uses to stop a mount.
 bool SessionEndedCleanly(int loop_result) {
   return loop_result == 0 || loop_result == SIGTERM || loop_result == SIGINT ||
          loop_result == SIGHUP || loop_result == -ECONNABORTED;
@@ -425,11 +425,11 @@ int Run(int argc, char** argv) {
   }
   // A decode finishing now replies to a read through the session, and
   // writes to the tiers: the pool stops before either goes, and the reader
-  // and the remote tier's lease waits, whose callbacks submit to the pool,
-  // before the pool. Reads blocked in
-  // SOURCE are not waited for (their threads are detached).
+  // and the remote tier's lease waits (StopReads), whose callbacks submit
+  // to the pool, before the pool. Reads blocked in SOURCE are not waited
+  // for (their threads are detached).
   reader.Stop();
-  cache.StopReads();  // the remote tier's lease waits, whose answers go to the pool too
+  cache.StopReads();
   pool.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

@@ -108,6 +108,14 @@ class ClusterTest(TierTestCase):
                              "job %d: not every sample exactly once" % k)
         return results
 
+    def published(self, servers, rel):
+        """The value of the image at `rel`: its key, the one server that
+        holds it (ketama: each key has one home), the value."""
+        key = remote_key(self.source, rel, BASE)
+        holders = [s for s in servers if s.get(key) is not None]
+        self.assertEqual(len(holders), 1, "key %s on %d servers" % (key, len(holders)))
+        return key, holders[0], holders[0].get(key)
+
     def wait_published(self, m, count, timeout=30):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -259,11 +267,9 @@ class ClusterTest(TierTestCase):
         held = {}
         for r in recs[:8]:
             rel = self.order[r.id][0]
-            key = remote_key(self.source, rel, BASE)
-            home = [s for s in servers if s.get(key) is not None]
-            self.assertEqual(len(home), 1)
-            held[key] = (home[0], home[0].get(key))
-            home[0].delete(key)
+            key, home, value = self.published(servers, rel)
+            held[key] = (home, value)
+            home.delete(key)
             for s in servers:
                 s.set(remote_lease(self.source, rel, BASE), b"1")
         b = self.node(servers, threads=1)
@@ -315,11 +321,8 @@ class ClusterTest(TierTestCase):
         victims = {}
         values = {}
         for rel, _ in self.order[:4]:
-            key = remote_key(self.source, rel, BASE)
-            holders = [s for s in servers if s.get(key) is not None]
-            self.assertEqual(len(holders), 1, "key %s on %d servers" % (key, len(holders)))
-            victims[rel] = (holders[0], key)
-            values[rel] = holders[0].get(key)
+            key, home, values[rel] = self.published(servers, rel)
+            victims[rel] = (home, key)
         (r0, r1, r2, r3) = [rel for rel, _ in self.order[:4]]
         flipped = bytearray(values[r0])
         for at in range(len(flipped) // 3, len(flipped), 97):  # pixels
