@@ -218,11 +218,22 @@ case $how in
           extra+=(--photos "$(dataset 1000 10)" --large-dir "$build/bench-data/large-1000")
         fi ;;
     esac
-    # s3fs for the comparison with an S3 FUSE client under SOURCE: for this
+    # s3fs for the comparison with an S3 FUSE client under SOURCE, HAProxy
+    # and rclone for the store (bench/scale/fast_store.py): for this
     # benchmark alone, so not in scripts/setup.sh.
-    if [[ $command == source ]] && ! has_arg --no-s3fs "$@" && ! has_arg --help "$@" &&
-      ! command -v s3fs >/dev/null; then
-      $([[ $(id -u) == 0 ]] || echo sudo) apt-get install -y --no-install-recommends s3fs >&2
+    if [[ $command == source ]] && ! has_arg --help "$@"; then
+      missing=()
+      command -v haproxy >/dev/null || missing+=(haproxy)
+      has_arg --no-s3fs "$@" || command -v s3fs >/dev/null || missing+=(s3fs)
+      if ((${#missing[@]})); then
+        $([[ $(id -u) == 0 ]] || echo sudo) apt-get install -y --no-install-recommends "${missing[@]}" >&2
+      fi
+      req=$repo/bench/requirements-source.txt
+      if ! cmp -s "$req" "$build/bench-tools/.complete"; then
+        rm -rf "$build/bench-tools"
+        python3 -m pip install --quiet --no-deps --target "$build/bench-tools" -r "$req" >&2
+        cp "$req" "$build/bench-tools/.complete"
+      fi
     fi
     if [[ $command == drift || $command == cluster ]] && ! has_arg --data "$@"; then
       need_built joaderfs-gendata  # it generates and caches its --images

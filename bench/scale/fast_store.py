@@ -107,8 +107,8 @@ class RcloneS3:
 class DelayingFront:
     """HAProxy on 127.0.0.1 in front of `upstream_port`, `delay` seconds
     added to every request before it is forwarded. .endpoint; requests are
-    counted from its log (one line a request: method and path), from the
-    last reset_counts(): .requests, total_gets()."""
+    counted from its log (one line a request: method, path, status), from
+    the last reset_counts(): .requests, total_gets()."""
 
     def __init__(self, upstream_port, delay=0.0):
         self.dir = tempfile.mkdtemp(prefix="jfs-haproxy-")
@@ -120,8 +120,8 @@ class DelayingFront:
         delay_line = "  http-request lua.delay %d\n" % round(delay * 1000) if delay else ""
         config = os.path.join(self.dir, "haproxy.cfg")
         with open(config, "w") as f:
-            f.write("global\n  lua-load %s\n  log stdout format raw local0 info\n"
-                    "defaults\n  mode http\n  log global\n  log-format \"%%HM %%HP\"\n"
+            f.write("global\n  lua-load %s\n"
+                    "defaults\n  mode http\n  log stdout format raw local0 info\n  log-format \"%%HM %%HP %%ST\"\n"
                     "  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n"
                     "frontend front\n  bind 127.0.0.1:%d\n%s  default_backend store\n"
                     "backend store\n  server store 127.0.0.1:%d\n"
@@ -139,10 +139,12 @@ class DelayingFront:
             raise
 
     def _requests(self):
-        """(method, path) of each request logged since the last reset."""
+        """(method, path, status) of each request logged since the last
+        reset (a probe that sent no request logs <BADREQ>)."""
         with open(self.log, "rb") as f:
             f.seek(self.counted_from)
-            return [tuple(line.split(b" ", 1)) for line in f.read().splitlines()]
+            lines = [line.split(b" ") for line in f.read().splitlines()]
+        return [fields for fields in lines if len(fields) == 3 and fields[0] != b"<BADREQ>"]
 
     def reset_counts(self):
         self.counted_from = os.path.getsize(self.log)
@@ -152,10 +154,9 @@ class DelayingFront:
         return len(self._requests())
 
     def total_gets(self):
-        """GETs of objects (a listing is a GET of the bucket: its path ends
-        in /)."""
-        return sum(1 for method, path in self._requests()
-                   if method == b"GET" and not path.endswith(b"/"))
+        """GETs of objects (a listing is a GET of the bucket, /BUCKET)."""
+        return sum(1 for method, path, _ in self._requests()
+                   if method == b"GET" and path.strip(b"/").count(b"/") >= 1)
 
     def stop(self):
         if self.proc.poll() is None:
