@@ -68,7 +68,7 @@ commands=(
   "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
   "remote-get|micro joaderfs-remote-get-bench|the remote tier's fetch: one memcached get per value against a multi-get of a batch (3 memcached on loopback), values/s by value size and batch"
   "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
-  "source|python bench.scale.source|SOURCE in an S3 bucket (moto on loopback, and 20 ms added per request) vs a local tree: 4 jobs, RAM at 10%, samples/s and decodes per distinct, plan-driven reads beside one read per decode thread, and beside joaderfs over an s3fs mount of the bucket (installs Debian's s3fs)"
+  "source|python bench.scale.source|SOURCE in an S3 bucket (rclone serve s3 behind HAProxy on loopback, and 20 ms added per request; installs both) vs a local tree: 4 jobs, RAM at 10%, samples/s and decodes per distinct, plan-driven reads beside one read per decode thread, and beside joaderfs over an s3fs mount of the bucket (installs Debian's s3fs)"
   "peers|python bench.client.peers|joaderfs against the loaders a user would pick (DataLoader + PIL or decode_jpeg, tf.data, DALI CPU, SPDL): 1 job x 2 epochs and 4 jobs, samples/s and samples per CPU-second, daemon included"
   "memory|python bench.memory.rss|the daemon's RSS before, at peak and after the loads of issue 20 (a second uid's 200 ranks=4096 jobs, 300 readers of a huge sample, 6 jobs, job churn): freed memory goes back"
 )

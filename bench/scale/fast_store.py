@@ -59,6 +59,17 @@ def wait_for_port(port, proc, what):
     raise RuntimeError("%s did not listen on port %d" % (what, port))
 
 
+def stop_process(proc):
+    """Ends `proc`: SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class RcloneS3:
     """`rclone serve s3` on 127.0.0.1 serving `tree` as bucket/prefix, with
     request signing checked against a fresh key pair (.env())."""
@@ -94,13 +105,7 @@ class RcloneS3:
                 "AWS_SECRET_ACCESS_KEY": self.secret_key}
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -159,11 +164,5 @@ class DelayingFront:
                    if method == b"GET" and path.strip(b"/").count(b"/") >= 1)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -93,6 +93,7 @@ def run_case(args, source, extra, env):
     opts = {"ram_cache": str(args.ram), "size": str(args.size), "seed": "7",
             "base": str(args.base), "cache_dir": "none", "threads": str(args.threads),
             "log_level": "info", "log": os.path.join(args.out, "daemon.log")}
+    opts.update(dict(o.split("=", 1) for o in args.option))
     opts.update(extra)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -108,7 +109,7 @@ def run_case(args, source, extra, env):
         for i in range(args.jobs):
             os.mkdir(os.path.join(mnt, "jobs", "j%d" % i))
             with open(os.path.join(mnt, "jobs", "j%d" % i, "spec"), "w") as f:
-                f.write("epochs=1")
+                f.write(" ".join(["epochs=1"] + args.spec))
         t0 = time.monotonic()
         for i in range(args.jobs):
             readers.append(subprocess.Popen(
@@ -148,6 +149,10 @@ def main():
     p.add_argument("--s3fs-reads", type=int, default=32,
                    help="source_reads of the second s3fs row of each delay")
     p.add_argument("--no-s3fs", action="store_true", help="leave out the s3fs rows")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a mount option for every daemon (repeatable)")
+    p.add_argument("--spec", action="append", default=[], metavar="KEY=VALUE",
+                   help="a spec key for every job, beside epochs=1 (repeatable)")
     p.add_argument("--store", choices=("rclone", "moto"), default="rclone",
                    help="rclone serve s3 behind HAProxy (bench/scale/fast_store.py), or moto "
                    "behind the tests' Python proxy (the store is then the bottleneck)")
