@@ -56,7 +56,7 @@ commands=(
   "scenarios|driver|joaderfs vs one DataLoader per job, S1-S6 of the JOADER paper: throughput, CPU, decodes and memory as jobs share data"
   "scale|python bench.scale.decode_once|decode-once at scale: 4 jobs with RAM at 5-20% of the decoded set decode each image about once, as the simulator predicts"
   "drift|python bench.scale.drift|GPU-paced jobs that drift apart on a shared (fake) GPU: decodes per distinct (epoch, id) and aggregate vs the ceiling, fifo vs lock GPU"
-  "cluster|python bench.scale.cluster|2 daemons x 2 jobs sharing decodes through the remote tier (3 memcached on loopback): decodes per distinct, aggregate samples/s vs one daemon, bytes moved per sample"
+  "cluster|python bench.scale.cluster|2 daemons x 2 jobs sharing decodes through the remote tier (3 memcached on loopback): decodes per distinct, aggregate samples/s vs one daemon, bytes moved per sample; get latency from memcached and from redis-server (installs it)"
   "tiers|python bench.tiers.tier_costs|the cache tiers: a disk hit costs a fraction of a decode, a second epoch from RAM is faster, FUSE throughput of RAM hits"
   "job-store|python bench.tiers.job_store_cost|what keeping jobs across restarts (the job store's writes) costs each read reply"
   "client-cost|python bench.client.client_cost|the Python client's CPU per sample of RAM hits: raw reads, per-sample and batch paths"
@@ -234,6 +234,11 @@ case $how in
         python3 -m pip install --quiet --no-deps --target "$build/bench-tools" -r "$req" >&2
         cp "$req" "$build/bench-tools/.complete"
       fi
+    fi
+    # redis-server, for the cluster bench's comparison of the engines' get
+    # latency (docs/design.md 3.2): for this benchmark alone.
+    if [[ $command == cluster ]] && ! has_arg --help "$@" && ! command -v redis-server >/dev/null; then
+      $([[ $(id -u) == 0 ]] || echo sudo) apt-get install -y --no-install-recommends redis-server >&2
     fi
     if [[ $command == drift || $command == cluster ]] && ! has_arg --data "$@"; then
       need_built joaderfs-gendata  # it generates and caches its --images

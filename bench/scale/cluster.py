@@ -17,9 +17,11 @@ each daemon with RAM at --ram of the decoded set and no disk tier:
 Columns: decodes per distinct image (sum of /stats decoded over daemons /
 images), aggregate samples/s (all deliveries / wall), its ratio to the one
 daemon case, remote-tier bytes (fetched + published) and SOURCE bytes read
-per delivered sample. Then the get latency of a 200 KB value from one
-memcached over loopback (median of --gets, a persistent text-protocol
-socket, Python), and the decode CPU per image, from which the paper
+per delivered sample. Then the get latency of a 200 KB and a 12 KB value
+from one memcached over loopback (median of --gets, a persistent
+text-protocol socket, Python), and from redis-server the same way where it
+is installed (scripts/bench.sh installs it: the engine choice,
+docs/design.md 3.2), and the decode CPU per image, from which the paper
 estimate in docs/benchmarks.md follows.
 """
 
@@ -35,7 +37,7 @@ import time
 
 from bench.scale.decode_once import base_set_bytes, read_json, record_bytes
 from harness.daemon import Mount
-from harness.memcached import Memcached
+from harness.memcached import Memcached, free_port
 
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(os.path.dirname(__file__), "..", "..",
                                                       "build"))
@@ -92,27 +94,66 @@ def run_case(args, source, decoded_set, daemons, servers, group):
     }
 
 
-def get_latency(server, size, gets):
-    """Median seconds of one get of a `size`-byte value."""
-    value = os.urandom(size)
-    server.set("bench:latency", value)
+def reply_latency(port, request, reply_bytes, gets):
+    """Median seconds from sending `request` to 127.0.0.1:`port` until
+    `reply_bytes` bytes came back, over one persistent connection."""
     times = []
-    with socket.create_connection(("127.0.0.1", server.port)) as s:
+    with socket.create_connection(("127.0.0.1", port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        want = len(b"VALUE bench:latency 0 %d\r\n" % size) + size + len(b"\r\nEND\r\n")
-        buf = bytearray(want)
+        buf = bytearray(reply_bytes)
         for _ in range(gets):
             t = time.perf_counter()
-            s.sendall(b"get bench:latency\r\n")
+            s.sendall(request)
             view = memoryview(buf)
             got = 0
-            while got < want:
+            while got < reply_bytes:
                 n = s.recv_into(view[got:])
                 if not n:
-                    raise OSError("memcached closed the connection")
+                    raise OSError("the server closed the connection")
                 got += n
             times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def get_latency(server, size, gets):
+    """Median seconds of one memcached get of a `size`-byte value."""
+    server.set("bench:latency", os.urandom(size))
+    want = len(b"VALUE bench:latency 0 %d\r\n" % size) + size + len(b"\r\nEND\r\n")
+    return reply_latency(server.port, b"get bench:latency\r\n", want, gets)
+
+
+def resp(*args):
+    """A Redis command in RESP, its arguments bytes."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def redis_get_latency(size, gets):
+    """Median seconds of one GET of a `size`-byte value from Debian's
+    redis-server on loopback (no persistence), for the engine choice
+    (docs/design.md 3.2); None without redis-server."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return None
+    port = free_port()
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port)) as s:
+                    s.sendall(resp(b"SET", b"bench:latency", os.urandom(size)))
+                    if s.recv(16).startswith(b"+OK"):
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        want = len(b"$%d\r\n" % size) + size + 2
+        return reply_latency(port, resp(b"GET", b"bench:latency"), want, gets)
+    finally:
+        server.terminate()
+        server.wait()
 
 
 def main():
@@ -164,6 +205,10 @@ def main():
             lat = get_latency(servers[0], size, args.gets)
             print("memcached get of a %d KB value over loopback: median %.0f us (%.2f GB/s)"
                   % (size // 1000, lat * 1e6, size / lat / 1e9))
+            lat = redis_get_latency(size, args.gets)
+            if lat is not None:
+                print("redis GET of a %d KB value over loopback: median %.0f us (%.2f GB/s)"
+                      % (size // 1000, lat * 1e6, size / lat / 1e9))
     finally:
         for s in servers:
             s.cleanup()

@@ -180,6 +180,12 @@ const MountFigure kMountFigures[] = {
     {"source_in_flight_limit", "joaderfs_source_in_flight_limit", "gauge",
      "The bound on source_in_flight_bytes (the mount's source_in_flight).",
      [](const MountStats& s) { return Json(s.source.max_bytes_in_flight); }},
+    {"source_reads_running", "joaderfs_source_reads_running", "gauge",
+     "Reads of SOURCE running now, at most source_reads (a coalesced range counts once).",
+     [](const MountStats& s) { return Json(s.source.running); }},
+    {"source_reads_queued", "joaderfs_source_reads_queued", "gauge",
+     "Reads of SOURCE waiting for an I/O thread or for room in source_in_flight.",
+     [](const MountStats& s) { return Json(s.source.queued); }},
     // An object store's requests (catalog/source_store.h); 0 for local files.
     {"source_requests", "joaderfs_source_requests_total", "counter",
      "GET requests to an object-store SOURCE, retries included.",

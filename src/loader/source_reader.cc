@@ -381,6 +381,7 @@ SourceReaderStats SourceReader::Stats() const {
   st.bytes_in_flight = state_->in_flight;
   st.max_bytes_in_flight = state_->options.max_bytes_in_flight;
   st.queued = state_->queue.size();
+  st.running = state_->running.size();
   return st;
 }
 

@@ -77,6 +77,7 @@ struct SourceReaderStats {
   uint64_t bytes_in_flight = 0;
   uint64_t max_bytes_in_flight = 0;  // the bound: SourceReaderOptions::max_bytes_in_flight
   uint64_t queued = 0;               // reads waiting for a thread or for room in flight
+  uint64_t running = 0;              // requests running now (a coalesced range is one)
 };
 
 class SourceReader {

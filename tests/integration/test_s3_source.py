@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -137,6 +138,29 @@ class S3SourceTest(JoaderTestCase):
         records = [r for rs in self.epoch(m) for r in rs]
         self.assertEqual(sorted(r.id for r in records), list(range(len(self.order))))
         self.assertEqual(self.proxy.max_concurrent_gets, 1)
+
+    def test_reads_running_and_queued_are_shown(self):
+        """/stats shows the reads under way (at most source_reads) and those
+        waiting, as the store sees them; both are 0 once the epoch is read."""
+        m = self.mount_s3("folder", {"source_reads": "3"})
+        self.proxy.reset_counts()
+        self.proxy.delay = 0.05
+        seen = []
+        reading = threading.Thread(target=lambda: seen.append(self.epoch(m)))
+        reading.start()
+        running, queued = [], []
+        while reading.is_alive():
+            stats = m.stats()
+            running.append(stats["source_reads_running"])
+            queued.append(stats["source_reads_queued"])
+            time.sleep(0.01)
+        reading.join()
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(self.proxy.max_concurrent_gets, 3)
+        self.assertEqual(max(running), 3, running)
+        self.assertGreater(max(queued), 0, queued)  # the plan runs ahead of 3 reads
+        stats = m.stats()
+        self.assertEqual((stats["source_reads_running"], stats["source_reads_queued"]), (0, 0))
 
     def test_tar_shards_serve_the_local_shards(self):
         local = self.mount(self.shards)
