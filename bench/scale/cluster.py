@@ -36,6 +36,7 @@ import tempfile
 import time
 
 from bench.scale.decode_once import base_set_bytes, read_json, record_bytes
+from bench.scale.fast_store import stop_process, wait_for_port
 from harness.daemon import Mount
 from harness.memcached import Memcached, free_port
 
@@ -138,22 +139,14 @@ def redis_get_latency(size, gets):
     server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port)) as s:
-                    s.sendall(resp(b"SET", b"bench:latency", os.urandom(size)))
-                    if s.recv(16).startswith(b"+OK"):
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_for_port(port, server, "redis-server")
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(resp(b"SET", b"bench:latency", os.urandom(size)))
+            assert s.recv(16).startswith(b"+OK")
         want = len(b"$%d\r\n" % size) + size + 2
         return reply_latency(port, resp(b"GET", b"bench:latency"), want, gets)
     finally:
-        server.terminate()
-        server.wait()
+        stop_process(server)
 
 
 def main():

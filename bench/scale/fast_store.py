@@ -70,7 +70,25 @@ def stop_process(proc):
             proc.wait()
 
 
-class RcloneS3:
+class _Server:
+    """A process of ours that listens on 127.0.0.1:.port, with a scratch
+    folder .dir; stop() ends the one and removes the other."""
+
+    def _start(self, argv, what, stdout=subprocess.DEVNULL):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout,
+                                     stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(self.port, self.proc, what)
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self):
+        stop_process(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RcloneS3(_Server):
     """`rclone serve s3` on 127.0.0.1 serving `tree` as bucket/prefix, with
     request signing checked against a fresh key pair (.env())."""
 
@@ -87,29 +105,18 @@ class RcloneS3:
                                            for _ in range(16))
         self.secret_key = secrets.token_urlsafe(30)[:40]
         self.port = free_port()
-        self.proc = subprocess.Popen(
-            [binary, "serve", "s3", "--addr", "127.0.0.1:%d" % self.port,
-             "--auth-key", "%s,%s" % (self.access_key, self.secret_key),
-             "--copy-links", "--config", "/dev/null", "--log-file",
-             os.path.join(self.dir, "rclone.log"), self.dir],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(self.port, self.proc, "rclone serve s3")
-        except Exception:
-            self.stop()
-            raise
+        self._start([binary, "serve", "s3", "--addr", "127.0.0.1:%d" % self.port,
+                     "--auth-key", "%s,%s" % (self.access_key, self.secret_key),
+                     "--copy-links", "--config", "/dev/null", "--log-file",
+                     os.path.join(self.dir, "rclone.log"), self.dir], "rclone serve s3")
 
     def env(self):
         """The environment variables that give a daemon its credentials."""
         return {"AWS_ACCESS_KEY_ID": self.access_key,
                 "AWS_SECRET_ACCESS_KEY": self.secret_key}
 
-    def stop(self):
-        stop_process(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
-
-class DelayingFront:
+class DelayingFront(_Server):
     """HAProxy on 127.0.0.1 in front of `upstream_port`, `delay` seconds
     added to every request before it is forwarded. .endpoint; requests are
     counted from its log (one line a request: method, path, status), from
@@ -128,22 +135,16 @@ class DelayingFront:
         config = os.path.join(self.dir, "haproxy.cfg")
         with open(config, "w") as f:
             f.write("global\n  lua-load %s\n"
-                    "defaults\n  mode http\n  log stdout format raw local0 info\n  log-format \"%%HM %%HP %%ST\"\n"
+                    "defaults\n  mode http\n  log stdout format raw local0 info\n"
+                    "  log-format \"%%HM %%HP %%ST\"\n"
                     "  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n"
                     "frontend front\n  bind 127.0.0.1:%d\n%s  default_backend store\n"
                     "backend store\n  server store 127.0.0.1:%d\n"
                     % (lua, self.port, delay_line, upstream_port))
         self.log = os.path.join(self.dir, "requests.log")
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(["haproxy", "-db", "-f", config],
-                                         stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.DEVNULL)
         self.counted_from = 0
-        try:
-            wait_for_port(self.port, self.proc, "haproxy")
-        except Exception:
-            self.stop()
-            raise
+        with open(self.log, "wb") as out:
+            self._start(["haproxy", "-db", "-f", config], "haproxy", stdout=out)
 
     def _requests(self):
         """(method, path, status) of each request logged since the last
@@ -164,7 +165,3 @@ class DelayingFront:
         """GETs of objects (a listing is a GET of the bucket, /BUCKET)."""
         return sum(1 for method, path, _ in self._requests()
                    if method == b"GET" and path.strip(b"/").count(b"/") >= 1)
-
-    def stop(self):
-        stop_process(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)

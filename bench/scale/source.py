@@ -47,9 +47,8 @@ import time
 from harness.daemon import Mount
 from harness.s3 import Proxy, S3Server
 
-from bench.scale.fast_store import DelayingFront, RcloneS3
-
 from bench.scale.decode_once import base_set_bytes, read_json, record_bytes
+from bench.scale.fast_store import DelayingFront, RcloneS3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(ROOT, "build"))
