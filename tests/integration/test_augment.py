@@ -70,6 +70,9 @@ os.close(fd)
 print(n)
 """
 
+# READER that opens its stream, says "ready" and reads once told to go.
+GATED_READER = READER.replace("n = 0\n", "print('ready', flush=True)\ninput()\nn = 0\n", 1)
+
 
 class AugmentTest(JoaderTestCase):
 
@@ -280,12 +283,12 @@ class SharedRenderTest(JoaderTestCase):
                  "r": "size=40 crop=random"}
         for job, spec in specs.items():
             m.mkjob(job, spec=spec)
-        # A barrier, as a sweep's jobs start together: each reader says it
-        # is up before any is let go. (Popen returns before the interpreter
-        # runs: on a loaded machine one reader could otherwise finish its
-        # epoch before another has started, and nothing would be shared.)
-        gate = "print('ready', flush=True)\ninput()\n"
-        procs = [subprocess.Popen([sys.executable, "-c", gate + READER,
+        # A barrier, as a sweep's jobs start together: each reader opens its
+        # stream and says so before any is let go. (The epoch lasts a few
+        # hundred milliseconds here, against minutes in training: on a loaded
+        # machine a reader that opened after the others were let go started
+        # 60-300 ms late, a third of the epoch or more, and shared little.)
+        procs = [subprocess.Popen([sys.executable, "-c", GATED_READER,
                                    m.path("jobs", job, "next")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                  for job in specs]
