@@ -118,6 +118,12 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
     return r;
   }
 
+  // Whether no running read is still within its deadline.
+  bool NoLiveRead() const REQUIRES(mu) {
+    return std::none_of(running.begin(), running.end(),
+                        [](const auto& r) { return !r->timed_out; });
+  }
+
   bool Startable() const REQUIRES(mu) {
     return !queue.empty() &&
            (in_flight == 0 || in_flight + queue.front()->charged <= options.max_bytes_in_flight);
@@ -128,7 +134,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
       MutexLock lock(mu);
       in_flight -= bytes;
     }
-    work.notify_all();
+    work.notify_one();  // the thread it wakes passes on what is left (Work)
   }
 
   // `first` and, when it is a shard member, the queued members of the same
@@ -239,8 +245,14 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
       in_flight += b->charged;
       b->started = Clock::now();
       b->deadline = b->started + options.timeout;
+      // Deadlines follow start order, so the watchdog needs waking only
+      // when this read is the one it has to watch.
+      if (NoLiveRead()) watch.notify_one();
       const auto at = running.insert(running.end(), b);
-      watch.notify_all();
+      // Each wake-up is handed on by the thread it woke: waking every idle
+      // thread per event (there may be hundreds, one per read in flight on
+      // a far store) cost a millisecond of CPU per GET.
+      if (Startable()) work.notify_one();
       lock.unlock();
 
       bool as_scanned = false;
@@ -268,7 +280,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
       stats.reads += b->members.size();
       in_flight -= b->charged;
       std::vector<Result> results = Results(*b, status, std::move(parts), as_scanned);
-      work.notify_all();
+      work.notify_one();
       for (size_t i = 0; i < results.size(); ++i) {
         Call(std::move(b->members[i]->done), std::move(results[i]));
       }
@@ -317,10 +329,9 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
         }
         queue.clear();
       }
-      if (!failed.empty()) {
-        spdlog::warn("{} read(s) of SOURCE passed read_timeout; {} I/O thread(s) blocked now",
-                     failed.size(), stuck);
-      }
+      if (failed.empty()) continue;
+      spdlog::warn("{} read(s) of SOURCE passed read_timeout; {} I/O thread(s) blocked now",
+                   failed.size(), stuck);
       work.notify_all();
       for (auto& [done, result] : failed) Call(std::move(done), std::move(result));
     }

@@ -127,7 +127,7 @@ TEST(SourceReaderTest, StopDropsWhatIsQueued) {
 
 // The local store, whose reads are counted and held until Open() (the
 // first few wait there: the reads queued meanwhile are what a coalescing
-// thread finds).
+// thread finds); with Gate(), only some of them.
 class GatedStore : public SourceStore {
  public:
   Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
@@ -136,13 +136,15 @@ class GatedStore : public SourceStore {
       std::lock_guard lock(mu_);
       ranges_.push_back(range);
     }
-    gate_.wait();
+    if (range.path.find(gated_) != std::string::npos) gate_.wait();
     return LocalSourceStore()->Read(range, max_bytes, out, as_scanned);
   }
   SourceIdentity Identify(const std::string& path) const override {
     return LocalSourceStore()->Identify(path);
   }
   void Open() { open_.set_value(); }
+  // Only reads of paths holding `part` wait (before any read).
+  void Gate(std::string part) { gated_ = std::move(part); }
   std::vector<FileRange> ranges() const {
     std::lock_guard lock(mu_);
     return ranges_;
@@ -151,9 +153,39 @@ class GatedStore : public SourceStore {
  private:
   mutable std::mutex mu_;
   mutable std::vector<FileRange> ranges_;
+  std::string gated_;  // every path holds ""
   std::promise<void> open_;
   std::shared_future<void> gate_ = open_.get_future().share();
 };
+
+// Room freed at once for many queued reads starts them all on the threads
+// waiting, though each event wakes only one thread (the threads hand the
+// wake-up on).
+TEST(SourceReaderTest, RoomFreedStartsEveryQueuedReadThatFits) {
+  TempDir dir;
+  WriteFile(dir / "big", std::string(1000, 'b'));
+  for (int i = 0; i < 8; ++i) WriteFile(dir / ("small" + std::to_string(i)), "small");
+  auto store = std::make_shared<GatedStore>();
+  store->Gate("small");
+  SourceReaderOptions o = Options(8, 10s);
+  o.max_bytes_in_flight = 1000;
+  o.store = store;
+  SourceReader reader(o);
+  Results results;
+  reader.Read(FileRange::WholeFile(dir / "big"), 1 << 20, 1000, results.Add());
+  ASSERT_TRUE(Eventually([&] { return results.size() == 1; }));
+  for (int i = 0; i < 8; ++i) {
+    reader.Read(FileRange::WholeFile(dir / ("small" + std::to_string(i))), 1 << 20, 100,
+                results.Add());
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(store->ranges().size(), 1u);  // big's bytes are held: no room
+  results.Take(0).bytes.reset();          // room for all eight
+  EXPECT_TRUE(Eventually([&] { return store->ranges().size() == 9; }))
+      << store->ranges().size() - 1 << " of 8 reads started";
+  store->Open();
+  ASSERT_TRUE(Eventually([&] { return results.size() == 9; }));
+}
 
 // A WebDataset shard written by tar(1): members k0.jpg ... k5.jpg of 3000
 // distinct bytes each, each with a k<i>.cls, and `pad` bytes of k2.pad
