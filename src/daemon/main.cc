@@ -276,9 +276,17 @@ int Run(int argc, char** argv) {
   if (!s.ok()) return Fail(s.message());
 
   // The planning group answers both tiers' RefCounts: made first, gone last.
+  // SOURCE's reads in flight (loader/source_reader.h, made below): on an
+  // object store more than one per decode thread, enough to hide its round
+  // trip (DefaultSourceReads), and jobs plan far enough ahead to keep them
+  // busy.
+  const unsigned source_reads = o.source_reads
+                                    ? o.source_reads
+                                    : DefaultSourceReads(o.threads, catalog->store()->RoundTrip());
   PlanGroupOptions go;
   go.cadence.lookahead = o.lookahead;
   go.cadence.min_lookahead = 4 * o.threads;
+  go.cadence.read_ahead = 2 * uint64_t{std::max(source_reads, o.threads) - o.threads};
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;
   PlanGroup group(go);
@@ -324,8 +332,7 @@ int Run(int argc, char** argv) {
   // On an object store, more: enough reads in flight to hide its round trip
   // (DefaultSourceReads), so that decode threads never wait for a GET.
   SourceReaderOptions ro;
-  ro.threads = o.source_reads ? o.source_reads
-                              : DefaultSourceReads(o.threads, catalog->store()->RoundTrip());
+  ro.threads = source_reads;
   // Their bytes, and those read and awaiting decode, within
   // source_in_flight: by default room for those reads of the mean image
   // several times over.

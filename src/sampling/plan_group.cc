@@ -95,7 +95,7 @@ uint64_t PlanGroup::FloorPicks(const Member& m, const BudgetView& budget, uint64
 }
 
 uint64_t PlanGroup::LookaheadLimit(const Member& m, uint64_t floor, bool budget_full) const {
-  const uint64_t lookahead = std::max(options_.lookahead, m.window);
+  const uint64_t lookahead = std::max(options_.lookahead, m.window + options_.read_ahead);
   floor = std::min(floor, lookahead);
   if (budget_full) return floor;
   return std::clamp<uint64_t>(2 * m.done, floor, lookahead);
@@ -125,9 +125,9 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
   }
   bool low = false;
   for (const auto& [job, m] : members_) {
-    if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget) / 2 +
-                     1))
-      low = true;
+    const uint64_t limit =
+        LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget);
+    if (Wants(m, limit - std::max<uint64_t>(limit / 8, 1) + 1)) low = true;
   }
   if (!low) return;
   std::vector<JobHandle> participants;

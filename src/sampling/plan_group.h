@@ -5,17 +5,18 @@
 //
 // Cadence. Each job keeps up to `lookahead` picks planned ahead of its
 // readers (at least its window, so completion-order delivery has a whole
-// window in flight). A round runs only when some job has fallen to half its
-// lookahead, and then every job below its lookahead takes part: jobs at the
-// same pace plan in the same rounds, and the planner copies picks across
-// rounds for the jitter that remains (dependent_planner.h); a slow job with
-// a full queue stays out (partial sampling) and holds nobody back. How far
-// ahead a job plans starts small each epoch and doubles with what it has
-// read (like TCP's slow start): a job that starts a moment before another
-// would otherwise plan a whole lookahead alone. Planned samples are pinned
-// in the RAM tier until done, so once pinned bytes reach the budget jobs
-// plan only a floor ahead: `min_lookahead`, enough to keep the decode threads
-// busy, fewer for jobs whose own samples are large (see FloorPicks()).
+// window in flight, plus `read_ahead` on a far SOURCE). A round runs once
+// some job has fallen an eighth of its lookahead behind, and then every job
+// below its lookahead takes part: jobs at the same pace plan in the same
+// rounds, and the planner copies picks across rounds for the jitter that
+// remains (dependent_planner.h); a slow job with a full queue stays out
+// (partial sampling) and holds nobody back. How far ahead a job plans
+// starts small each epoch and doubles with what it has read (like TCP's
+// slow start): a job that starts a moment before another would otherwise
+// plan a whole lookahead alone. Planned samples are pinned in the RAM tier
+// until done, so once pinned bytes reach the budget jobs plan only a floor
+// ahead: `min_lookahead`, enough to keep the decode threads busy, fewer for
+// jobs whose own samples are large (see FloorPicks()).
 //
 // A job's picks also cost the bytes of what it makes of each (its rendered
 // crop, `pick_bytes`): from the pick until it lands (Landed()) the group
@@ -51,7 +52,13 @@
 namespace joaderfs {
 
 struct CadenceOptions {
+  // At least the job's window plus `read_ahead`.
   uint64_t lookahead = 128;
+  // Picks beyond its window that a job plans for a far SOURCE: twice the
+  // reads in flight beyond one per decode thread (for picks in their read,
+  // and as many read and waiting for decode and their reader). 0 for local
+  // files.
+  uint64_t read_ahead = 0;
   // What a job may always plan ahead, even when planned samples fill the
   // RAM budget.
   uint64_t min_lookahead = 8;
@@ -114,12 +121,15 @@ class PlanGroup final : public RefCounts {
   // One planned sample of the job's epoch was delivered or skipped.
   void Done(JobHandle job, SampleId id);
 
-  // Runs rounds while some job has fallen to half its lookahead and appends
-  // every pick, in order; each job's picks are its next positions. A job
-  // for which `may_plan` (if given) says false sits out that round; it is
-  // asked once per round the job would take part in, and a job it lets in
-  // gets one pick unless its epoch has no id left. It runs under this
-  // group's lock: it must not call the group.
+  // Runs rounds while some job has fallen an eighth of its lookahead behind
+  // (at least one pick) and appends every pick, in order; each job's picks
+  // are its next positions. (Rounds at half the lookahead fetched each
+  // round's picks together: on a far store the decode threads then idled
+  // while the next round's reads ran; docs/benchmarks.md, "Datasets in
+  // object storage".) A job for which `may_plan` (if given) says false sits
+  // out that round; it is asked once per round the job would take part in,
+  // and a job it lets in gets one pick unless its epoch has no id left. It
+  // runs under this group's lock: it must not call the group.
   void Plan(const BudgetView& budget, std::vector<Pick>* picks,
             const std::function<bool(JobHandle)>& may_plan = {});
 

@@ -55,6 +55,25 @@ TEST(PlanGroup, SlowStartThenFullLookahead) {
   EXPECT_EQ(CountByJob(picks)[wide], 40);
 }
 
+TEST(PlanGroup, AFarSourceAddsItsReadAheadToTheWindow) {
+  CadenceOptions cadence;
+  cadence.lookahead = 16;
+  cadence.min_lookahead = 2;
+  cadence.read_ahead = 30;
+  PlanGroup group(NewDependentPlanner(1), cadence);
+  const JobHandle a = group.AddJob(IdRange(0, 999), 4);
+  std::vector<Pick> picks;
+  uint64_t planned = 0, done = 0;
+  for (int i = 0; i < 10; ++i) {
+    group.Plan(kRoomy, &picks);
+    planned = picks.size();
+    for (; done < planned; ++done) group.Done(a, picks[done].id);
+  }
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(picks.size(), 34u) << "window 4 + read_ahead 30, past the lookahead of 16";
+}
+
 TEST(PlanGroup, FullBudgetPlansOnlyTheFloor) {
   PlanGroup group = MakeGroup(16, 3);
   const JobHandle a = group.AddJob(IdRange(0, 99), 1);
@@ -130,27 +149,36 @@ TEST(PlanGroup, FullBudgetFloorIsSharedBySampleSize) {
   EXPECT_EQ(CountByJob(picks)[c], 5) << "1000 bytes of overdraft / 200 a pick";
 }
 
-TEST(PlanGroup, RoundsWaitForHalfTheLookaheadAndTakeEveryoneBelowIt) {
-  PlanGroup group = MakeGroup(8, 8);
+TEST(PlanGroup, RoundsWaitForAnEighthOfTheLookaheadAndTakeEveryoneBelowIt) {
+  PlanGroup group = MakeGroup(16, 16);
   const JobHandle a = group.AddJob(IdRange(0, 99), 1);
   const JobHandle b = group.AddJob(IdRange(0, 99), 1);
   std::vector<Pick> picks;
   group.Plan(kRoomy, &picks);
-  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 8}, {b, 8}}));
-  // a reads 3: above half its lookahead, no round.
+  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 16}, {b, 16}}));
+  // a reads 1: less than an eighth behind, no round.
   std::vector<SampleId> a_ids, b_ids;
   for (const Pick& p : picks) (p.job == a ? a_ids : b_ids).push_back(p.id);
-  for (int i = 0; i < 3; ++i) group.Done(a, a_ids[i]);
+  group.Done(a, a_ids[0]);
   picks.clear();
   group.Plan(kRoomy, &picks);
   EXPECT_TRUE(picks.empty());
-  // a reads 2 more (at half): a round, which b (full) stays out of.
-  group.Done(a, a_ids[3]);
-  group.Done(a, a_ids[4]);
+  // a reads 1 more (an eighth behind): a round, which b (full) stays out
+  // of, then b one behind and a full: no round.
+  group.Done(a, a_ids[1]);
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 2}}));
   group.Done(b, b_ids[0]);
   picks.clear();
   group.Plan(kRoomy, &picks);
-  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 5}, {b, 1}}));
+  EXPECT_TRUE(picks.empty());
+  // Then both are behind, a by an eighth: both take part.
+  group.Done(a, a_ids[2]);
+  group.Done(a, a_ids[3]);
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(CountByJob(picks), (std::map<JobHandle, int>{{a, 2}, {b, 1}}));
 }
 
 TEST(PlanGroup, PausedJobsDoNotPlan) {
