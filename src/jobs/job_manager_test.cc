@@ -930,7 +930,10 @@ TEST_F(JobManagerTest, WideWindowDeliversInCompletionOrder) {
 
   // Even ids are ready at once, odd ones wait for the (held) decoder; with a
   // window over the whole epoch the ready ones come first, in planned order,
-  // then the rest in the order the single decode thread finishes them.
+  // then the rest as the decode thread finishes them. (Which order that is
+  // depends on when each load was queued: a round planned on the reader's
+  // thread, after a hit, may queue its loads before the rest of the round
+  // that delivered the hit; nothing in the contract orders them.)
   Build(Options(), 1);
   for (SampleId id = 0; id < 24; id += 2) Prewarm(id);
   MakeJob("j", "window=24 size=0");
@@ -959,7 +962,12 @@ TEST_F(JobManagerTest, WideWindowDeliversInCompletionOrder) {
     bytes += r.bytes;
   }
   bytes += ReadToEof(reader, kBig);
-  EXPECT_EQ(IdsOf(ParseRecords(bytes)), expected);
+  const std::vector<SampleId> got = IdsOf(ParseRecords(bytes));
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_EQ(std::vector<SampleId>(got.begin(), got.begin() + 12),
+            std::vector<SampleId>(expected.begin(), expected.begin() + 12));
+  EXPECT_EQ(Sorted(std::vector<SampleId>(got.begin() + 12, got.end())),
+            Sorted(std::vector<SampleId>(expected.begin() + 12, expected.end())));
 }
 
 TEST_F(JobManagerTest, SameSeedSameOrder) {
