@@ -155,12 +155,23 @@ def main():
     p.add_argument("--store", choices=("rclone", "moto"), default="rclone",
                    help="rclone serve s3 behind HAProxy (bench/scale/fast_store.py), or moto "
                    "behind the tests' Python proxy (the store is then the bottleneck)")
+    p.add_argument("--store-cpus", metavar="LIST",
+                   help="run the store and its proxies on these CPUs (e.g. 1) and the daemon "
+                   "and its readers on the others, as if the store were another machine: on a "
+                   "small machine a loopback store otherwise takes the decoders' cores")
     p.add_argument("--out", default=os.path.join(BUILD, "bench-out", "source"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     args.images = sum(len(files) for _, _, files in os.walk(args.data))
     args.ram = max(1 << 20, int(base_set_bytes(args.data, args.base) * args.fraction))
 
+    node_cpus = None
+    if args.store_cpus:
+        store_cpus = {int(c) for c in args.store_cpus.split(",")}
+        node_cpus = os.sched_getaffinity(0) - store_cpus
+        if not node_cpus or not store_cpus <= os.sched_getaffinity(0):
+            p.error("--store-cpus must name some but not all of this process's CPUs")
+        os.sched_setaffinity(0, store_cpus)  # what the store's processes inherit
     if args.store == "rclone":
         s3 = RcloneS3(args.data, "bench", "train")
         front = DelayingFront
@@ -175,6 +186,8 @@ def main():
         proxies.append(fast)
         slow = front(s3.port, delay=args.delay_ms / 1000.0)
         proxies.append(slow)
+        if node_cpus:
+            os.sched_setaffinity(0, node_cpus)  # the daemons and readers from here on
         sync = "sync (source_reads=%d)" % args.threads
         both = (("plan-driven", {}), (sync, {"source_reads": str(args.threads)}))
         # (name, SOURCE or an s3fs proxy, options, environment, reads, rate base)

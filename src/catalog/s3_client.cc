@@ -96,8 +96,12 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
     if (const size_t slash = value.rfind('/'); slash != std::string::npos) {
       r->total_size = std::strtoull(value.c_str() + slash + 1, nullptr, 10);
     }
-  } else if (name == "content-length" && r->total_size == 0) {
-    r->total_size = std::strtoull(value.c_str(), nullptr, 10);
+  } else if (name == "content-length") {
+    const uint64_t length = std::strtoull(value.c_str(), nullptr, 10);
+    if (r->total_size == 0) r->total_size = length;
+    // The body in one allocation, not grown 16 KiB at a time (a copy each
+    // time it doubles): a few percent of the daemon's CPU per GET.
+    if (r->code < 300 && length <= r->max_bytes) r->body.reserve(length);
   }
   return size * n;
 }
