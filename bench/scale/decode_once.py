@@ -45,7 +45,7 @@ AUGMENTS = [(224, "crop=center"), (224, "crop=random flip=0.5"),
 
 
 def base_set_bytes(source, base):
-    """Bytes of every image's base image: the JPEG IDCT scale M/8 (ceil) that
+    """Bytes of every image's base image: the JPEG scale M/8 (ceil) that
     keeps the shorter side at least `base`, from the headers only."""
     from PIL import Image
     total = 0

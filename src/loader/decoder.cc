@@ -120,11 +120,13 @@ Status DecodeWithVips(const std::string& path, const std::string& file, uint64_t
   size_t bytes = 0;
   auto* pixels = static_cast<uint8_t*>(vips_image_write_to_memory(im, &bytes));
   if (!pixels) return VipsFailure(path);
-  rgb->pixels.assign(pixels, pixels + bytes);
-  g_free(pixels);
   if (bytes != size_t{rgb->width} * rgb->height * 3) {
+    g_free(pixels);
     return Status::Corruption(path + ": unexpected pixel buffer size");
   }
+  rgb->pixels.reset(new uint8_t[bytes]);
+  std::memcpy(rgb->pixels.get(), pixels, bytes);
+  g_free(pixels);
   return Status::Ok();
 }
 
@@ -136,7 +138,7 @@ std::string ImageName(const FileRange& range) {
   return range.partial ? range.path + "@" + std::to_string(range.offset) : range.path;
 }
 
-// The picture in `file` at the smallest JPEG IDCT scale whose shorter side
+// The picture in `file` at the smallest JPEG M/8 scale whose shorter side
 // is at least `min_shorter` (0: full size), or at full size for other
 // formats. `name` is what errors call it.
 Status DecodeRgb(const std::string& name, const std::string& file, uint32_t min_shorter,
@@ -164,8 +166,7 @@ void TakePixels(RgbImage* rgb, DecodedSample* out) {
   out->channels = 3;
   out->width = rgb->width;
   out->height = rgb->height;
-  auto owner = std::make_shared<std::vector<uint8_t>>(std::move(rgb->pixels));
-  out->pixels = std::shared_ptr<uint8_t>(owner, owner->data());
+  out->pixels = std::shared_ptr<uint8_t>(rgb->pixels.release(), std::default_delete<uint8_t[]>());
 }
 
 }  // namespace
@@ -185,7 +186,7 @@ Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out) {
   out->height = plan.height;
   out->pixels =
       std::shared_ptr<uint8_t>(new uint8_t[out->bytes()], std::default_delete<uint8_t[]>());
-  ResampleRgb(rgb.pixels.data(), rgb.width, rgb.height, plan, out->pixels.get());
+  ResampleRgb(rgb.pixels.get(), rgb.width, rgb.height, plan, out->pixels.get());
   return Status::Ok();
 }
 

@@ -4,7 +4,7 @@
 // size when `size` is 0.
 //
 // YCbCr and greyscale JPEGs, nearly every training image, go straight
-// through libjpeg-turbo with IDCT scaling (loader/jpeg.h); other formats and
+// through libjpeg-turbo, scaled by M/8 (loader/jpeg.h); other formats and
 // CMYK JPEGs through libvips. Both end in one resample pass
 // (loader/resample.h).
 //
@@ -50,9 +50,9 @@ uint64_t MaxPixels();
 Status DecodeImage(const std::string& path, uint32_t size, DecodedSample* out);
 
 // The base image of the cache (loader/augment.h cuts every delivery from
-// it): a JPEG at the smallest IDCT scale (M/8) whose shorter side is at
-// least `base`, any other format at full size; `base` 0 decodes JPEGs at
-// full size too. Uncropped and unresized beyond the IDCT's scaling. Fails as
+// it): a JPEG at the smallest M/8 of its size whose shorter side is at
+// least `base` (loader/jpeg.h), any other format at full size; `base` 0
+// decodes JPEGs at full size too. Uncropped. Fails as
 // DecodeImage() does.
 Status DecodeBase(const std::string& path, uint32_t base, DecodedSample* out);
 // The same for the image at `range`: a whole file, or a member of a tar

@@ -193,6 +193,36 @@ TEST(DecoderTest, ShrinkOnLoadKeepsGeometry) {
   EXPECT_TRUE(Near(PixelAt(s, 90, 50), b, 6));
 }
 
+// A base at an M/8 whose IDCT libjpeg-turbo has no SIMD for (3/8, 5/8...)
+// is decoded at the SIMD scale above it and resampled: libjpeg's M/8 size,
+// and the picture where it was (a gradient, so a misplaced or mis-sized
+// resample shows).
+TEST(DecoderTest, BaseAtAnOddScaleHasItsSizeAndItsPixels) {
+  TempDir d;
+  struct Case {
+    uint32_t width, height, base, scaled_width, scaled_height;
+  };
+  // 5/8 (decoded at 8/8) and 3/8 (decoded at 4/8).
+  for (const Case c : {Case{640, 480, 300, 400, 300}, Case{800, 600, 220, 300, 225}}) {
+    SCOPED_TRACE(std::to_string(c.width) + "x" + std::to_string(c.height));
+    const std::string path = d / ("gradient" + std::to_string(c.width) + ".jpg");
+    WriteImage(path + "[Q=98]", c.width, c.height, 3, [&](int x, int y, int band) {
+      return band == 0 ? 255 * x / int(c.width) : band == 1 ? 255 * y / int(c.height) : 128;
+    });
+    DecodedSample s;
+    ASSERT_TRUE(DecodeBase(path, c.base, &s).ok());
+    ASSERT_EQ(s.width, c.scaled_width);
+    ASSERT_EQ(s.height, c.scaled_height);
+    for (uint32_t y = 2; y + 2 < s.height; y += 37) {
+      for (uint32_t x = 2; x + 2 < s.width; x += 41) {
+        const double fx = (x + 0.5) * c.width / s.width, fy = (y + 0.5) * c.height / s.height;
+        const Rgb expected = {uint8_t(255 * fx / c.width), uint8_t(255 * fy / c.height), 128};
+        EXPECT_TRUE(Near(PixelAt(s, x, y), expected, 4)) << "at " << x << "," << y;
+      }
+    }
+  }
+}
+
 TEST(DecoderTest, GreyBecomesThreeChannels) {
   TempDir d;
   const std::string jpg = d / "grey.jpg";

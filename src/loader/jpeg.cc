@@ -5,9 +5,12 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdio>
+#include <memory>
 
 #include <jerror.h>
 #include <jpeglib.h>
+
+#include "loader/resample.h"
 
 namespace joaderfs {
 namespace {
@@ -46,6 +49,42 @@ unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
   return 8;
 }
 
+// libjpeg-turbo has SIMD IDCTs for the scales 1/8, 2/8, 4/8 and 8/8 only;
+// the others are plain C and cost more than a full-size decode (all three
+// components of a 4:4:4 picture go through them). The SIMD scale at or
+// above `m`, from which the picture is resampled down to M/8.
+unsigned SimdScaleNumerator(unsigned m) {
+  for (unsigned s : {1u, 2u, 4u}) {
+    if (s >= m) return s;
+  }
+  return 8;
+}
+
+// The picture at the SIMD scale, before it is resampled: one buffer per
+// decode thread, kept between decodes up to kKeptScratchBytes (a 8/8
+// decode of a 1.2 MP picture) so that its pages are not faulted in again.
+constexpr size_t kKeptScratchBytes = size_t{4} << 20;
+struct Scratch {
+  std::unique_ptr<uint8_t[]> bytes;
+  size_t size = 0;
+};
+thread_local Scratch scratch;
+
+uint8_t* ScratchOf(size_t bytes) {
+  if (scratch.size < bytes) {
+    scratch.bytes.reset(new uint8_t[bytes]);
+    scratch.size = bytes;
+  }
+  return scratch.bytes.get();
+}
+
+void TrimScratch() {
+  if (scratch.size > kKeptScratchBytes) {
+    scratch.bytes.reset();
+    scratch.size = 0;
+  }
+}
+
 }  // namespace
 
 Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels, RgbImage* out) {
@@ -77,21 +116,33 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
     return Status::InvalidArgument("CMYK JPEG");
   }
   cinfo.out_color_space = JCS_RGB;
-  cinfo.scale_num = ScaleNumerator(cinfo.image_width, cinfo.image_height, min_shorter);
+  const unsigned m = ScaleNumerator(cinfo.image_width, cinfo.image_height, min_shorter);
+  cinfo.scale_num = SimdScaleNumerator(m);
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);
   out->full_width = cinfo.image_width;
   out->full_height = cinfo.image_height;
-  out->width = cinfo.output_width;
-  out->height = cinfo.output_height;
-  out->pixels.resize(size_t{out->width} * out->height * 3);
+  // libjpeg's size at M/8: each side rounded up.
+  out->width = (cinfo.image_width * m + 7) / 8;
+  out->height = (cinfo.image_height * m + 7) / 8;
+  // Not zeroed: the decode or the resample writes every byte.
+  out->pixels.reset(new uint8_t[size_t{out->width} * out->height * 3]);
+  const bool resample = cinfo.scale_num != m;
+  uint8_t* decoded = resample ? ScratchOf(size_t{cinfo.output_width} * cinfo.output_height * 3)
+                              : out->pixels.get();
   while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row = &out->pixels[size_t{cinfo.output_scanline} * out->width * 3];
+    JSAMPROW row = decoded + size_t{cinfo.output_scanline} * cinfo.output_width * 3;
     jpeg_read_scanlines(&cinfo, &row, 1);
   }
+  const uint32_t decoded_width = cinfo.output_width, decoded_height = cinfo.output_height;
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   if (errors.truncated) return Status::Corruption("premature end of JPEG file");
+  if (resample) {
+    ResampleBox(decoded, decoded_width, PixelBox{0, 0, decoded_width, decoded_height}, out->width,
+                out->height, out->pixels.get());
+    TrimScratch();
+  }
   return Status::Ok();
 }
 

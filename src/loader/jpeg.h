@@ -1,8 +1,10 @@
 // JPEG decoding straight through libjpeg-turbo (the library libvips itself
 // decodes JPEGs with), for the common case: a YCbCr or greyscale JPEG held
-// in memory, to packed RGB. The IDCT scales the picture down by M/8 on the
-// way (M = 1..8, as small as keeps the shorter side at least `min_shorter`),
-// which is most of the saving when the output is much smaller.
+// in memory, to packed RGB, scaled down by M/8 (M = 1..8, as small as keeps
+// the shorter side at least `min_shorter`). libjpeg-turbo's IDCT scales
+// 1/8, 2/8, 4/8 and 8/8 do it on the way; for the others, whose IDCTs are
+// plain C and dearer than a full-size decode, the picture is decoded at the
+// next of those up and resampled (loader/resample.h) to the M/8 size.
 //
 // Going around libvips here halves the cost of a 224 x 224 sample: its
 // per-image pipeline (threads, regions, GObject properties) cost more than
@@ -12,8 +14,8 @@
 #define JOADERFS_LOADER_JPEG_H_
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
-#include <vector>
 
 #include "common/status.h"
 
@@ -24,7 +26,7 @@ struct RgbImage {
   uint32_t height = 0;
   uint32_t full_width = 0;  // as stored in the file
   uint32_t full_height = 0;
-  std::vector<uint8_t> pixels;  // width * height * 3
+  std::unique_ptr<uint8_t[]> pixels;  // width * height * 3
 };
 
 // Fails with Corruption (libjpeg's message) for broken or truncated data and
