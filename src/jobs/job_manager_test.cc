@@ -508,8 +508,12 @@ class DriftBoundTest : public JobManagerTest {
       // Interleaved, each read at once: neither runs ahead within a round,
       // and a held read would take 10 s and fail.
       for (size_t i = 0; i < std::max(lead_per_round, peer_per_round); ++i) {
-        if (i < peer_per_round) ASSERT_TRUE(ReadSync(peer_, kRecord, 2s)) << "round " << round;
-        if (i < lead_per_round) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "round " << round;
+        if (i < peer_per_round) {
+          ASSERT_TRUE(ReadSync(peer_, kRecord, 2s)) << "round " << round;
+        }
+        if (i < lead_per_round) {
+          ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "round " << round;
+        }
       }
     }
   }
