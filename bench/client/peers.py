@@ -29,7 +29,10 @@ uint8 pixels, 2 workers or threads:
                 crop, scale and hflip filter, batches stacked in numpy;
   joaderfs      a fresh mount (cold RAM tier, cache_dir=none), jobs with
                 size=224 crop=random flip=0.5, DataLoader(JobDataset(job,
-                batch_size=64), batch_size=None, num_workers=2).
+                batch_size=64), batch_size=None, num_workers=2);
+  joaderfs-w0   the same with num_workers=0: the training process reads the
+                batches itself, as the README advises for joaderfs (its 2
+                decode threads are the daemon's; a worker would only copy).
 
 Scenarios: one job reading 2 epochs (epoch 1 and epoch 2 timed apart) and 4
 concurrent jobs reading 1 epoch each (aggregate samples/s). Each job is its
@@ -68,7 +71,7 @@ from pathlib import Path
 from harness.procfs import proc_cpu, tree_cpu
 
 LOADERS = ("torch-pil", "torch-tvio", "tf-autotune", "tf-fixed", "dali-cpu",
-           "spdl", "joaderfs")
+           "spdl", "joaderfs", "joaderfs-w0")
 SIZE, BATCH, WORKERS = 224, 64, 2
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
@@ -262,11 +265,11 @@ def crop_box(width: int, height: int, rng: random.Random):
     return (width - w) // 2, (height - h) // 2, w, h
 
 
-def joaderfs_loader(args):
+def joaderfs_loader(args, workers: int):
     from torch.utils.data import DataLoader
     from joaderfs import JobDataset
     return DataLoader(JobDataset(args.job, batch_size=BATCH), batch_size=None,
-                      num_workers=WORKERS, persistent_workers=True)
+                      num_workers=workers, persistent_workers=workers > 0)
 
 
 def make_loader(args):
@@ -274,7 +277,8 @@ def make_loader(args):
             "tf-autotune": lambda a: tf_data(a, fixed=False),
             "tf-fixed": lambda a: tf_data(a, fixed=True),
             "dali-cpu": DaliEpochs, "spdl": SpdlEpochs,
-            "joaderfs": joaderfs_loader}[args.loader](args)
+            "joaderfs": lambda a: joaderfs_loader(a, WORKERS),
+            "joaderfs-w0": lambda a: joaderfs_loader(a, 0)}[args.loader](args)
 
 
 def as_numpy(images, labels):
@@ -352,7 +356,7 @@ def run_jobs(args, data: str, loader: str, jobs: int, epochs: int,
     daemon = None
     procs = []
     try:
-        if loader == "joaderfs":
+        if loader.startswith("joaderfs"):
             daemon = Mount(os.path.abspath(data), str(workdir),
                            {"ram_cache": "4G", "cache_dir": "none",
                             "size": str(SIZE), "log_level": "info",
@@ -567,7 +571,8 @@ def print_table(cells: dict, sets: dict, loaders: list, scenarios: list,
                 rule += " ---: | ---: |"
         print(head)
         print(rule)
-        best = collections.defaultdict(float)
+        best = collections.defaultdict(float)      # samples/s
+        best_eff = collections.defaultdict(float)  # samples per CPU-s
         medians = {}
         for loader in loaders:
             if (name, loader) in failed:
@@ -579,16 +584,23 @@ def print_table(cells: dict, sets: dict, loaders: list, scenarios: list,
                     rate = [r[e][0] for r in runs]
                     eff = [r[e][1] for r in runs]
                     row += f" {fmt(rate)} | {fmt(eff)} |"
-                    medians[(loader, jobs, e)] = statistics.median(rate)
-                    if loader != "joaderfs":
+                    medians[(loader, jobs, e)] = (statistics.median(rate),
+                                                  statistics.median(eff))
+                    if not loader.startswith("joaderfs"):
                         best[(jobs, e)] = max(best[(jobs, e)], statistics.median(rate))
+                        best_eff[(jobs, e)] = max(best_eff[(jobs, e)],
+                                                  statistics.median(eff))
             print(row)
-        if "joaderfs" in loaders and best:
+        for ours in loaders:
+            if not ours.startswith("joaderfs") or (name, ours) in failed or not best:
+                continue
             ratios = ", ".join(
                 f"{jobs} job{'s' if jobs > 1 else ''} epoch {e + 1}: "
-                f"{medians[('joaderfs', jobs, e)] / b:.2f}x"
+                f"{medians[(ours, jobs, e)][0] / b:.2f}x "
+                f"({medians[(ours, jobs, e)][1] / best_eff[(jobs, e)]:.2f}x)"
                 for (jobs, e), b in best.items())
-            print(f"\njoaderfs / best peer (samples/s): {ratios}\n")
+            print(f"\n{ours} / best peer, samples/s (samples/CPU-s): {ratios}")
+        print()
         for (fname, loader), verdict in failed.items():
             if fname == name:
                 print(f"- {loader} left out: {verdict}")

@@ -31,6 +31,11 @@ the same reads (the s3fs rows: of the local default), decodes per distinct
 sample, the GETs and all requests the store saw (listings and HEADs too,
 the mount's included), the mount's seconds (the scan), and I/O wait.
 
+On a small machine a loopback store takes CPU from the decoders:
+--store-cpus LIST runs the store and its proxies on those CPUs and the
+daemons and readers on the others (the local tree too), as if the store
+were another machine.
+
 Run it through scripts/bench.sh (Debian's interpreter, PYTHONPATH set):
   scripts/bench.sh source --delay-ms 20
 """
