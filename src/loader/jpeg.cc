@@ -38,13 +38,17 @@ void OnMessage(j_common_ptr cinfo, int level) {
   }
 }
 
-// The smallest M/8 that keeps the scaled shorter side (libjpeg rounds up)
-// at least `min_shorter`; 8/8 when nothing is asked or the image is smaller.
+// A side of the picture at M/8, as libjpeg sizes it: rounded up.
+uint32_t ScaledSide(uint32_t side, unsigned m) {
+  return static_cast<uint32_t>((uint64_t{side} * m + 7) / 8);
+}
+
+// The smallest M/8 that keeps the scaled shorter side at least
+// `min_shorter`; 8/8 when nothing is asked or the image is smaller.
 unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
-  const uint64_t shorter = std::min(width, height);
   if (min_shorter == 0) return 8;
   for (unsigned m = 1; m < 8; ++m) {
-    if ((shorter * m + 7) / 8 >= min_shorter) return m;
+    if (ScaledSide(std::min(width, height), m) >= min_shorter) return m;
   }
   return 8;
 }
@@ -122,9 +126,8 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
   jpeg_start_decompress(&cinfo);
   out->full_width = cinfo.image_width;
   out->full_height = cinfo.image_height;
-  // libjpeg's size at M/8: each side rounded up.
-  out->width = (cinfo.image_width * m + 7) / 8;
-  out->height = (cinfo.image_height * m + 7) / 8;
+  out->width = ScaledSide(cinfo.image_width, m);
+  out->height = ScaledSide(cinfo.image_height, m);
   // Not zeroed: the decode or the resample writes every byte.
   out->pixels.reset(new uint8_t[size_t{out->width} * out->height * 3]);
   const bool resample = cinfo.scale_num != m;
