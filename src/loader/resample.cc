@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "loader/resample_kernels.h"
@@ -42,12 +43,25 @@ struct Scratch {
   AxisWeights xs, ys;
   std::vector<double> exact;      // one axis' float weights, before quantising
   std::vector<uint32_t> windows;  // one axis' (first weighed, first nonzero, end) triples
-  std::vector<int16_t> mid;       // the first pass' output
-  std::vector<uint8_t> row;       // a source row copied where SIMD loads would overrun
-  std::vector<uint8_t> out_row;   // an output row, room for a SIMD kernel's whole groups
-  std::vector<uint32_t> first;    // HorizontalTaps::first
+  // The first pass' output. Not a vector: resizing one up value-initialises,
+  // and a crop's mid rows after a base resample's single row would be
+  // zero-filled on every delivery, only to be overwritten.
+  std::unique_ptr<int16_t[]> mid;
+  size_t mid_capacity = 0;
+  std::vector<uint8_t> row;      // a source row copied where SIMD loads would overrun
+  std::vector<uint8_t> out_row;  // an output row, room for a SIMD kernel's whole groups
+  std::vector<uint32_t> first;   // HorizontalTaps::first
   std::vector<resample_internal::TapPairWeights> pair_weights;  // HorizontalTaps::pair_weights
 };
+
+// Room for `n` mid values, contents undefined.
+int16_t* MidRoom(Scratch* scratch, size_t n) {
+  if (n > scratch->mid_capacity) {
+    scratch->mid.reset(new int16_t[n]);
+    scratch->mid_capacity = n;
+  }
+  return scratch->mid.get();
+}
 
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
@@ -203,25 +217,25 @@ void Resample(const uint8_t* src, uint32_t src_width, uint32_t rows_end, const A
   const bool horizontal_first =
       tuning.order == PassOrder::kHorizontalFirst ||
       (tuning.order == PassOrder::kCheaper && HorizontalFirstIsCheaper(xs, ys, width, height));
-  std::vector<int16_t>& mid = scratch->mid;
   if (!horizontal_first) {
     // The horizontal kernel reads the padded tap (weight 0) and 16 bytes at
     // each pair: zeros past the span.
-    mid.resize(span + 3 + resample_internal::kHorizontalOverread);
-    std::fill(mid.begin() + span, mid.end(), 0);
+    const size_t padding = 3 + resample_internal::kHorizontalOverread;
+    int16_t* mid = MidRoom(scratch, span + padding);
+    std::fill(mid + span, mid + span + padding, 0);
     scratch->out_row.resize(resample_internal::OutputRoom(width));
     for (uint32_t y = 0; y < height; ++y) {
       const uint8_t* rows = src + size_t{ys.lo + ys.first[y]} * src_stride + size_t{xs.lo} * 3;
       kernels.vertical_to_mid(rows, src_stride, &ys.weights[size_t{y} * ys.padded], ys.taps, span,
-                              mid.data());
-      kernels.horizontal_to_pixels(mid.data(), h, scratch->out_row.data());
+                              mid);
+      kernels.horizontal_to_pixels(mid, h, scratch->out_row.data());
       std::memcpy(dst + y * out_stride, scratch->out_row.data(), out_stride);
     }
     return;
   }
   // Mid rows of `width` pixels, room for the kernel's whole groups.
   const size_t mid_stride = resample_internal::OutputRoom(width);
-  mid.resize((ys.hi - ys.lo) * mid_stride);
+  int16_t* mid = MidRoom(scratch, (ys.hi - ys.lo) * mid_stride);
   // A source row is read up to the padded tap and the 16 bytes loaded there.
   const size_t read_bytes = span + 3 + resample_internal::kHorizontalOverread;
   const size_t buffer_bytes = size_t{rows_end} * src_stride;
