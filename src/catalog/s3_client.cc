@@ -244,7 +244,19 @@ void* S3Client::TakeHandle() const {
       return h;
     }
   }
-  return curl_easy_init();
+  CURL* h = curl_easy_init();
+  if (!h) return nullptr;
+  // What every request of this client shares, set once: a handle keeps its
+  // options, connection and buffers from one request to the next (resetting
+  // and setting them again cost each GET libcurl's copies of every string).
+  curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+  curl_easy_setopt(h, CURLOPT_USERPWD, userpwd_.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT, static_cast<long>(options_.request_timeout.count()));
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
+  return h;
 }
 
 void S3Client::ReturnHandle(void* handle) const {
@@ -282,7 +294,6 @@ Status S3Client::Request(const char* method, const std::string& key, const std::
     if (!query.empty()) ++lists_;
     CURL* h = static_cast<CURL*>(TakeHandle());
     if (!h) return Status::IOError(what + ": cannot make a curl handle");
-    curl_easy_reset(h);
     *r = Response();
     r->max_bytes = max_bytes;
     curl_slist* headers = nullptr;
@@ -293,17 +304,17 @@ Status S3Client::Request(const char* method, const std::string& key, const std::
     if (!range.empty()) headers = curl_slist_append(headers, range_header.c_str());
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-    curl_easy_setopt(h, CURLOPT_USERPWD, userpwd_.c_str());
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, static_cast<long>(options_.request_timeout.count()));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    if (head) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    // The handle may have made a HEAD last: say which this one is.
+    if (head) {
+      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else {
+      curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    }
     const CURLcode rc = curl_easy_perform(h);
+    // The list is freed below: the handle must not keep pointing at it.
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     r->code = code;
