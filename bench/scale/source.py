@@ -30,6 +30,8 @@ takes at that round trip). One row per case: samples/s over the 4 jobs
 the same reads (the s3fs rows: of the local default), decodes per distinct
 sample, the GETs and all requests the store saw (listings and HEADs too,
 the mount's included), the mount's seconds (the scan), and I/O wait.
+With --reps N every row is run once a rep, the rows interleaved, and the
+table gives each row's median run (stderr: every run's rate).
 
 On a small machine a loopback store takes CPU from the decoders:
 --store-cpus LIST runs the store and its proxies on those CPUs and the
@@ -207,40 +209,47 @@ def main():
                             {"source_reads": str(args.s3fs_reads)}))
             cases += [("s3fs", fast, {}, {}, local_reads, fast),
                       ("s3fs+%gms" % args.delay_ms, slow, {}, {}, local_reads, slow)]
-        rows = []
-        local_rate = {}
+        cells = [(name, source, opts, env, reads, extra, proxy)
+                 for name, source, opts, env, reads_list, proxy in cases
+                 for reads, extra in reads_list]
+        # Reps outermost, every cell once a rep: a machine that slows or
+        # speeds up over minutes moves every row alike, not one row.
+        runs = {cell[:1] + cell[4:5]: [] for cell in cells}
+        for rep in range(args.reps):
+            for name, source, opts, env, reads, extra, proxy in cells:
+                s3fs = None
+                if proxy:
+                    proxy.reset_counts()
+                try:
+                    if isinstance(source, (Proxy, DelayingFront)):
+                        s3fs = S3fsMount(s3, "bench", "train", source.endpoint)
+                        path = s3fs.mnt
+                    else:
+                        path = source
+                    r = run_case(args, path, dict(opts, **extra), env)
+                finally:
+                    if s3fs:
+                        s3fs.stop()
+                r["gets"] = proxy.total_gets() if proxy else 0
+                r["requests"] = proxy.requests if proxy else 0
+                runs[(name, reads)].append(r)
+                print("run %d: %s, %s: %.0f samples/s" % (rep + 1, name, reads, r["rate"]),
+                      file=sys.stderr, flush=True)
         print("| SOURCE | reads | samples/s | x local | decodes/distinct | GETs | requests "
               "| mount s | I/O wait s |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        for name, source, opts, env, reads_list, proxy in cases:
-            for reads, extra in reads_list:
-                runs = []
-                for _ in range(args.reps):
-                    s3fs = None
-                    if proxy:
-                        proxy.reset_counts()
-                    try:
-                        if isinstance(source, (Proxy, DelayingFront)):
-                            s3fs = S3fsMount(s3, "bench", "train", source.endpoint)
-                            path = s3fs.mnt
-                        else:
-                            path = source
-                        r = run_case(args, path, dict(opts, **extra), env)
-                    finally:
-                        if s3fs:
-                            s3fs.stop()
-                    r["gets"] = proxy.total_gets() if proxy else 0
-                    r["requests"] = proxy.requests if proxy else 0
-                    runs.append(r)
-                runs.sort(key=lambda r: r["rate"])
-                r = runs[len(runs) // 2]  # the median
-                if name == "local":
-                    local_rate[reads] = r["rate"]
-                ratio = r["rate"] / local_rate.get(reads, local_rate["plan-driven"])
-                rows.append(dict(r, source=name, reads=reads, ratio=ratio))
-                print("| %s | %s | %.0f | %.2f | %.2f | %d | %d | %.1f | %.1f |"
-                      % (name, reads, r["rate"], ratio, r["decodes_per_distinct"],
-                         r["gets"], r["requests"], r["mount_s"], r["io_wait"]), flush=True)
+        rows = []
+        local_rate = {}
+        for name, source, opts, env, reads, extra, proxy in cells:
+            cell_runs = sorted(runs[(name, reads)], key=lambda r: r["rate"])
+            r = cell_runs[len(cell_runs) // 2]  # the median
+            if name == "local":
+                local_rate[reads] = r["rate"]
+            ratio = r["rate"] / local_rate.get(reads, local_rate["plan-driven"])
+            rows.append(dict(r, source=name, reads=reads, ratio=ratio))
+            print("| %s | %s | %.0f | %.2f | %.2f | %d | %d | %.1f | %.1f |"
+                  % (name, reads, r["rate"], ratio, r["decodes_per_distinct"],
+                     r["gets"], r["requests"], r["mount_s"], r["io_wait"]), flush=True)
         with open(os.path.join(args.out, "source.json"), "w") as f:
             json.dump(rows, f, indent=1)
     finally:
