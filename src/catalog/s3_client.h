@@ -11,7 +11,7 @@
 // log line this class makes names them.
 //
 // Thread-safe: requests run concurrently on pooled curl handles (one per
-// request at a time, kept for their connections).
+// request at a time, kept for their connections and their shared options).
 
 #ifndef JOADERFS_CATALOG_S3_CLIENT_H_
 #define JOADERFS_CATALOG_S3_CLIENT_H_
