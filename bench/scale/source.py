@@ -214,7 +214,7 @@ def main():
                  for reads, extra in reads_list]
         # Reps outermost, every cell once a rep: a machine that slows or
         # speeds up over minutes moves every row alike, not one row.
-        runs = {cell[:1] + cell[4:5]: [] for cell in cells}
+        runs = {(name, reads): [] for name, _, _, _, reads, _, _ in cells}
         for rep in range(args.reps):
             for name, source, opts, env, reads, extra, proxy in cells:
                 s3fs = None
