@@ -283,10 +283,19 @@ int Run(int argc, char** argv) {
   const unsigned source_reads = o.source_reads
                                     ? o.source_reads
                                     : DefaultSourceReads(o.threads, catalog->store()->RoundTrip());
+  // Their bytes, and those read and awaiting decode, within
+  // source_in_flight: by default room for those reads of the mean image
+  // several times over.
+  const uint64_t source_in_flight =
+      o.source_in_flight ? o.source_in_flight
+                         : DefaultSourceInFlight(source_reads, MeanImageBytes(*catalog));
   PlanGroupOptions go;
   go.cadence.lookahead = o.lookahead;
   go.cadence.min_lookahead = 4 * o.threads;
   go.cadence.read_ahead = 2 * uint64_t{std::max(source_reads, o.threads) - o.threads};
+  // The renders of picks in their read are in transit as their bytes are,
+  // and within as many bytes go uncounted against ram_cache.
+  go.cadence.transit_bytes = go.cadence.read_ahead > 0 ? source_in_flight : 0;
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;
   PlanGroup group(go);
@@ -333,12 +342,7 @@ int Run(int argc, char** argv) {
   // (DefaultSourceReads), so that decode threads never wait for a GET.
   SourceReaderOptions ro;
   ro.threads = source_reads;
-  // Their bytes, and those read and awaiting decode, within
-  // source_in_flight: by default room for those reads of the mean image
-  // several times over.
-  ro.max_bytes_in_flight = o.source_in_flight
-                               ? o.source_in_flight
-                               : DefaultSourceInFlight(ro.threads, MeanImageBytes(*catalog));
+  ro.max_bytes_in_flight = source_in_flight;
   ro.timeout = std::chrono::seconds(o.read_timeout);
   ro.store = catalog->store();
   SourceReader reader(ro);

@@ -115,18 +115,24 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
       planner_->SetCouplingHorizon(horizon);
     }
   }
-  // The committed bytes as the cache last saw them, plus what picks not yet
-  // landed will make, plus this call's picks.
+  // The committed bytes as the cache last saw them and this call's
+  // samples, plus what picks not yet landed will make past what may be in
+  // transit.
   uint64_t committed = budget.committed;
+  uint64_t unlanded = 0;
   uint64_t sharers = 0;
   for (const auto& [job, m] : members_) {
-    committed += m.unlanded * m.pick_bytes;
+    unlanded += m.unlanded * m.pick_bytes;
     if (!m.paused && m.planned < m.subset_size) ++sharers;
   }
+  const auto full = [&] {
+    const uint64_t counted =
+        unlanded > options_.transit_bytes ? unlanded - options_.transit_bytes : 0;
+    return committed + counted >= budget.budget;
+  };
   bool low = false;
   for (const auto& [job, m] : members_) {
-    const uint64_t limit =
-        LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget);
+    const uint64_t limit = LookaheadLimit(m, FloorPicks(m, budget, sharers), full());
     if (Wants(m, limit - std::max<uint64_t>(limit / 8, 1) + 1)) low = true;
   }
   if (!low) return;
@@ -136,7 +142,7 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
   for (;;) {
     participants.clear();
     for (const auto& [job, m] : members_) {
-      if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), committed >= budget.budget)) &&
+      if (Wants(m, LookaheadLimit(m, FloorPicks(m, budget, sharers), full())) &&
           (!may_plan || may_plan(job))) {
         participants.push_back(job);
       }
@@ -151,7 +157,7 @@ void PlanGroup::Plan(const BudgetView& budget, std::vector<Pick>* picks,
       ++m.planned;
       ++m.outstanding[pick.id];
       if (m.pick_bytes > 0) ++m.unlanded;
-      committed += m.pick_bytes;
+      unlanded += m.pick_bytes;
       picks->push_back(pick);
       if (std::find(distinct.begin(), distinct.end(), pick.id) == distinct.end()) {
         distinct.push_back(pick.id);

@@ -20,7 +20,9 @@
 //
 // A job's picks also cost the bytes of what it makes of each (its rendered
 // crop, `pick_bytes`): from the pick until it lands (Landed()) the group
-// counts them itself, since the cache sees them only once they exist.
+// counts them itself, since the cache sees them only once they exist. On a
+// far SOURCE up to `transit_bytes` of them go uncounted: picks in their read
+// hold no RAM for a round trip (see CadenceOptions).
 //
 // The same class drives the daemon (jobs/job_manager.h) and the simulator
 // (tools/sim), so the simulator replays the daemon's real cadence.
@@ -62,6 +64,14 @@ struct CadenceOptions {
   // What a job may always plan ahead, even when planned samples fill the
   // RAM budget.
   uint64_t min_lookahead = 8;
+  // The bytes of unlanded picks' renders, all jobs' together, that do not
+  // count against the RAM budget: on a far SOURCE, the picks in their read,
+  // which hold nothing for a round trip. Counting them from the pick capped
+  // the reads in flight at what the budget holds of renders (4 jobs at 224
+  // with a 56 MB budget: 72 samples, under what a 160 ms round trip needs
+  // on 2 cores). The RAM may exceed its budget by this much when every
+  // reader stops while its picks are in transit. 0 for local files.
+  uint64_t transit_bytes = 0;
 };
 
 struct PlanGroupOptions {

@@ -117,6 +117,38 @@ TEST(PlanGroup, LargePicksCountFromThePick) {
   EXPECT_EQ(picks.size(), 1u) << "only the floor while 1000 bytes are unlanded";
 }
 
+// On a far SOURCE the picks in their read hold no RAM yet: up to
+// transit_bytes of unlanded renders do not count, so the reads in flight are
+// not capped at what the budget holds of renders.
+TEST(PlanGroup, PicksInTransitDoNotCountAgainstTheBudget) {
+  CadenceOptions cadence;
+  cadence.lookahead = 64;
+  cadence.min_lookahead = 8;
+  cadence.read_ahead = 20;
+  cadence.transit_bytes = 2000;  // 10 picks of 200 bytes
+  PlanGroup group(NewDependentPlanner(1), cadence);
+  const JobHandle a = group.AddJob(IdRange(0, 999), 1, 200);
+  std::vector<Pick> picks;
+  size_t most = 0;
+  for (int i = 0; i < 20; ++i) {
+    for (const Pick& p : picks) {
+      group.Landed(a);
+      group.Done(a, p.id);
+    }
+    picks.clear();
+    group.Plan(kRoomy, &picks);
+    most = std::max(most, picks.size());
+  }
+  // 10 in transit, then 4 of 201 bytes fill the 1000, one more crosses.
+  EXPECT_LE(most, 15u);
+  EXPECT_GE(most, 14u);
+  ASSERT_GE(picks.size(), 14u);
+  for (const Pick& p : picks) group.Done(a, p.id);  // done, never landed
+  picks.clear();
+  group.Plan(kRoomy, &picks);
+  EXPECT_EQ(picks.size(), 1u) << "only the floor while the unlanded picks past transit fill it";
+}
+
 // Past a full budget the floor is shared: jobs of large picks get their part
 // of PlanOverdraft() each, one pick at least, so none is starved however
 // many hold theirs unread; jobs of small picks keep min_lookahead.
