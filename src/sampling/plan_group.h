@@ -70,7 +70,8 @@ struct CadenceOptions {
   // the reads in flight at what the budget holds of renders (4 jobs at 224
   // with a 56 MB budget: 72 samples, under what a 160 ms round trip needs
   // on 2 cores). The RAM may exceed its budget by this much when every
-  // reader stops while its picks are in transit. 0 for local files.
+  // reader stops while its picks are in transit. The daemon sets it where
+  // `read_ahead` is above 0; 0 (local files by default) counts every pick.
   uint64_t transit_bytes = 0;
 };
 
