@@ -293,8 +293,8 @@ int Run(int argc, char** argv) {
   go.cadence.lookahead = o.lookahead;
   go.cadence.min_lookahead = 4 * o.threads;
   go.cadence.read_ahead = 2 * uint64_t{std::max(source_reads, o.threads) - o.threads};
-  // The renders of picks in their read are in transit as their bytes are,
-  // and within as many bytes go uncounted against ram_cache.
+  // Picks in their read hold no RAM yet: as many bytes of their renders as
+  // their reads may have in flight go uncounted against ram_cache.
   go.cadence.transit_bytes = go.cadence.read_ahead > 0 ? source_in_flight : 0;
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;

@@ -16,10 +16,11 @@ namespace {
 
 constexpr BudgetView kRoomy{0, 1000, 1};
 
-PlanGroup MakeGroup(uint64_t lookahead, uint64_t min_lookahead) {
+PlanGroup MakeGroup(uint64_t lookahead, uint64_t min_lookahead, uint64_t transit_bytes = 0) {
   CadenceOptions cadence;
   cadence.lookahead = lookahead;
   cadence.min_lookahead = min_lookahead;
+  cadence.transit_bytes = transit_bytes;
   return PlanGroup(NewDependentPlanner(1), cadence);
 }
 
@@ -127,13 +128,8 @@ TEST(PlanGroup, LargePicksCountFromThePick) {
 // transit_bytes of unlanded renders do not count, so the reads in flight are
 // not capped at what the budget holds of renders.
 TEST(PlanGroup, PicksInTransitDoNotCountAgainstTheBudget) {
-  CadenceOptions cadence;
-  cadence.lookahead = 64;
-  cadence.min_lookahead = 8;
-  cadence.read_ahead = 20;
-  cadence.transit_bytes = 2000;  // 10 picks of 200 bytes
-  PlanGroup group(NewDependentPlanner(1), cadence);
-  ExpectRoundsOfLargePicks(&group, 14);  // 10 in transit, then 4 fill 1000
+  PlanGroup group = MakeGroup(64, 8, 2000);  // 10 picks of 200 bytes in transit
+  ExpectRoundsOfLargePicks(&group, 14);      // then 4 fill 1000
 }
 
 // Past a full budget the floor is shared: jobs of large picks get their part
