@@ -31,7 +31,9 @@ the same reads (the s3fs rows: of the local default), decodes per distinct
 sample, the GETs and all requests the store saw (listings and HEADs too,
 the mount's included), the mount's seconds (the scan), and I/O wait.
 With --reps N every row is run once a rep, the rows interleaved, and the
-table gives each row's median run (stderr: every run's rate).
+table gives each row's median run (stderr: every run's rate) and, as
+"per rep, x local", the median and range of each run's rate over the
+local run of its rep.
 
 On a small machine a loopback store takes CPU from the decoders:
 --store-cpus LIST runs the store and its proxies on those CPUs and the
@@ -235,21 +237,31 @@ def main():
                 runs[(name, reads)].append(r)
                 print("run %d: %s, %s: %.0f samples/s" % (rep + 1, name, reads, r["rate"]),
                       file=sys.stderr, flush=True)
-        print("| SOURCE | reads | samples/s | x local | decodes/distinct | GETs | requests "
-              "| mount s | I/O wait s |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| SOURCE | reads | samples/s | x local | per rep, x local | decodes/distinct "
+              "| GETs | requests | mount s | I/O wait s |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         rows = []
         local_rate = {}
+        local_runs = {}
         for name, source, opts, env, reads, extra, proxy in cells:
-            cell_runs = sorted(runs[(name, reads)], key=lambda r: r["rate"])
+            in_order = runs[(name, reads)]
+            cell_runs = sorted(in_order, key=lambda r: r["rate"])
             r = cell_runs[len(cell_runs) // 2]  # the median
             if name == "local":
                 local_rate[reads] = r["rate"]
-            ratio = r["rate"] / local_rate.get(reads, local_rate["plan-driven"])
-            rows.append(dict(r, source=name, reads=reads, ratio=ratio))
-            print("| %s | %s | %.0f | %.2f | %.2f | %d | %d | %.1f | %.1f |"
-                  % (name, reads, r["rate"], ratio, r["decodes_per_distinct"],
-                     r["gets"], r["requests"], r["mount_s"], r["io_wait"]), flush=True)
+                local_runs[reads] = in_order
+            base = reads if reads in local_rate else "plan-driven"
+            ratio = r["rate"] / local_rate[base]
+            # Each run over the local run of the same rep, minutes apart at
+            # most: the paired figure, steadier than the ratio of medians
+            # where the machine drifts between reps.
+            paired = sorted(a["rate"] / b["rate"] for a, b in zip(in_order, local_runs[base]))
+            rows.append(dict(r, source=name, reads=reads, ratio=ratio,
+                             paired_ratios=paired))
+            print("| %s | %s | %.0f | %.2f | %.2f (%.2f-%.2f) | %.2f | %d | %d | %.1f | %.1f |"
+                  % (name, reads, r["rate"], ratio, paired[len(paired) // 2], paired[0],
+                     paired[-1], r["decodes_per_distinct"], r["gets"], r["requests"],
+                     r["mount_s"], r["io_wait"]), flush=True)
         with open(os.path.join(args.out, "source.json"), "w") as f:
             json.dump(rows, f, indent=1)
     finally:
