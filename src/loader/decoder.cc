@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catalog/source_store.h"
+#include "common/populate_pages.h"
 #include "loader/jpeg.h"
 #include "loader/resample.h"
 
@@ -125,6 +126,7 @@ Status DecodeWithVips(const std::string& path, const std::string& file, uint64_t
     return Status::Corruption(path + ": unexpected pixel buffer size");
   }
   rgb->pixels.reset(new uint8_t[bytes]);
+  PopulatePages(rgb->pixels.get(), bytes);  // a base the cache keeps: fresh memory
   std::memcpy(rgb->pixels.get(), pixels, bytes);
   g_free(pixels);
   return Status::Ok();

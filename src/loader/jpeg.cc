@@ -7,12 +7,10 @@
 #include <cstdio>
 #include <memory>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "common/populate_pages.h"
 #include "loader/resample.h"
 
 namespace joaderfs {
@@ -92,18 +90,6 @@ void TrimScratch() {
   }
 }
 
-// A base image outlives its decode (the cache keeps it), so its buffer is
-// mostly fresh memory from the kernel: one madvise faults all its pages in,
-// where the decode's writes would trap once a page: a third less CPU for
-// the same pages (docs/benchmarks.md). Best effort: a kernel before 5.14
-// refuses it, and the writes fault the pages in as before.
-void PopulatePages(uint8_t* p, size_t bytes) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
-  if (end > first) madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
-}
-
 }  // namespace
 
 Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels, RgbImage* out) {
@@ -146,7 +132,7 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
   // Not zeroed: the decode or the resample writes every byte.
   const size_t base_bytes = size_t{out->width} * out->height * 3;
   out->pixels.reset(new uint8_t[base_bytes]);
-  PopulatePages(out->pixels.get(), base_bytes);
+  PopulatePages(out->pixels.get(), base_bytes);  // a base the cache keeps: fresh memory
   const bool resample = cinfo.scale_num != m;
   uint8_t* decoded = resample ? ScratchOf(size_t{cinfo.output_width} * cinfo.output_height * 3)
                               : out->pixels.get();
