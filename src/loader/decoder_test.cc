@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "loader/jpeg.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -194,9 +195,10 @@ TEST(DecoderTest, ShrinkOnLoadKeepsGeometry) {
 }
 
 // A base at an M/8 whose IDCT libjpeg-turbo has no SIMD for (3/8, 5/8...)
-// is decoded at the SIMD scale above it and resampled: libjpeg's M/8 size,
-// and the picture where it was (a gradient, so a misplaced or mis-sized
-// resample shows).
+// has libjpeg's M/8 size and the picture where it was (a gradient, so a
+// misplaced or mis-sized picture shows), both ways it can be decoded: by
+// loader/jpeg_idct.h's kernels (DecodeBase on an AVX2 CPU), and at the SIMD
+// scale above it, resampled (the path without AVX2).
 TEST(DecoderTest, BaseAtAnOddScaleHasItsSizeAndItsPixels) {
   TempDir d;
   struct Case {
@@ -209,17 +211,26 @@ TEST(DecoderTest, BaseAtAnOddScaleHasItsSizeAndItsPixels) {
     WriteImage(path + "[Q=98]", c.width, c.height, 3, [&](int x, int y, int band) {
       return band == 0 ? 255 * x / int(c.width) : band == 1 ? 255 * y / int(c.height) : 128;
     });
+    const auto check = [&](uint32_t width, uint32_t height, const uint8_t* pixels) {
+      ASSERT_EQ(width, c.scaled_width);
+      ASSERT_EQ(height, c.scaled_height);
+      for (uint32_t y = 2; y + 2 < height; y += 37) {
+        for (uint32_t x = 2; x + 2 < width; x += 41) {
+          const double fx = (x + 0.5) * c.width / width, fy = (y + 0.5) * c.height / height;
+          const Rgb expected = {uint8_t(255 * fx / c.width), uint8_t(255 * fy / c.height), 128};
+          const uint8_t* p = pixels + (size_t{y} * width + x) * 3;
+          EXPECT_TRUE(Near({p[0], p[1], p[2]}, expected, 4)) << "at " << x << "," << y;
+        }
+      }
+    };
     DecodedSample s;
     ASSERT_TRUE(DecodeBase(path, c.base, &s).ok());
-    ASSERT_EQ(s.width, c.scaled_width);
-    ASSERT_EQ(s.height, c.scaled_height);
-    for (uint32_t y = 2; y + 2 < s.height; y += 37) {
-      for (uint32_t x = 2; x + 2 < s.width; x += 41) {
-        const double fx = (x + 0.5) * c.width / s.width, fy = (y + 0.5) * c.height / s.height;
-        const Rgb expected = {uint8_t(255 * fx / c.width), uint8_t(255 * fy / c.height), 128};
-        EXPECT_TRUE(Near(PixelAt(s, x, y), expected, 4)) << "at " << x << "," << y;
-      }
-    }
+    check(s.width, s.height, s.pixels.get());
+    RgbImage resampled;
+    ASSERT_TRUE(DecodeJpeg(ReadFile(path), c.base, uint64_t{1} << 30, &resampled,
+                           OddScaleDecode::kSimdScaleResampled)
+                    .ok());
+    check(resampled.width, resampled.height, resampled.pixels.get());
   }
 }
 

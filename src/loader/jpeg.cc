@@ -11,6 +11,7 @@
 #include <jpeglib.h>
 
 #include "common/populate_pages.h"
+#include "loader/jpeg_idct.h"
 #include "loader/resample.h"
 
 namespace joaderfs {
@@ -55,9 +56,9 @@ unsigned ScaleNumerator(uint32_t width, uint32_t height, uint32_t min_shorter) {
 }
 
 // libjpeg-turbo has SIMD IDCTs for the scales 1/8, 2/8, 4/8 and 8/8 only;
-// the others are plain C and cost more than a full-size decode (all three
-// components of a 4:4:4 picture go through them). The SIMD scale at or
-// above `m`, from which the picture is resampled down to M/8.
+// its others are plain C and cost more than a full-size decode. Where
+// loader/jpeg_idct.h has no kernels for them (no AVX2), the picture is
+// decoded at the SIMD scale at or above `m` and resampled down to M/8.
 unsigned SimdScaleNumerator(unsigned m) {
   for (unsigned s : {1u, 2u, 4u}) {
     if (s >= m) return s;
@@ -92,7 +93,8 @@ void TrimScratch() {
 
 }  // namespace
 
-Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels, RgbImage* out) {
+Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixels, RgbImage* out,
+                  OddScaleDecode odd_scale) {
   jpeg_decompress_struct cinfo;
   ErrorHandler errors;
   cinfo.err = jpeg_std_error(&errors.mgr);
@@ -122,9 +124,16 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
   }
   cinfo.out_color_space = JCS_RGB;
   const unsigned m = ScaleNumerator(cinfo.image_width, cinfo.image_height, min_shorter);
-  cinfo.scale_num = SimdScaleNumerator(m);
+  cinfo.scale_num = m;
   cinfo.scale_denom = 8;
+  bool scaled_idct = false;
+  if (SimdScaleNumerator(m) != m) {
+    jpeg_calc_output_dimensions(&cinfo);  // each component's IDCT size
+    scaled_idct = odd_scale == OddScaleDecode::kScaledIdct && HasScaledIdct(&cinfo);
+    if (!scaled_idct) cinfo.scale_num = SimdScaleNumerator(m);
+  }
   jpeg_start_decompress(&cinfo);
+  if (scaled_idct) InstallScaledIdct(&cinfo);
   out->full_width = cinfo.image_width;
   out->full_height = cinfo.image_height;
   out->width = ScaledSide(cinfo.image_width, m);
