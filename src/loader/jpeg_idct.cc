@@ -1,5 +1,6 @@
 #include "loader/jpeg_idct.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -66,32 +67,21 @@ Basis MakeBasis(int size) {
 template <int kSize>
 const Basis kBasis = MakeBasis(kSize);
 
-// One block: S rows of S samples at output_buf[row] + output_col.
-template <int kSize>
-JOADERFS_AVX2 void ScaledIdct(j_decompress_ptr, jpeg_component_info* component,
-                              JCOEFPTR coefficients, JSAMPARRAY output_buf, JDIMENSION output_col) {
+// The transform of one block whose coefficients are zero from row and
+// column 2 kUsed on (the common sparse block does a third of the work).
+template <int kSize, int kUsed>
+JOADERFS_AVX2 void Transform(const int16_t* dequantised, JSAMPARRAY output_buf,
+                             JDIMENSION output_col) {
   constexpr int kFrequencies = kSize < 8 ? kSize : 8;
-  constexpr int kPairs = (kFrequencies + 1) / 2;
+  constexpr int kRows = 2 * kUsed < kFrequencies ? 2 * kUsed : kFrequencies;
   constexpr int kHalves = (kSize + 7) / 8;
   const Basis& basis = kBasis<kSize>;
-  // Dequantised coefficients of the rows used, two rows a vector. A
-  // component with no scan yet has no table: libjpeg's kernels see zeros.
-  alignas(32) int16_t dequantised[kPairs * 16];
-  const JQUANT_TBL* table = component->quant_table;
-  for (int p = 0; p < kPairs; ++p) {
-    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(coefficients + 16 * p));
-    c = table
-            ? _mm256_mullo_epi16(
-                  c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table->quantval + 16 * p)))
-            : _mm256_setzero_si256();
-    _mm256_store_si256(reinterpret_cast<__m256i*>(dequantised + 16 * p), c);
-  }
   // First pass: row v's samples n, as int32, kPassBits fraction bits.
   __m256i rows[8][kHalves];
   const __m256i first_round = _mm256_set1_epi32(1 << (kFirstShift - 1));
-  for (int v = 0; v < kFrequencies; ++v) {
+  for (int v = 0; v < kRows; ++v) {
     for (int h = 0; h < kHalves; ++h) rows[v][h] = first_round;
-    for (int p = 0; p < kPairs; ++p) {
+    for (int p = 0; p < kUsed; ++p) {
       int32_t pair;
       std::memcpy(&pair, dequantised + v * 8 + 2 * p, sizeof pair);
       const __m256i c = _mm256_set1_epi32(pair);
@@ -106,10 +96,10 @@ JOADERFS_AVX2 void ScaledIdct(j_decompress_ptr, jpeg_component_info* component,
   const __m256i interleave =
       _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,  //
                        0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-  __m256i pairs[kPairs][kHalves];
-  for (int p = 0; p < kPairs; ++p) {
+  __m256i pairs[kUsed][kHalves];
+  for (int p = 0; p < kUsed; ++p) {
     for (int h = 0; h < kHalves; ++h) {
-      const __m256i next = 2 * p + 1 < kFrequencies ? rows[2 * p + 1][h] : _mm256_setzero_si256();
+      const __m256i next = 2 * p + 1 < kRows ? rows[2 * p + 1][h] : _mm256_setzero_si256();
       pairs[p][h] = _mm256_shuffle_epi8(_mm256_packs_epi32(rows[2 * p][h], next), interleave);
     }
   }
@@ -120,7 +110,7 @@ JOADERFS_AVX2 void ScaledIdct(j_decompress_ptr, jpeg_component_info* component,
     __m256i out[2];
     for (int h = 0; h < kHalves; ++h) {
       __m256i acc = second_round;
-      for (int p = 0; p < kPairs; ++p) {
+      for (int p = 0; p < kUsed; ++p) {
         acc = _mm256_add_epi32(
             acc, _mm256_madd_epi16(pairs[p][h], _mm256_set1_epi32(basis.columns[n][p])));
       }
@@ -132,6 +122,45 @@ JOADERFS_AVX2 void ScaledIdct(j_decompress_ptr, jpeg_component_info* component,
     alignas(16) uint8_t samples[16];
     _mm_store_si128(reinterpret_cast<__m128i*>(samples), _mm256_castsi256_si128(bytes));
     std::memcpy(output_buf[n] + output_col, samples, kSize);
+  }
+}
+
+// One block: S rows of S samples at output_buf[row] + output_col.
+template <int kSize>
+JOADERFS_AVX2 void ScaledIdct(j_decompress_ptr, jpeg_component_info* component,
+                              JCOEFPTR coefficients, JSAMPARRAY output_buf, JDIMENSION output_col) {
+  constexpr int kFrequencies = kSize < 8 ? kSize : 8;
+  constexpr int kPairs = (kFrequencies + 1) / 2;
+  // Dequantised coefficients of the rows used, two rows a vector. A
+  // component with no scan yet has no table: libjpeg's kernels see zeros.
+  alignas(32) int16_t dequantised[kPairs * 16];
+  const JQUANT_TBL* table = component->quant_table;
+  __m256i columns = _mm256_setzero_si256();  // any row's nonzero columns
+  int last_pair = 0;                         // the last pair of rows not all zero
+  for (int p = 0; p < kPairs; ++p) {
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(coefficients + 16 * p));
+    c = table
+            ? _mm256_mullo_epi16(
+                  c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table->quantval + 16 * p)))
+            : _mm256_setzero_si256();
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dequantised + 16 * p), c);
+    const uint32_t zero =
+        static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi16(c, _mm256_setzero_si256())));
+    if (zero != 0xffffffff) last_pair = p;
+    columns = _mm256_or_si256(columns, c);
+  }
+  const __m128i both =
+      _mm_or_si128(_mm256_castsi256_si128(columns), _mm256_extracti128_si256(columns, 1));
+  const uint32_t nonzero_columns =
+      ~static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(both, _mm_setzero_si128()))) &
+      0xffff;
+  const int last_column = nonzero_columns ? (31 - __builtin_clz(nonzero_columns)) / 2 : 0;
+  const int used = std::max(last_pair, last_column / 2) + 1;  // pairs of frequencies
+  switch (std::min(used, kPairs)) {
+    case 1: return Transform<kSize, 1>(dequantised, output_buf, output_col);
+    case 2: return Transform<kSize, 2>(dequantised, output_buf, output_col);
+    case 3: return Transform<kSize, std::min(kPairs, 3)>(dequantised, output_buf, output_col);
+    default: return Transform<kSize, kPairs>(dequantised, output_buf, output_col);
   }
 }
 
