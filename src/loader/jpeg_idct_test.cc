@@ -150,8 +150,8 @@ TEST(JpegIdctTest, AComponentWithNoTableYetIsGrey) {
 }
 
 // Ours against libjpeg's own kernels at every scale they replace, for
-// 4:4:4, 4:2:0 (whose chroma libjpeg upsamples in 2M x 2M IDCTs) and grey
-// JPEGs of sizes that leave partial blocks at the edges: a sample differs by
+// 4:4:4, 4:2:0 (whose chroma libjpeg upsamples in 2M x 2M IDCTs), grey and
+// progressive JPEGs of sizes that leave partial blocks at the edges: a sample differs by
 // at most 1 (2-3.5 % of them do), rounding alone.
 TEST(JpegIdctTest, MatchesLibjpegsOwnKernelsAtEveryScaleTheyReplace) {
   if (BestSimdLevel() != SimdLevel::kAvx2) GTEST_SKIP() << "no AVX2: libjpeg's kernels stay";
@@ -164,7 +164,8 @@ TEST(JpegIdctTest, MatchesLibjpegsOwnKernelsAtEveryScaleTheyReplace) {
   };
   for (const Encoding e :
        {Encoding{"444", "[Q=95]", 3, false}, Encoding{"420", "[Q=75,subsample-mode=on]", 3, true},
-        Encoding{"grey", "[Q=90]", 1, false}}) {
+        Encoding{"grey", "[Q=90]", 1, false},
+        Encoding{"progressive", "[Q=90,interlace]", 3, false}}) {
     for (const bool noise_only : {false, true}) {
       const std::string path = d / (std::string(e.name) + (noise_only ? "-noise" : "") + ".jpg");
       std::mt19937 noise(7);
