@@ -30,8 +30,9 @@ takes at that round trip). One row per case: samples/s over the 4 jobs
 the same reads (the s3fs rows: of the local default), decodes per distinct
 sample, the GETs and all requests the store saw (listings and HEADs too,
 the mount's included), the mount's seconds (the scan), and I/O wait.
-With --reps N every row is run once a rep, the rows interleaved, and the
-table gives each row's median run (stderr: every run's rate) and, as
+With --reps N every row is run once a rep, the rows interleaved (a rep
+runs the rows of one kind of reads back to back, local among them, in an
+order reversed every other rep), and the table gives each row's median run (stderr: every run's rate) and, as
 "per rep, x local", the median and range of each run's rate over the
 local run of its rep.
 
@@ -215,10 +216,19 @@ def main():
                  for name, source, opts, env, reads_list, proxy in cases
                  for reads, extra in reads_list]
         # Reps outermost, every cell once a rep: a machine that slows or
-        # speeds up over minutes moves every row alike, not one row.
+        # speeds up over minutes moves every row alike, not one row. Within
+        # a rep the cells of one kind of reads (the first of each case's, then
+        # the second) run back to back, so that a run and the local run it is
+        # divided by are seconds apart, in an order reversed every other rep,
+        # so that a drift within a rep favours the local run in half the reps
+        # and the others in the rest.
+        kinds = [i for *_, reads_list, _ in cases for i in range(len(reads_list))]
+        by_reads = [[c for c, kind in zip(cells, kinds) if kind == i] for i in range(2)]
         runs = {(name, reads): [] for name, _, _, _, reads, _, _ in cells}
         for rep in range(args.reps):
-            for name, source, opts, env, reads, extra, proxy in cells:
+            sequence = [c for group in by_reads
+                        for c in (group if rep % 2 == 0 else group[::-1])]
+            for name, source, opts, env, reads, extra, proxy in sequence:
                 s3fs = None
                 if proxy:
                     proxy.reset_counts()
