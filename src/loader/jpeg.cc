@@ -133,6 +133,7 @@ Status DecodeJpeg(std::string_view file, uint32_t min_shorter, uint64_t max_pixe
     if (!scaled_idct) cinfo.scale_num = SimdScaleNumerator(m);
   }
   jpeg_start_decompress(&cinfo);
+  // Were it refused, libjpeg's own kernels would make the same picture.
   if (scaled_idct) InstallScaledIdct(&cinfo);
   out->full_width = cinfo.image_width;
   out->full_height = cinfo.image_height;

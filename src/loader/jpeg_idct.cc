@@ -33,7 +33,7 @@ constexpr int kSecondShift = kWeightBits + kPassBits;
 
 // The weights of one output size S: frequencies k < min(S, 8) to samples
 // n < S. The first pass (along rows) takes coefficient pairs (k, k + 1)
-// against 8 samples a vector, `halves` vectors for S > 8; the second
+// against 8 samples a vector, two vectors (halves) for S > 8; the second
 // (down columns) takes pairs of first-pass rows against one output row.
 struct Basis {
   alignas(32) int16_t rows[4][2][16];  // [pair][half]: (w(2p, n), w(2p + 1, n)) for n = 8 half + j
@@ -195,8 +195,14 @@ bool HasScaledIdct(j_decompress_ptr cinfo) {
 }
 
 bool InstallScaledIdct(j_decompress_ptr cinfo) {
-  if (!HasScaledIdct(cinfo)) return false;
+  if (!HasScaledIdct(cinfo) || cinfo->idct == nullptr) return false;
   auto* module = reinterpret_cast<IdctModule*>(cinfo->idct);
+  // jpeg_start_decompress has filled every slot: an empty one means the
+  // module is not laid out as this file expects, so leave it be.
+  if (module->start_pass == nullptr) return false;
+  for (int ci = 0; ci < cinfo->num_components; ++ci) {
+    if (module->methods[ci] == nullptr) return false;
+  }
   for (int ci = 0; ci < cinfo->num_components; ++ci) {
     module->methods[ci] = ScaledIdctFor(cinfo->comp_info[ci].DCT_scaled_size);
   }

@@ -42,15 +42,16 @@ JpegIdctMethod ScaledIdctFor(int size);
 
 // Puts the kernels in place of libjpeg's for every component of a
 // decompression that jpeg_start_decompress has begun, if all of its
-// components' sizes have one; false (nothing changed) otherwise. It writes
-// libjpeg's IDCT module (jpegint.h's struct jpeg_inverse_dct, whose layout
-// has not changed since libjpeg 6b), which jpeg_start_decompress filled and
-// the output pass only reads. Call it before the first jpeg_read_scanlines.
+// components' sizes have one; false (nothing changed) otherwise, or where
+// the module's slots are not all filled. It writes libjpeg's IDCT module
+// (jpegint.h's struct jpeg_inverse_dct, whose layout has not changed since
+// libjpeg 6b), which jpeg_start_decompress filled and the output pass only
+// reads. Call it before the first jpeg_read_scanlines.
 bool InstallScaledIdct(j_decompress_ptr cinfo);
 
-// Whether InstallScaledIdct would succeed once jpeg_start_decompress has
-// run: every component's size, as jpeg_calc_output_dimensions set it, has
-// a kernel.
+// Whether every component's size, as jpeg_calc_output_dimensions set it,
+// has a kernel: what InstallScaledIdct needs once jpeg_start_decompress
+// has run.
 bool HasScaledIdct(j_decompress_ptr cinfo);
 
 }  // namespace joaderfs
