@@ -125,7 +125,9 @@ TEST(JpegIdctTest, KernelsAreTheExactIdctRounded) {
         }
         // Exactly `size` samples written, at output_col.
         for (int x = 0; x < 24; ++x) {
-          if (x < 4 || x >= size + 4) ASSERT_EQ(out[y][x], 0) << "row " << y << " sample " << x;
+          if (x < 4 || x >= size + 4) {
+            ASSERT_EQ(out[y][x], 0) << "row " << y << " sample " << x;
+          }
         }
       }
     }
