@@ -7,13 +7,12 @@
 // scale is 1/8, 2/8, 4/8 or 8/8 cost the same both ways and are counted, so
 // that the figure is what a cold epoch over the folder sees.
 //
-//   joaderfs-jpeg-decode-bench IMAGEFOLDER [--base N] \
-//       --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true \
-//       --benchmark_report_aggregates_only=true
+//   joaderfs-jpeg-decode-bench IMAGEFOLDER [--base N] [benchmark flags], e.g.
+//   --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
+//   --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "common/types.h"
 #include "loader/jpeg.h"
+#include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
@@ -59,12 +58,8 @@ std::vector<std::string> ReadJpegs(const std::string& folder) {
   for (const auto& entry : std::filesystem::recursive_directory_iterator(folder)) {
     const std::string ext = entry.path().extension().string();
     if (!entry.is_regular_file() || (ext != ".jpg" && ext != ".jpeg" && ext != ".JPEG")) continue;
-    std::FILE* f = std::fopen(entry.path().c_str(), "rb");
-    if (f == nullptr) continue;
-    std::string bytes(entry.file_size(), '\0');
-    const size_t got = std::fread(bytes.data(), 1, bytes.size(), f);
-    std::fclose(f);
-    if (got == bytes.size()) out.push_back(std::move(bytes));
+    std::string bytes = testing::ReadFile(entry.path());
+    if (!bytes.empty()) out.push_back(std::move(bytes));
   }
   return out;
 }

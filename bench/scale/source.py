@@ -32,9 +32,9 @@ sample, the GETs and all requests the store saw (listings and HEADs too,
 the mount's included), the mount's seconds (the scan), and I/O wait.
 With --reps N every row is run once a rep, the rows interleaved (a rep
 runs the rows of one kind of reads back to back, local among them, in an
-order reversed every other rep), and the table gives each row's median run (stderr: every run's rate) and, as
-"per rep, x local", the median and range of each run's rate over the
-local run of its rep.
+order reversed every other rep), and the table gives each row's median
+run (stderr: every run's rate) and, as "per rep, x local", the median and
+range of each run's rate over the local run of its rep.
 
 On a small machine a loopback store takes CPU from the decoders:
 --store-cpus LIST runs the store and its proxies on those CPUs and the
