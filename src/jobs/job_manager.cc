@@ -642,6 +642,7 @@ void JobManager::ReleaseIdleJobs() {
     }
   }
   lanes_.RetryHeld(actions);  // a peer went quiet, or a budget refilled
+  actions->Add([this] { lanes_.TrimKeptRenders(); });
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {

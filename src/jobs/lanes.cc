@@ -35,6 +35,10 @@ Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanG
       pool_(pool),
       group_(group),
       store_(store),
+      // Renders kept for lagging peers may take a sixteenth of the RAM
+      // tier's budget: at 224 px, a lag of about a tenth of the base images
+      // it holds.
+      shared_renders_(group, cache->budget() / 16),
       unread_(unread_limit),
       drift_hold_(drift_bound) {}
 

@@ -138,6 +138,8 @@ class Lanes {
   uint64_t UnreadBytes(uint32_t uid) const REQUIRES(mu) { return unread_.Bytes(uid); }
 
   const SharedRenders& shared_renders() const { return shared_renders_; }
+  // Frees renders kept for ids no job needs any more (SharedRenders::Trim).
+  void TrimKeptRenders() { shared_renders_.Trim(); }
 
  private:
   // lanes.cc

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <latch>
+#include <map>
 #include <thread>
 
 namespace joaderfs {
@@ -24,6 +25,18 @@ AugmentSpec Centre(uint64_t seed, double flip = 0) {
   spec.flip = flip;
   return spec;
 }
+
+// What the planner would say each job still needs: set by the test.
+class NeedsTable : public RefCounts {
+ public:
+  void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = needs.find(ids[i]);
+      counts[i] = it == needs.end() ? 0 : it->second;
+    }
+  }
+  std::map<SampleId, uint32_t> needs;
+};
 
 bool SamePixels(const SamplePtr& a, const SamplePtr& b) {
   return a->width == b->width && a->height == b->height && a->record_flags == b->record_flags &&
@@ -53,6 +66,89 @@ TEST(SharedRenders, IdenticalCentreCropsAreRenderedOnceWhileHeld) {
   renders.Hold(5);
   EXPECT_NE(renders.Render(base, Centre(1), 224, 0, 5, nullptr), a);
   EXPECT_EQ(renders.renders(), 3u);
+}
+
+TEST(SharedRenders, APeerFarBehindTakesTheLeadersRender) {
+  // The leader is done with id 5 before the laggard plans it: the render
+  // is kept while the planner says a job still needs the id.
+  NeedsTable table;
+  SharedRenders renders(&table, 1 << 20);
+  auto live = std::make_shared<std::atomic<uint64_t>>(0);
+  const SamplePtr base = Base(300, 256, 7);
+  renders.Hold(5);
+  SamplePtr a = renders.Render(base, Centre(1), 224, 0, 5, live);
+  table.needs[5] = 1;  // the laggard's
+  renders.Drop(5);
+  EXPECT_EQ(renders.kept_bytes(), 224u * 224 * 3);
+  renders.Hold(5);
+  EXPECT_EQ(renders.kept_bytes(), 0u) << "held again: no longer only kept";
+  EXPECT_EQ(renders.Render(base, Centre(2), 224, 1, 5, live), a);
+  EXPECT_EQ(renders.renders(), 1u);
+  EXPECT_EQ(renders.reused(), 1u);
+  table.needs.erase(5);  // it was the last to need it
+  renders.Drop(5);
+  EXPECT_EQ(renders.kept_bytes(), 0u);
+  a.reset();
+  EXPECT_EQ(live->load(), 0u) << "freed with the last job that needed it";
+}
+
+TEST(SharedRenders, KeptRendersStayWithinTheirBytesOldestOut) {
+  NeedsTable table;
+  const uint64_t one = 224 * 224 * 3;
+  SharedRenders renders(&table, 2 * one);
+  auto live = std::make_shared<std::atomic<uint64_t>>(0);
+  const SamplePtr base = Base(300, 256, 7);
+  SamplePtr made[3];
+  for (SampleId id = 0; id < 3; ++id) {
+    table.needs[id] = 1;
+    renders.Hold(id);
+    made[id] = renders.Render(base, Centre(1), 224, 0, id, live);
+    renders.Drop(id);
+  }
+  EXPECT_EQ(renders.kept_bytes(), 2 * one);
+  for (SamplePtr& render : made) render.reset();
+  EXPECT_EQ(live->load(), 2 * one) << "the oldest went";
+  renders.Hold(0);
+  renders.Render(base, Centre(2), 224, 0, 0, live);
+  renders.Hold(2);
+  renders.Render(base, Centre(2), 224, 0, 2, live);
+  EXPECT_EQ(renders.renders(), 4u) << "id 0 cut again, id 2 taken";
+  EXPECT_EQ(renders.reused(), 1u);
+}
+
+TEST(SharedRenders, TrimFreesWhatNoJobNeedsAnyMore) {
+  NeedsTable table;
+  SharedRenders renders(&table, 1 << 20);
+  auto live = std::make_shared<std::atomic<uint64_t>>(0);
+  const SamplePtr base = Base(300, 256, 7);
+  for (SampleId id = 0; id < 2; ++id) {
+    table.needs[id] = 1;
+    renders.Hold(id);
+    renders.Render(base, Centre(1), 224, 0, id, live);
+    renders.Drop(id);
+  }
+  // The peer's job went: only id 1 is still needed (by another).
+  table.needs.erase(0);
+  renders.Trim();
+  EXPECT_EQ(renders.kept_bytes(), 224u * 224 * 3);
+  EXPECT_EQ(live->load(), 224u * 224 * 3);
+  table.needs.clear();
+  renders.Trim();
+  EXPECT_EQ(live->load(), 0u);
+}
+
+TEST(SharedRenders, NothingIsKeptOfAnEvictedBase) {
+  // A base image no longer in RAM comes back as another object, which
+  // never matches: its renders are not worth keeping.
+  NeedsTable table;
+  table.needs[5] = 1;
+  SharedRenders renders(&table, 1 << 20);
+  SamplePtr base = Base(300, 256, 7);
+  renders.Hold(5);
+  renders.Render(base, Centre(1), 224, 0, 5, nullptr);
+  base.reset();
+  renders.Drop(5);
+  EXPECT_EQ(renders.kept_bytes(), 0u);
 }
 
 TEST(SharedRenders, UnheldIdsKeepNothing) {

@@ -73,6 +73,11 @@ print(n)
 # READER that opens its stream, says "ready" and reads once told to go.
 GATED_READER = READER.replace("n = 0\n", "print('ready', flush=True)\ninput()\nn = 0\n", 1)
 
+# READER that takes its first sample, says "started" and reads the rest once
+# told to go: a job whose epoch runs, far behind a peer.
+LAGGING_READER = READER.replace(
+    "n = 0\n", "n = len(os.read(fd, 1))\nprint('started', flush=True)\ninput()\n", 1)
+
 
 class AugmentTest(JoaderTestCase):
 
@@ -313,6 +318,31 @@ class SharedRenderTest(JoaderTestCase):
                                         stats["renders_shared"]))
         # 3 per image at best (plain, mirrored, random crop), 5 unshared.
         self.assertLessEqual(stats["renders"], 4 * self.N)
+        self.assertEqual(stats["decoded"], self.N)
+
+    def test_a_peer_far_behind_takes_the_leaders_renders(self):
+        """Two identical centre-crop jobs, one a whole epoch behind the
+        other (its planned queue holds a few picks): the renders the
+        leader made are kept for it while it still needs their ids, so
+        about one render per image, not two."""
+        m = self.mount(self.source, {"ram_cache": "256M", "base": "256"})
+        m.mkjob("lead", spec="size=40 seed=1")
+        m.mkjob("lag", spec="size=40 seed=2")
+        lag = subprocess.Popen([sys.executable, "-c", LAGGING_READER,
+                                m.path("jobs", "lag", "next")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.assertEqual(lag.stdout.readline(), b"started\n")
+        lead = subprocess.run([sys.executable, "-c", READER, m.path("jobs", "lead", "next")],
+                              stdout=subprocess.PIPE, timeout=harness.EPOCH_TIMEOUT)
+        self.assertEqual(lead.returncode, 0)
+        lag.communicate(b"go\n", timeout=harness.EPOCH_TIMEOUT)
+        self.assertEqual(lag.returncode, 0)
+        stats = m.stats()
+        for job in ("lead", "lag"):
+            self.assertEqual(stats["jobs"][job]["delivered"], self.N, job)
+        sys.stderr.write("\n[renders] lead and lag x %d images: %d renders, %d shared\n"
+                         % (self.N, stats["renders"], stats["renders_shared"]))
+        self.assertLessEqual(stats["renders"], self.N * 11 // 10)
         self.assertEqual(stats["decoded"], self.N)
 
 if __name__ == "__main__":

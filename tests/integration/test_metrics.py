@@ -151,7 +151,9 @@ class MetricsTest(DatasetMixin, JoaderTestCase):
         near 0 for a slow reader of small images."""
         src = os.path.join(self.tempdir(), "big")
         rng = np.random.default_rng(4)
-        for k in range(16):
+        # 32 decodes of about 60 ms each: an epoch of 1 s (16) ended before
+        # the look at 1 s on a quick core.
+        for k in range(32):
             os.makedirs(os.path.join(src, "c%d" % (k % 2)), exist_ok=True)
             pixels = rng.integers(0, 256, (1800, 2400, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(
