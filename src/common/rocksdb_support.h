@@ -15,8 +15,10 @@
 #include <rocksdb/write_batch.h>
 
 #include <string>
+#include <string_view>
 
 #include "common/ranked_mutex.h"
+#include "common/status.h"
 
 namespace joaderfs {
 
@@ -58,6 +60,15 @@ class RocksDbWrites {
   mutable Mutex mu_;
   rocksdb::Status failure_ GUARDED_BY(mu_);  // ok until a write fails
 };
+
+// Whether the write-ahead log `wal` (a RocksDB *.log file's bytes) is
+// damaged before its tail: a record that fails its checksum, or a bad
+// header, with a whole record after it. A torn last record (a crash inside a
+// write) is no damage. RocksDB's kTolerateCorruptedTailRecords cannot tell
+// the two apart inside the file's last 32 KiB block: a damaged length there
+// reads as a record cut short by the end of the file, and the records behind
+// it are dropped silently. Returns Corruption naming `name` and the offset.
+Status CheckWalBeforeTail(std::string_view wal, const std::string& name);
 
 }  // namespace joaderfs
 

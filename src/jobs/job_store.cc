@@ -6,11 +6,14 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "common/coding.h"
 #include "common/hash.h"
 #include "common/rate_limited_log.h"
+#include "common/rocksdb_support.h"
 
 namespace joaderfs {
 namespace {
@@ -46,6 +49,21 @@ bool Deserialize(std::string_view bytes, Roaring* out) {
   return true;
 }
 
+// CheckWalBeforeTail for each write-ahead log of the store at `path`.
+Status CheckLogs(const std::string& path) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    if (entry.path().extension() != ".log") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string wal{std::istreambuf_iterator<char>(in), {}};
+    if (!in.good() && !in.eof()) {
+      return Status::IOError("cannot read job store log " + entry.path().string());
+    }
+    if (Status s = CheckWalBeforeTail(wal, "job store " + entry.path().string()); !s.ok()) return s;
+  }
+  return Status::Ok();  // no folder yet: a new store
+}
+
 }  // namespace
 
 JobStore::~JobStore() = default;
@@ -61,8 +79,11 @@ Status JobStore::Open(const std::string& cache_dir, const Catalog& catalog,
   // drops the rest silently: hand-outs lost that way would hand an epoch's
   // samples out again. Only a torn last record (a crash inside a write) is
   // tolerated; damage before it fails Open() with Corruption.
+  // That mode takes damage inside the last 32 KiB of a log for a torn
+  // record: each log is checked before RocksDB replays it.
   options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   options.max_background_jobs = 1;
+  if (Status s = CheckLogs(store->path_); !s.ok()) return s;
   PrepareRocksDb(store->path_, &options);  // no LOG file to fail on a full disk
   rocksdb::DB* db = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(options, store->path_, &db);

@@ -130,5 +130,41 @@ TEST_F(JobStoreTest, ADamagedStoreIsRefused) {
   EXPECT_FALSE(s.ok()) << "a damaged store was served";
 }
 
+TEST_F(JobStoreTest, DamageInTheLastBlockOfTheLogIsNoTornTail) {
+  // A kill -9 leaves the hand-outs in the log (copied while the store is
+  // open). A damaged length in its last 32 KiB block made RocksDB's replay
+  // stop there silently, and the hand-outs behind it came back.
+  TempDir crashed("joaderfs-store-crashed");
+  std::string log;
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    store->PutJob("a", 1, false, "subset=all\n", nullptr);
+    store->StartEpoch("a", 0, 0, Roaring());
+    for (SampleId id = 0; id < 16; ++id) store->AddHandedOut("a", 0, 0, {&id, 1});
+    const auto relative = std::filesystem::relative(store->path(), cache_dir_.path());
+    const std::filesystem::path copy = std::filesystem::path(crashed.path()) / relative;
+    std::filesystem::create_directories(copy);
+    std::filesystem::copy(store->path(), copy);
+    for (const auto& entry : std::filesystem::directory_iterator(copy)) {
+      if (entry.path().extension() == ".log") log = entry.path();
+    }
+  }
+  ASSERT_FALSE(log.empty());
+  std::string wal = testing::ReadFile(log);
+  ASSERT_LT(wal.size(), 32768u) << "all in the last block";
+  // The header of a record in the middle (7 bytes and its length each).
+  size_t pos = 0;
+  for (int record = 0; record < 8; ++record) {
+    pos += 7 + (uint8_t(wal[pos + 4]) | size_t{uint8_t(wal[pos + 5])} << 8);
+  }
+  wal[pos + 4] = wal[pos + 5] = '\xff';
+  testing::WriteFile(log, wal);
+  std::unique_ptr<JobStore> store;
+  const Status s = JobStore::Open(crashed.path(), *catalog_, &store);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << "a store that lost hand-outs was served";
+  EXPECT_NE(s.message().find("damaged at byte"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace joaderfs
