@@ -42,6 +42,12 @@ The table (one row per mode, then per job):
   decodes per distinct  /stats `decoded` over the distinct (epoch, id) pairs
              the jobs consumed (1.00: each image decoded once per epoch;
              below 1 when RAM keeps images from one epoch to the next)
+  renders per image  /stats `renders` over the images the jobs consumed:
+             with identical centre crops (--spec crop=center) 1/N when the
+             N jobs share every render, 1.00 when none is shared
+
+--joaderfs takes several daemons, NAME=PATH,NAME=PATH (a baseline build
+beside this one); each case runs with each in turn, --reps times.
 
 Run it through scripts/bench.sh (Debian's interpreter, PYTHONPATH set):
   scripts/bench.sh drift --images 10000 --modes lock,fifo --ram-frac 0.1
@@ -193,8 +199,8 @@ def dataset(images: int) -> str:
     return str(path)
 
 
-def run_case(args, source: str, decoded_set: int, mode: str, steps: list[float],
-             ram_frac: float, drift_bound: str) -> dict:
+def run_case(args, binary: str, source: str, decoded_set: int, mode: str,
+             steps: list[float], ram_frac: float, drift_bound: str) -> dict:
     from bench.client.client_cost import mount
 
     with tempfile.TemporaryDirectory(prefix="jfs-drift-") as tmp:
@@ -212,7 +218,7 @@ def run_case(args, source: str, decoded_set: int, mode: str, steps: list[float],
             server.start()
         else:
             Path(gpu_path).touch()
-        daemon = mount(args.joaderfs, source, work, opts)
+        daemon = mount(binary, source, work, opts)
         procs = []
         try:
             import joaderfs
@@ -266,6 +272,7 @@ def run_case(args, source: str, decoded_set: int, mode: str, steps: list[float],
         "alone": [args.batch * 1000.0 / s for s in steps],
         "decoded": stats["decoded"], "distinct": len(pairs),
         "ram_hits": stats["ram_hits"], "disk_hits": stats["disk_hits"],
+        "renders": stats["renders"], "images": images,
     }
 
 
@@ -291,7 +298,9 @@ def main() -> None:
     p.add_argument("--base", type=int, default=256)
     p.add_argument("--spec", default="crop=random flip=0.5",
                    help="each job's spec besides epochs")
-    p.add_argument("--joaderfs", default=str(BUILD / "joaderfs"))
+    p.add_argument("--joaderfs", default=str(BUILD / "joaderfs"),
+                   help="the daemon, or NAME=PATH,NAME=PATH to compare builds")
+    p.add_argument("--reps", type=int, default=1, help="runs of each case")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per case")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", help=argparse.SUPPRESS)
@@ -317,17 +326,24 @@ def main() -> None:
           f"{args.batch}, {args.workers} workers per job, {args.epochs} epochs, "
           f"spec '{args.spec}', disk tier {'on' if args.disk else 'off'}, "
           f"{os.cpu_count()} cores\n")
-    print("| mode | drift_bound | ram_cache | ceiling img/s | aggregate img/s | of ceiling | "
-          "each job's img/s (alone) | decodes per distinct | ram hits | disk hits |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |", flush=True)
+    daemons = [d.split("=", 1) if "=" in d else (Path(d).name, d)
+               for d in args.joaderfs.split(",")]
+    print("| daemon | mode | drift_bound | ram_cache | ceiling img/s | aggregate img/s | "
+          "of ceiling | each job's img/s (alone) | decodes per distinct | "
+          "renders per image | ram hits | disk hits |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+          flush=True)
     for frac in [float(f) for f in args.ram_frac.split(",")]:
-        for mode, bound in itertools.product(args.modes.split(","),
-                                             args.drift_bound.split(",")):
-            r = run_case(args, source, decoded_set, mode, steps, frac, bound)
+        for mode, bound, _, (name, binary) in itertools.product(
+                args.modes.split(","), args.drift_bound.split(","), range(args.reps),
+                daemons):
+            r = run_case(args, binary, source, decoded_set, mode, steps, frac, bound)
             jobs = " / ".join(f"{v:.0f} ({a:.0f})" for v, a in zip(r["jobs"], r["alone"]))
-            print(f"| {mode} | {bound} | {frac:g} of set ({r['ram'] / 2**20:.0f} MiB) | {r['ceiling']:.0f} | {r['aggregate']:.0f} | "
+            print(f"| {name} | {mode} | {bound} | {frac:g} of set ({r['ram'] / 2**20:.0f} MiB) | "
+                  f"{r['ceiling']:.0f} | {r['aggregate']:.0f} | "
                   f"{r['aggregate'] / r['ceiling']:.2f} | {jobs} | "
                   f"{r['decoded'] / r['distinct']:.2f} ({r['decoded']}/{r['distinct']}) | "
+                  f"{r['renders'] / r['images']:.2f} | "
                   f"{r['ram_hits']} | {r['disk_hits']} |", flush=True)
 
 
