@@ -68,85 +68,78 @@ TEST(SharedRenders, IdenticalCentreCropsAreRenderedOnceWhileHeld) {
   EXPECT_EQ(renders.renders(), 3u);
 }
 
-TEST(SharedRenders, APeerFarBehindTakesTheLeadersRender) {
+// Renders kept for a peer: the planner's needs are a table the test sets.
+class KeptRendersTest : public ::testing::Test {
+ protected:
+  // A job renders `id` and is done with it while a peer still needs it.
+  void KeptForAPeer(SharedRenders* renders, SampleId id) {
+    table_.needs[id] = 1;
+    renders->Hold(id);
+    renders->Render(base_, Centre(1), 224, 0, id, live_);
+    renders->Drop(id);
+  }
+
+  static constexpr uint64_t kOne = 224 * 224 * 3;  // a render's bytes
+  NeedsTable table_;
+  std::shared_ptr<std::atomic<uint64_t>> live_ = std::make_shared<std::atomic<uint64_t>>(0);
+  SamplePtr base_ = Base(300, 256, 7);
+};
+
+TEST_F(KeptRendersTest, APeerFarBehindTakesTheLeadersRender) {
   // The leader is done with id 5 before the laggard plans it: the render
   // is kept while the planner says a job still needs the id.
-  NeedsTable table;
-  SharedRenders renders(&table, 1 << 20);
-  auto live = std::make_shared<std::atomic<uint64_t>>(0);
-  const SamplePtr base = Base(300, 256, 7);
+  SharedRenders renders(&table_, 1 << 20);
   renders.Hold(5);
-  SamplePtr a = renders.Render(base, Centre(1), 224, 0, 5, live);
-  table.needs[5] = 1;  // the laggard's
+  SamplePtr a = renders.Render(base_, Centre(1), 224, 0, 5, live_);
+  table_.needs[5] = 1;  // the laggard's
   renders.Drop(5);
-  EXPECT_EQ(renders.kept_bytes(), 224u * 224 * 3);
+  EXPECT_EQ(renders.kept_bytes(), kOne);
   renders.Hold(5);
   EXPECT_EQ(renders.kept_bytes(), 0u) << "held again: no longer only kept";
-  EXPECT_EQ(renders.Render(base, Centre(2), 224, 1, 5, live), a);
+  EXPECT_EQ(renders.Render(base_, Centre(2), 224, 1, 5, live_), a);
   EXPECT_EQ(renders.renders(), 1u);
   EXPECT_EQ(renders.reused(), 1u);
-  table.needs.erase(5);  // it was the last to need it
+  table_.needs.erase(5);  // it was the last to need it
   renders.Drop(5);
   EXPECT_EQ(renders.kept_bytes(), 0u);
   a.reset();
-  EXPECT_EQ(live->load(), 0u) << "freed with the last job that needed it";
+  EXPECT_EQ(live_->load(), 0u) << "freed with the last job that needed it";
 }
 
-TEST(SharedRenders, KeptRendersStayWithinTheirBytesOldestOut) {
-  NeedsTable table;
-  const uint64_t one = 224 * 224 * 3;
-  SharedRenders renders(&table, 2 * one);
-  auto live = std::make_shared<std::atomic<uint64_t>>(0);
-  const SamplePtr base = Base(300, 256, 7);
-  SamplePtr made[3];
-  for (SampleId id = 0; id < 3; ++id) {
-    table.needs[id] = 1;
-    renders.Hold(id);
-    made[id] = renders.Render(base, Centre(1), 224, 0, id, live);
-    renders.Drop(id);
-  }
-  EXPECT_EQ(renders.kept_bytes(), 2 * one);
-  for (SamplePtr& render : made) render.reset();
-  EXPECT_EQ(live->load(), 2 * one) << "the oldest went";
+TEST_F(KeptRendersTest, StayWithinTheirBytesOldestOut) {
+  SharedRenders renders(&table_, 2 * kOne);
+  for (SampleId id = 0; id < 3; ++id) KeptForAPeer(&renders, id);
+  EXPECT_EQ(renders.kept_bytes(), 2 * kOne);
+  EXPECT_EQ(live_->load(), 2 * kOne) << "the oldest went";
   renders.Hold(0);
-  renders.Render(base, Centre(2), 224, 0, 0, live);
+  renders.Render(base_, Centre(2), 224, 0, 0, live_);
   renders.Hold(2);
-  renders.Render(base, Centre(2), 224, 0, 2, live);
+  renders.Render(base_, Centre(2), 224, 0, 2, live_);
   EXPECT_EQ(renders.renders(), 4u) << "id 0 cut again, id 2 taken";
   EXPECT_EQ(renders.reused(), 1u);
 }
 
-TEST(SharedRenders, TrimFreesWhatNoJobNeedsAnyMore) {
-  NeedsTable table;
-  SharedRenders renders(&table, 1 << 20);
-  auto live = std::make_shared<std::atomic<uint64_t>>(0);
-  const SamplePtr base = Base(300, 256, 7);
-  for (SampleId id = 0; id < 2; ++id) {
-    table.needs[id] = 1;
-    renders.Hold(id);
-    renders.Render(base, Centre(1), 224, 0, id, live);
-    renders.Drop(id);
-  }
+TEST_F(KeptRendersTest, TrimFreesWhatNoJobNeedsAnyMore) {
+  SharedRenders renders(&table_, 1 << 20);
+  for (SampleId id = 0; id < 2; ++id) KeptForAPeer(&renders, id);
   // The peer's job went: only id 1 is still needed (by another).
-  table.needs.erase(0);
+  table_.needs.erase(0);
   renders.Trim();
-  EXPECT_EQ(renders.kept_bytes(), 224u * 224 * 3);
-  EXPECT_EQ(live->load(), 224u * 224 * 3);
-  table.needs.clear();
+  EXPECT_EQ(renders.kept_bytes(), kOne);
+  EXPECT_EQ(live_->load(), kOne);
+  table_.needs.clear();
   renders.Trim();
-  EXPECT_EQ(live->load(), 0u);
+  EXPECT_EQ(live_->load(), 0u);
 }
 
-TEST(SharedRenders, NothingIsKeptOfAnEvictedBase) {
+TEST_F(KeptRendersTest, NothingIsKeptOfAnEvictedBase) {
   // A base image no longer in RAM comes back as another object, which
   // never matches: its renders are not worth keeping.
-  NeedsTable table;
-  table.needs[5] = 1;
-  SharedRenders renders(&table, 1 << 20);
-  SamplePtr base = Base(300, 256, 7);
+  table_.needs[5] = 1;
+  SharedRenders renders(&table_, 1 << 20);
   renders.Hold(5);
-  renders.Render(base, Centre(1), 224, 0, 5, nullptr);
-  base.reset();
+  renders.Render(base_, Centre(1), 224, 0, 5, nullptr);
+  base_.reset();
   renders.Drop(5);
   EXPECT_EQ(renders.kept_bytes(), 0u);
 }
