@@ -7,7 +7,6 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
+using testing::NeededCounts;
 using testing::PoolGate;
 using testing::TempDir;
 
@@ -33,19 +33,6 @@ using testing::TempDir;
 constexpr uint32_t kSize = 32;
 constexpr uint64_t kBytes = kSize * kSize * 3;
 constexpr SampleId kBad = 4;
-
-// The jobs' needs, as the planning group would answer them: the input of
-// the eviction order under test (0 for ids not listed).
-class NeededCounts final : public RefCounts {
- public:
-  void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto it = needed.find(ids[i]);
-      counts[i] = it == needed.end() ? 0 : it->second;
-    }
-  }
-  std::map<SampleId, uint32_t> needed;
-};
 
 class SampleCacheTest : public ::testing::Test {
  protected:

@@ -4,8 +4,9 @@
 
 #include <cstring>
 #include <latch>
-#include <map>
 #include <thread>
+
+#include "testing/test_util.h"
 
 namespace joaderfs {
 namespace {
@@ -25,18 +26,6 @@ AugmentSpec Centre(uint64_t seed, double flip = 0) {
   spec.flip = flip;
   return spec;
 }
-
-// What the planner would say each job still needs: set by the test.
-class NeedsTable : public RefCounts {
- public:
-  void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto it = needs.find(ids[i]);
-      counts[i] = it == needs.end() ? 0 : it->second;
-    }
-  }
-  std::map<SampleId, uint32_t> needs;
-};
 
 bool SamePixels(const SamplePtr& a, const SamplePtr& b) {
   return a->width == b->width && a->height == b->height && a->record_flags == b->record_flags &&
@@ -73,14 +62,14 @@ class KeptRendersTest : public ::testing::Test {
  protected:
   // A job renders `id` and is done with it while a peer still needs it.
   void KeptForAPeer(SharedRenders* renders, SampleId id) {
-    table_.needs[id] = 1;
+    table_.needed[id] = 1;
     renders->Hold(id);
     renders->Render(base_, Centre(1), 224, 0, id, live_);
     renders->Drop(id);
   }
 
   static constexpr uint64_t kOne = 224 * 224 * 3;  // a render's bytes
-  NeedsTable table_;
+  testing::NeededCounts table_;
   std::shared_ptr<std::atomic<uint64_t>> live_ = std::make_shared<std::atomic<uint64_t>>(0);
   SamplePtr base_ = Base(300, 256, 7);
 };
@@ -91,7 +80,7 @@ TEST_F(KeptRendersTest, APeerFarBehindTakesTheLeadersRender) {
   SharedRenders renders(&table_, 1 << 20);
   renders.Hold(5);
   SamplePtr a = renders.Render(base_, Centre(1), 224, 0, 5, live_);
-  table_.needs[5] = 1;  // the laggard's
+  table_.needed[5] = 1;  // the laggard's
   renders.Drop(5);
   EXPECT_EQ(renders.kept_bytes(), kOne);
   renders.Hold(5);
@@ -99,7 +88,7 @@ TEST_F(KeptRendersTest, APeerFarBehindTakesTheLeadersRender) {
   EXPECT_EQ(renders.Render(base_, Centre(2), 224, 1, 5, live_), a);
   EXPECT_EQ(renders.renders(), 1u);
   EXPECT_EQ(renders.reused(), 1u);
-  table_.needs.erase(5);  // it was the last to need it
+  table_.needed.erase(5);  // it was the last to need it
   renders.Drop(5);
   EXPECT_EQ(renders.kept_bytes(), 0u);
   a.reset();
@@ -123,11 +112,11 @@ TEST_F(KeptRendersTest, TrimFreesWhatNoJobNeedsAnyMore) {
   SharedRenders renders(&table_, 1 << 20);
   for (SampleId id = 0; id < 2; ++id) KeptForAPeer(&renders, id);
   // The peer's job went: only id 1 is still needed (by another).
-  table_.needs.erase(0);
+  table_.needed.erase(0);
   renders.Trim();
   EXPECT_EQ(renders.kept_bytes(), kOne);
   EXPECT_EQ(live_->load(), kOne);
-  table_.needs.clear();
+  table_.needed.clear();
   renders.Trim();
   EXPECT_EQ(live_->load(), 0u);
 }
@@ -135,7 +124,7 @@ TEST_F(KeptRendersTest, TrimFreesWhatNoJobNeedsAnyMore) {
 TEST_F(KeptRendersTest, NothingIsKeptOfAnEvictedBase) {
   // A base image no longer in RAM comes back as another object, which
   // never matches: its renders are not worth keeping.
-  table_.needs[5] = 1;
+  table_.needed[5] = 1;
   SharedRenders renders(&table_, 1 << 20);
   renders.Hold(5);
   renders.Render(base_, Centre(1), 224, 0, 5, nullptr);

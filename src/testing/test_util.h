@@ -16,6 +16,8 @@
 //                          so that a test decides when decodes may run.
 //   Eventually             Polls a condition until it holds or time is up.
 //   Ids, Iota              Id lists to compare with EXPECT_EQ.
+//   NeededCounts           The jobs' needs of each id as the planning group
+//                          would answer them (RefCounts), set by the test.
 
 #ifndef JOADERFS_TESTING_TEST_UTIL_H_
 #define JOADERFS_TESTING_TEST_UTIL_H_
@@ -27,11 +29,14 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <roaring/roaring.hh>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cache/ref_counts.h"
 #include "loader/loader_pool.h"
 
 namespace joaderfs::testing {
@@ -91,6 +96,19 @@ using SampleWriter = std::function<void(const std::string& path, int index)>;
 // enough for a Catalog but not an image.
 void WriteImageFolder(const std::string& root, const std::vector<int>& counts,
                       const SampleWriter& write = nullptr);
+
+// The jobs' needs, as the planning group would answer them (0 for ids not
+// listed): the input of what the cache tiers and shared renders keep.
+class NeededCounts final : public RefCounts {
+ public:
+  void Counts(std::span<const SampleId> ids, std::span<uint32_t> counts) const override {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = needed.find(ids[i]);
+      counts[i] = it == needed.end() ? 0 : it->second;
+    }
+  }
+  std::map<SampleId, uint32_t> needed;
+};
 
 // Occupies `threads` threads of `pool` (all of them, normally) until
 // Release() or destruction, so that a test decides when decodes may run.
