@@ -16,7 +16,8 @@ packages=(
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
   clang-format  # formats the C++ (.clang-format)
-  memcached libmemcached-dev  # the remote tier (src/cache/remote_tier.h) and its tests
+  libssl-dev openssl  # the remote tier: sealed values, TLS (src/cache/cluster_key.h); test certificates
+  memcached  # the remote tier's servers in its tests and benchmarks
   libmemcached-tools  # memcstat, memccat: looking at the tier by hand
   iproute2  # tests/cluster: each memcached in a network namespace (as root)
 )

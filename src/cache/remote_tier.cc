@@ -1,6 +1,5 @@
 #include "cache/remote_tier.h"
 
-#include <libmemcached-1.0/memcached.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -10,27 +9,21 @@
 #include <unordered_map>
 
 #include "common/coding.h"
-#include "common/crc32c.h"
-#include "common/hash.h"
 #include "common/parse.h"
 #include "common/rate_limited_log.h"
 
 namespace joaderfs {
 namespace {
 
-// Bump when the key material or the value layout changes: values of another
-// layout are then simply other keys.
-constexpr char kKeyPrefix[] = "jfs1:";
-constexpr char kLeasePrefix[] = "jfs1l:";
-constexpr uint32_t kValueMagic = 0x3154524a;  // "JRT1"
-// Header: magic, height, width, channels, key digest (8), material length,
-// pixel crc; then the key material, then the pixels.
-constexpr size_t kValueHeader = 32;
 constexpr uint64_t kMaxQueuedBytes = uint64_t{64} << 20;
-constexpr time_t kLeaseSeconds = 2;  // memcached expires in whole seconds
+constexpr uint32_t kLeaseSeconds = 2;  // memcached expires in whole seconds
 constexpr auto kLeasePoll = std::chrono::milliseconds(2);
 
-uint64_t Digest(const std::string& s) { return Fnv1a(kFnv1aBasis, s.data(), s.size()); }
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -65,46 +58,25 @@ Status RemoteTier::Open(const RemoteTierOptions& options, const Catalog* catalog
   t->options_ = options;
   t->catalog_ = catalog;
   t->base_ = base;
-  t->master_ = memcached_create(nullptr);
-  if (!t->master_) return Status::IOError("remote_cache: cannot create a libmemcached handle");
-  memcached_st* mc = t->master_;
-  for (const std::string& server : options.servers) {
-    const size_t colon = server.rfind(':');
-    const std::string host = server.substr(0, colon);
-    const auto port = static_cast<in_port_t>(std::atoi(server.c_str() + colon + 1));
-    if (memcached_server_add(mc, host.c_str(), port) != MEMCACHED_SUCCESS) {
-      return Status::InvalidArgument("remote_cache: cannot add server " + server);
-    }
+  MemcachedClientOptions mo;
+  mo.servers = options.servers;
+  mo.timeout = options.timeout;
+  mo.max_value = options.max_value;
+  mo.tls = options.tls;
+  if (Status s = MemcachedClient::Open(mo, &t->client_); !s.ok()) return s;
+  if (options.key.insecure()) {
+    spdlog::warn(
+        "remote cache: remote_key=insecure: anyone who can reach the servers can choose what "
+        "this daemon's jobs train on, and read their images");
   }
-  const uint64_t ms = static_cast<uint64_t>(options.timeout.count());
-  // Consistent hashing: losing a server moves only its keys. A failed
-  // server is ejected from the continuum at its first failure and tried
-  // again after a second, so a dead one costs one timeout per handle and a
-  // restarted one is used again.
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_DISTRIBUTION,
-                         MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_NO_BLOCK, 1);  // connect timeout applies
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, ms);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, ms);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, ms * 1000);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, ms * 1000);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, 1);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 1);
-  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_DEAD_TIMEOUT, 1);
-
   // Which servers answer now: only for the log, the tier works either way.
-  memcached_st* probe = t->Handle();
-  memcached_return_t rc = memcached_version(probe);
-  t->Return(probe);
-  if (rc != MEMCACHED_SUCCESS) {
-    std::string list;
-    for (const std::string& server : options.servers) list += (list.empty() ? "" : "+") + server;
-    spdlog::warn("remote cache {}: not every server answers ({}); misses until they do", list,
-                 memcached_strerror(nullptr, rc));
+  const std::vector<MemcachedClient::Result> down = t->client_->Ping();
+  if (!down.empty()) {
+    spdlog::warn("remote cache: {} of {} servers do not answer (first: {}: {}); misses until they do",
+                 down.size(), options.servers.size(), down[0].server, down[0].error);
   } else {
-    spdlog::info("remote cache: {} servers", options.servers.size());
+    spdlog::info("remote cache: {} servers{}", options.servers.size(),
+                 options.tls.ca_file.empty() ? "" : ", over TLS");
   }
   t->publisher_ = std::thread([raw = t.get()] { raw->PublishLoop(); });
   t->lease_waiter_ = std::thread([raw = t.get()] { raw->LeaseWaitLoop(); });
@@ -123,27 +95,6 @@ RemoteTier::~RemoteTier() {
   wake_.notify_all();
   drained_.notify_all();
   if (publisher_.joinable()) publisher_.join();
-  MutexLock lock(mu_);
-  for (memcached_st* mc : idle_) memcached_free(mc);
-  if (master_) memcached_free(master_);
-}
-
-memcached_st* RemoteTier::Handle() {
-  {
-    MutexLock lock(mu_);
-    if (!idle_.empty()) {
-      memcached_st* mc = idle_.back();
-      idle_.pop_back();
-      return mc;
-    }
-  }
-  return memcached_clone(nullptr, master_);
-}
-
-void RemoteTier::Return(memcached_st* mc) {
-  if (!mc) return;
-  MutexLock lock(mu_);
-  idle_.push_back(mc);
 }
 
 RemoteTier::ValueKey RemoteTier::KeyOf(SampleId id) const {
@@ -156,120 +107,88 @@ RemoteTier::ValueKey RemoteTier::KeyOf(SampleId id) const {
   PutFixed<uint64_t>(&m, r.partial ? r.offset : 0);
   PutFixed<uint64_t>(&m, r.partial ? r.length : 0);
   m += catalog_->relpath(id);
-  k.digest = Digest(m);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(k.digest));
-  k.name = std::string(kKeyPrefix) + hex;
+  k.name = options_.key.ValueName(m);
+  k.lease = options_.key.LeaseName(m);
+  if (options_.old_key) k.old_name = options_.old_key->ValueName(m);
   return k;
 }
 
-// The lease on a value's decode: its key under the lease prefix.
-std::string RemoteTier::LeaseName(const ValueKey& key) {
-  return kLeasePrefix + key.name.substr(sizeof(kKeyPrefix) - 1);
-}
-
-Status RemoteTier::GetOnce(memcached_st* mc, const ValueKey& key, DecodedSample* out) {
-  size_t length = 0;
-  uint32_t flags = 0;
-  memcached_return_t rc = MEMCACHED_SUCCESS;
-  char* value = memcached_get(mc, key.name.data(), key.name.size(), &length, &flags, &rc);
-  if (!value) {
-    if (rc != MEMCACHED_NOTFOUND) CountError(mc);
-    return Status::NotFound("not in the remote tier");
-  }
-  return TakeValue(key, value, length, out);
-}
-
-void RemoteTier::GetMany(memcached_st* mc, const std::vector<LeaseWait>& waits,
-                         std::vector<Status>* found,
-                         std::vector<std::shared_ptr<DecodedSample>>* samples) {
-  found->assign(waits.size(), Status::NotFound("not in the remote tier"));
-  samples->assign(waits.size(), nullptr);
-  std::vector<const char*> names;
-  std::vector<size_t> lengths;
-  std::unordered_map<std::string_view, size_t> index;
-  for (size_t i = 0; i < waits.size(); ++i) {
-    names.push_back(waits[i].key.name.data());
-    lengths.push_back(waits[i].key.name.size());
-    index.emplace(waits[i].key.name, i);
-  }
-  memcached_return_t rc = memcached_mget(mc, names.data(), lengths.data(), names.size());
-  // Some servers failed: the others' values are still fetched.
-  if (rc == MEMCACHED_SOME_ERRORS) CountError(mc);
-  if (rc != MEMCACHED_SUCCESS && rc != MEMCACHED_SOME_ERRORS) return CountError(mc);
-  while (memcached_result_st* result = memcached_fetch_result(mc, nullptr, &rc)) {
-    // The key lives in the result: looked up before the result is freed.
-    const auto at = index.find(
-        std::string_view(memcached_result_key_value(result), memcached_result_key_length(result)));
-    const size_t length = memcached_result_length(result);
-    char* value = memcached_result_take_value(result);
-    memcached_result_free(result);
-    if (at == index.end() || !value) {
-      free(value);
-      continue;
-    }
-    auto sample = std::make_shared<DecodedSample>();
-    (*found)[at->second] = TakeValue(waits[at->second].key, value, length, sample.get());
-    if ((*found)[at->second].ok()) (*samples)[at->second] = std::move(sample);
-  }
-  if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND) CountError(mc);
-}
-
-Status RemoteTier::TakeValue(const ValueKey& key, char* value, size_t length, DecodedSample* out) {
-  std::shared_ptr<uint8_t> buffer(reinterpret_cast<uint8_t*>(value), [](uint8_t* p) { free(p); });
-  const uint8_t* h = buffer.get();
-  const std::string& material = key.material;
-  bool good = length >= kValueHeader && DecodeFixed<uint32_t>(h) == kValueMagic &&
-              DecodeFixed<uint64_t>(h + 16) == key.digest &&
-              DecodeFixed<uint32_t>(h + 24) == material.size() &&
-              length >= kValueHeader + material.size() &&
-              std::memcmp(h + kValueHeader, material.data(), material.size()) == 0;
-  if (good) {
-    out->height = DecodeFixed<uint32_t>(h + 4);
-    out->width = DecodeFixed<uint32_t>(h + 8);
-    out->channels = DecodeFixed<uint32_t>(h + 12);
-    const size_t at = kValueHeader + material.size();
-    good = out->channels >= 1 && out->channels <= 4 && out->bytes() == length - at &&
-           Crc32c(h + at, out->bytes()) == DecodeFixed<uint32_t>(h + 28);
-    if (good) out->pixels = std::shared_ptr<uint8_t>(buffer, buffer.get() + at);
-  }
+Status RemoteTier::OpenValue(const ClusterKey& key, const ValueKey& k, std::string_view value,
+                             const std::string& server, DecodedSample* out) {
+  const Status s = key.Open(k.material, value, out);
   MutexLock lock(mu_);
-  if (!good) {
-    ++stats_.corrupt;
-    Warnings().Warn("remote: corrupt", "remote cache: ignored a damaged or foreign value for {}",
-                    key.name);
-    return Status::Corruption("damaged remote value");
+  if (!s.ok()) {
+    ++stats_.rejected;
+    Warnings().Warn("remote: rejected " + server,
+                    "remote cache {}: rejected a value that does not open with the cluster key "
+                    "(forged, damaged or sealed by another cluster); decoding instead",
+                    server);
+    return s;
   }
-  stats_.bytes_in += length;
-  return Status::Ok();
+  stats_.bytes_in += value.size();
+  return s;
+}
+
+Status RemoteTier::GetValue(const std::string& name, const ClusterKey& key, const ValueKey& k,
+                            DecodedSample* out) {
+  std::string value;
+  const MemcachedClient::Result r = client_->Get(name, &value);
+  if (r.kind == MemcachedClient::Result::Kind::kError) {
+    CountError(r);
+    return Status::IOError(r.error);
+  }
+  if (!r.ok()) return Status::NotFound("not in the remote tier");
+  return OpenValue(key, k, value, r.server, out);
+}
+
+Status RemoteTier::TakeLease(SampleId id, const ValueKey& k, Clock::time_point* until) {
+  const ClusterKey& key = options_.key;
+  const int64_t now_ms = UnixMillis();
+  const MemcachedClient::Result r =
+      client_->Add(k.lease, key.Lease(k.lease, now_ms + kLeaseSeconds * 1000), kLeaseSeconds);
+  if (r.ok()) {
+    MutexLock lock(mu_);
+    leased_.insert(id);
+    return Status::Ok();
+  }
+  if (r.kind == MemcachedClient::Result::Kind::kError) {
+    CountError(r);
+    return Status::NotFound("no lease");
+  }
+  // Another lease exists: waited on only while it is authentic and
+  // unexpired, for no longer than its own expiry.
+  std::string lease;
+  const MemcachedClient::Result got = client_->Get(k.lease, &lease);
+  if (got.kind == MemcachedClient::Result::Kind::kError) CountError(got);
+  const int64_t expiry = got.ok() ? key.LeaseExpiry(k.lease, lease) : -1;
+  if (expiry < 0 && got.ok()) {
+    MutexLock lock(mu_);
+    ++stats_.rejected;
+    Warnings().Warn("remote: rejected lease " + got.server,
+                    "remote cache {}: ignored a lease that is not the cluster's", got.server);
+  }
+  const int64_t left_ms = std::min<int64_t>(expiry - now_ms, kLeaseSeconds * 1000);
+  if (left_ms <= 0) return Status::NotFound("no lease to wait on");
+  *until = Clock::now() + std::min<Clock::duration>(std::chrono::milliseconds(left_ms),
+                                                    options_.lease_wait);
+  return Status::Busy("leased by another daemon");
 }
 
 Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
   const ValueKey key = KeyOf(id);
-  memcached_st* mc = Handle();
-  if (!mc) return Status::NotFound("no libmemcached handle");
-  Status s = GetOnce(mc, key, out);
-  bool leased_elsewhere = false;
-  // A damaged value is not waited on: a lease's holder has published it.
-  if (s.code() == Status::Code::kNotFound) {
-    // One daemon decodes it; the others wait for its value, briefly.
-    const std::string lease = LeaseName(key);
-    const memcached_return_t rc =
-        memcached_add(mc, lease.data(), lease.size(), "1", 1, kLeaseSeconds, 0);
-    if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS) {
-      leased_elsewhere = true;
-    } else if (rc == MEMCACHED_SUCCESS) {
-      MutexLock lock(mu_);
-      leased_.insert(id);
-    } else {
-      CountError(mc);
-    }
+  Status s = GetValue(key.name, options_.key, key, out);
+  if (s.code() == Status::Code::kNotFound && options_.old_key) {
+    s = GetValue(key.old_name, *options_.old_key, key, out);
   }
-  Return(mc);
+  Clock::time_point until;
+  // A rejected value is not waited on: the decode that follows replaces it.
+  const Status lease = s.code() == Status::Code::kNotFound ? TakeLease(id, key, &until)
+                                                           : Status::NotFound("no lease");
   MutexLock lock(mu_);
-  if (leased_elsewhere) {
+  if (lease.code() == Status::Code::kBusy) {
     ++stats_.lease_waits;  // a hit or a miss once the wait is answered
-    return Status::Busy("leased by another daemon");
+    leased_elsewhere_[id] = until;
+    return lease;
   }
   if (s.ok()) {
     ++stats_.hits;
@@ -280,12 +199,14 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
 }
 
 void RemoteTier::AwaitLeased(SampleId id, LeaseDone done) {
-  LeaseWait wait{KeyOf(id), std::chrono::steady_clock::now() + options_.lease_wait,
-                 std::move(done)};
   {
     MutexLock lock(mu_);
     if (waits_stopped_) return;
-    lease_waits_.push_back(std::move(wait));
+    const auto at = leased_elsewhere_.find(id);
+    const Clock::time_point until =
+        at != leased_elsewhere_.end() ? at->second : Clock::now() + options_.lease_wait;
+    if (at != leased_elsewhere_.end()) leased_elsewhere_.erase(at);
+    lease_waits_.push_back(LeaseWait{KeyOf(id), until, std::move(done)});
   }
   lease_wake_.notify_all();
 }
@@ -300,8 +221,8 @@ void RemoteTier::StopWaits() {
 }
 
 void RemoteTier::LeaseWaitLoop() {
-  memcached_st* mc = nullptr;
   std::vector<LeaseWait> polling;  // the waits this round polls
+  std::vector<std::string> names;
   std::vector<Status> found;       // ... what the round found of each
   std::vector<std::shared_ptr<DecodedSample>> samples;
   for (;;) {
@@ -319,20 +240,24 @@ void RemoteTier::LeaseWaitLoop() {
       if (waits_stopped_) break;
       polling.swap(lease_waits_);
     }
-    if (!mc) mc = memcached_clone(nullptr, master_);
     // One multi-get for every value awaited: a request per server a round,
     // not one per value.
-    if (mc) {
-      GetMany(mc, polling, &found, &samples);
-    } else {
-      found.assign(polling.size(), Status::NotFound("no libmemcached handle"));
-      samples.assign(polling.size(), nullptr);
-    }
-    const auto now = std::chrono::steady_clock::now();
+    names.clear();
+    for (const LeaseWait& w : polling) names.push_back(w.key.name);
+    found.assign(polling.size(), Status::NotFound("not in the remote tier"));
+    samples.assign(polling.size(), nullptr);
+    const auto failures =
+        client_->GetMany(names, [&](size_t i, std::string&& value, const std::string& server) {
+          auto sample = std::make_shared<DecodedSample>();
+          found[i] = OpenValue(options_.key, polling[i].key, value, server, sample.get());
+          if (found[i].ok()) samples[i] = std::move(sample);
+        });
+    for (const MemcachedClient::Result& r : failures) CountError(r);
+    const auto now = Clock::now();
     std::vector<LeaseWait> unanswered;
     for (size_t i = 0; i < polling.size(); ++i) {
       const Status& s = found[i];
-      // A damaged value is not waited on further: its holder published it.
+      // A rejected value is not waited on further: the decode replaces it.
       if (s.code() == Status::Code::kNotFound && now < polling[i].until) {
         unanswered.push_back(std::move(polling[i]));
         continue;
@@ -354,49 +279,45 @@ void RemoteTier::LeaseWaitLoop() {
     }
     polling = std::move(unanswered);
   }
-  if (mc) memcached_free(mc);
 }
 
 void RemoteTier::Abandon(SampleId id) {
   {
     MutexLock lock(mu_);
-    leased_.erase(id);
+    if (leased_.erase(id) == 0) return;
   }
-  const std::string lease = LeaseName(KeyOf(id));
-  memcached_st* mc = Handle();
-  if (!mc) return;
-  memcached_delete(mc, lease.data(), lease.size(), 0);
-  Return(mc);
+  const MemcachedClient::Result r = client_->Delete(KeyOf(id).lease);
+  if (r.kind == MemcachedClient::Result::Kind::kError) CountError(r);
 }
 
 void RemoteTier::PublishAsync(SampleId id, SamplePtr sample) {
+  const uint64_t bytes = sample->bytes();
   bool now = false;
   {
     MutexLock lock(mu_);
-    const uint64_t bytes = sample->bytes();
-    // Other daemons poll for a leased value: it is set at once, on this
-    // thread, not behind the queue.
-    now =
-        leased_.erase(id) > 0 && stats_.bytes_out + queued_bytes_ + bytes <= options_.publish_limit;
-  }
-  if (now) {
-    memcached_st* mc = Handle();
-    if (mc) Set(mc, id, *sample);
-    Return(mc);
-    return;
-  }
-  {
-    MutexLock lock(mu_);
-    const uint64_t bytes = sample->bytes();
-    if (stopping_ || queued_bytes_ + bytes > kMaxQueuedBytes ||
+    const bool leased = leased_.erase(id) > 0;
+    if (stopping_ || bytes + ClusterKey::kSealOverhead > options_.max_value ||
         stats_.bytes_out + queued_bytes_ + bytes > options_.publish_limit) {
       ++stats_.publish_drops;
       return;
     }
-    queued_bytes_ += bytes;
-    queue_.push_back({id, std::move(sample)});
+    // Other daemons poll for a leased value: it is set at once, on this
+    // thread, not behind the queue.
+    now = leased;
+    if (!now) {
+      if (queued_bytes_ + bytes > kMaxQueuedBytes) {
+        ++stats_.publish_drops;
+        return;
+      }
+      queued_bytes_ += bytes;
+      queue_.push_back({id, std::move(sample)});
+    }
   }
-  wake_.notify_one();
+  if (now) {
+    Set(id, *sample);
+  } else {
+    wake_.notify_one();
+  }
 }
 
 void RemoteTier::Flush() {
@@ -406,7 +327,6 @@ void RemoteTier::Flush() {
 }
 
 void RemoteTier::PublishLoop() {
-  memcached_st* mc = nullptr;
   for (;;) {
     Write w;
     {
@@ -420,41 +340,28 @@ void RemoteTier::PublishLoop() {
       queued_bytes_ -= w.sample->bytes();
       writing_ = true;
     }
-    if (!mc) mc = memcached_clone(nullptr, master_);
-    if (mc) Set(mc, w.id, *w.sample);
+    Set(w.id, *w.sample);
   }
-  if (mc) memcached_free(mc);
 }
 
-void RemoteTier::Set(memcached_st* mc, SampleId id, const DecodedSample& s) {
+void RemoteTier::Set(SampleId id, const DecodedSample& s) {
   const ValueKey key = KeyOf(id);
-  const std::string& material = key.material;
-  std::string value;
-  value.reserve(kValueHeader + material.size() + s.bytes());
-  PutFixed<uint32_t>(&value, kValueMagic);
-  PutFixed<uint32_t>(&value, s.height);
-  PutFixed<uint32_t>(&value, s.width);
-  PutFixed<uint32_t>(&value, s.channels);
-  PutFixed<uint64_t>(&value, key.digest);
-  PutFixed<uint32_t>(&value, static_cast<uint32_t>(material.size()));
-  PutFixed<uint32_t>(&value, Crc32c(s.pixels.get(), s.bytes()));
-  value += material;
-  value.append(reinterpret_cast<const char*>(s.pixels.get()), s.bytes());
-  const memcached_return_t rc =
-      memcached_set(mc, key.name.data(), key.name.size(), value.data(), value.size(), 0, 0);
-  if (rc != MEMCACHED_SUCCESS) return CountError(mc);
+  const std::string value = options_.key.Seal(key.material, s);
+  const MemcachedClient::Result r = client_->Set(key.name, value, 0);
+  if (!r.ok()) return CountError(r);
   MutexLock lock(mu_);
   ++stats_.published;
   stats_.bytes_out += value.size();
 }
 
-void RemoteTier::CountError(memcached_st* mc) {
+void RemoteTier::CountError(const MemcachedClient::Result& r) {
   {
     MutexLock lock(mu_);
     ++stats_.errors;
   }
-  Warnings().Warn("remote: error", "remote cache: {}; misses until the server answers",
-                  memcached_last_error_message(mc));
+  Warnings().Warn("remote: error " + r.server,
+                  "remote cache {}: {}; its keys are misses until it answers again", r.server,
+                  r.error);
 }
 
 RemoteTierStats RemoteTier::Stats() const {

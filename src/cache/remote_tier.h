@@ -1,39 +1,38 @@
 // The remote tier: decoded base images shared by the daemons of a cluster
-// through memcached (docs/design.md 2.4), behind the RAM and disk tiers and
-// in front of the decoder. No protocol or discovery of our own: libmemcached
-// spreads keys over the servers of `remote_cache=` by consistent hashing
-// (ketama), ejects a server that fails and tries it again a second later.
+// through memcached (docs/design.md 3.2), behind the RAM and disk tiers and
+// in front of the decoder, over MemcachedClient (cache/memcached_client.h:
+// rendezvous hashing over the servers, a failed server ejected and probed
+// again a second later, every call bounded by `timeout`, every declared
+// size checked before anything is allocated).
 //
-// Keys: a digest of the base and of what identifies the source file's
-// content, its relative path, size and modification time (and, in a shard,
-// the member's offset and length): what the disk tier's key names, less the
-// inode, so that nodes holding copies of one dataset (rsync -a keeps sizes
-// and mtimes) share. A value is a header (magic, dimensions, that digest
-// and the full key material's length, the CRC32C of the pixels) then the
-// pixels: a value whose header, length, key material or CRC does not match
-// (damaged, truncated, written by something else) is a miss, never a sample.
+// Trust: a value is sealed with the cluster key (cache/cluster_key.h) and
+// the sample's key material as associated data: the base, and what
+// identifies the source file's content in the dataset, its relative path,
+// size and modification time (and, in a shard, the member's offset and
+// length), i.e. the disk tier's key less the inode, so that nodes holding
+// copies of one dataset (rsync -a keeps sizes and mtimes) share. A value
+// that does not open (forged, moved, damaged, sealed by another cluster)
+// is a miss, counted as rejected, and never enters RAM or the disk tier.
+// With an old key (rotation) values sealed by it are read, never written.
 //
-// A lookup that misses takes a lease (memcached add of a companion key,
-// which only one daemon can create, expiring after kLeaseSeconds): the
-// holder decodes and publishes; the others poll the value for at most
-// `lease_wait`, then decode themselves. The polls run on a thread of the
-// tier's own (AwaitLeased), one multi-get a round for every value awaited,
-// not on the decode thread that asked: that one goes on to other samples
-// meanwhile. A holder that dies costs the others
-// one lease_wait, never more.
+// A lookup that misses takes a lease (an add of a companion key, which only
+// one daemon can create, expiring after kLeaseSeconds, and whose value is
+// its expiry authenticated by the key): the holder decodes and publishes;
+// the others poll the value until the lease's expiry or `lease_wait`,
+// whichever is first, then decode themselves. A lease that is not
+// authentic is not waited on. The polls run on a thread of the tier's own
+// (AwaitLeased), one multi-get a round for every value awaited, not on the
+// decode thread that asked: that one goes on to other samples meanwhile.
 //
 // Publishing is asynchronous: one thread sets the values of a queue of at
 // most kMaxQueuedBytes (a full queue drops the write, counted), and a daemon
 // publishes at most `publish_limit` bytes per mount. The value of a sample
 // whose lease this daemon holds is set at once by the decode thread instead:
-// other daemons are polling for it. Every server call is
-// bounded by the connect and poll timeouts (`timeout`): a dead or slow
-// server costs misses and at most about that long per call, never a crash.
+// other daemons are polling for it.
 //
-// Owns its libmemcached handles (one per concurrent caller, reused), the
-// publisher thread and the lease-wait thread. Thread-safe: every public
-// member may be called from any thread; handles are handed out under a
-// leaf mutex and used without it.
+// Owns its client, the publisher thread and the lease-wait thread.
+// Thread-safe: every public member may be called from any thread; its
+// mutex is a leaf, never held during a server call.
 
 #ifndef JOADERFS_CACHE_REMOTE_TIER_H_
 #define JOADERFS_CACHE_REMOTE_TIER_H_
@@ -45,26 +44,32 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "cache/cluster_key.h"
+#include "cache/memcached_client.h"
 #include "catalog/catalog.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "loader/decoded_sample.h"
-
-struct memcached_st;
 
 namespace joaderfs {
 
 struct RemoteTierOptions {
   std::vector<std::string> servers;           // host:port
   uint64_t publish_limit = UINT64_MAX;        // bytes one daemon publishes per mount
-  std::chrono::milliseconds timeout{100};     // connect and poll, per server call
+  std::chrono::milliseconds timeout{100};     // one server call, whole
   std::chrono::milliseconds lease_wait{500};  // how long a lookup polls a leased value
+  ClusterKey key;                             // seals what is written, opens what is read
+  std::optional<ClusterKey> old_key;          // key rotation: opens what is read, seals nothing
+  MemcachedTls tls;
+  size_t max_value = 64 << 20;  // the largest value read or written
 };
 
 // Parses `memcached://host:port+host:port...` into `servers`.
@@ -73,7 +78,7 @@ Status ParseRemoteCache(std::string_view uri, std::vector<std::string>* servers)
 struct RemoteTierStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
-  uint64_t corrupt = 0;        // values that failed their checks: misses
+  uint64_t rejected = 0;       // values that did not open with the cluster key: misses
   uint64_t errors = 0;         // server calls that failed or timed out
   uint64_t lease_waits = 0;    // lookups that found another daemon's lease
   uint64_t lease_hits = 0;     // ... and got its value in time
@@ -85,8 +90,8 @@ struct RemoteTierStats {
 
 class RemoteTier {
  public:
-  // Fails only on a malformed server list; servers that do not answer yet
-  // are warned about, and used once they do.
+  // Fails only on a malformed server list or TLS files that do not load;
+  // servers that do not answer yet are warned about, and used once they do.
   static Status Open(const RemoteTierOptions& options, const Catalog* catalog, uint32_t base,
                      std::unique_ptr<RemoteTier>* out);
   ~RemoteTier();  // drops queued writes, waits for the one in progress
@@ -116,12 +121,13 @@ class RemoteTier {
   const std::vector<std::string>& servers() const { return options_.servers; }
 
  private:
-  // A sample's value key: what it names (base size, file identity, relpath),
-  // that material's digest, and the memcached key made from the digest.
+  // A sample's key material (base size, file identity, relpath) and the
+  // memcached keys made from it.
   struct ValueKey {
     std::string material;
-    uint64_t digest = 0;
     std::string name;
+    std::string old_name;  // under the old key; empty without one
+    std::string lease;
   };
   struct Write {
     SampleId id;
@@ -132,34 +138,32 @@ class RemoteTier {
     std::chrono::steady_clock::time_point until;
     LeaseDone done;
   };
+  using Clock = std::chrono::steady_clock;
   RemoteTier() = default;
-  memcached_st* Handle();         // a handle of the pool, or a new clone
-  void Return(memcached_st* mc);  // back to the pool
-  // One get; Ok, NotFound or Corruption; counts errors.
-  Status GetOnce(memcached_st* mc, const ValueKey& key, DecodedSample* out);
-  // One multi-get of the waits' values: each one's status as GetOnce's, and
-  // its sample where Ok.
-  void GetMany(memcached_st* mc, const std::vector<LeaseWait>& waits, std::vector<Status>* found,
-               std::vector<std::shared_ptr<DecodedSample>>* samples);
-  // Checks a value fetched (malloc'd; owned from here on) against the key:
-  // Ok and the sample, or Corruption (counted, warned).
-  Status TakeValue(const ValueKey& key, char* value, size_t length, DecodedSample* out);
   ValueKey KeyOf(SampleId id) const;
-  static std::string LeaseName(const ValueKey& key);
+  // Gets and opens a value: Ok and the sample; NotFound; Corruption
+  // (counted, logged); IOError (counted, logged).
+  Status GetValue(const std::string& name, const ClusterKey& key, const ValueKey& k,
+                  DecodedSample* out);
+  // Opens a value fetched from `server`: Ok, or Corruption (counted, logged).
+  Status OpenValue(const ClusterKey& key, const ValueKey& k, std::string_view value,
+                   const std::string& server, DecodedSample* out);
+  // Takes the lease of a value not found: Ok (this daemon holds it), Busy
+  // and until when another holds it, or NotFound (no lease to wait on).
+  Status TakeLease(SampleId id, const ValueKey& k, Clock::time_point* until);
   void PublishLoop();
   void LeaseWaitLoop();
-  // Counts a failed call and warns (rate-limited) with its reason.
-  void CountError(memcached_st* mc);
+  // Counts a failed call and warns (rate-limited) with its server and reason.
+  void CountError(const MemcachedClient::Result& r);
   // Sets the sample's value; counts it.
-  void Set(memcached_st* mc, SampleId id, const DecodedSample& sample);
+  void Set(SampleId id, const DecodedSample& sample);
 
   RemoteTierOptions options_;
   const Catalog* catalog_ = nullptr;
   uint32_t base_ = 0;
-  memcached_st* master_ = nullptr;  // configured; cloned for each handle
+  std::unique_ptr<MemcachedClient> client_;
 
   mutable Mutex mu_;
-  std::vector<memcached_st*> idle_ GUARDED_BY(mu_);
   std::condition_variable_any wake_;
   std::condition_variable_any drained_;
   std::deque<Write> queue_ GUARDED_BY(mu_);
@@ -169,6 +173,9 @@ class RemoteTier {
   RemoteTierStats stats_ GUARDED_BY(mu_);
   // Samples whose lease this daemon holds: their value is set at once.
   std::unordered_set<SampleId> leased_ GUARDED_BY(mu_);
+  // Samples another daemon holds the lease of: until when (Fetch sets it,
+  // AwaitLeased takes it).
+  std::unordered_map<SampleId, Clock::time_point> leased_elsewhere_ GUARDED_BY(mu_);
   std::vector<LeaseWait> lease_waits_ GUARDED_BY(mu_);  // not being polled now
   bool waits_stopped_ GUARDED_BY(mu_) = false;
   std::condition_variable_any lease_wake_;

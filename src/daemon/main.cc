@@ -38,12 +38,14 @@
 
 #include "cache/disk_cache.h"
 #include "cache/remote_tier.h"
+#include "common/private_file.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
 #include "common/memory_trim.h"
 #include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/options.h"
+#include "daemon/scrub_environ.h"
 #include "fs/filesystem.h"
 #include "jobs/job_manager.h"
 #include "jobs/job_store.h"
@@ -245,6 +247,37 @@ class IdleReaper {
   std::thread thread_;
 };
 
+// The remote tier of remote_cache=, its cluster keys and TLS files loaded.
+Status OpenRemoteTier(const DaemonOptions& o, const Catalog* catalog,
+                      std::unique_ptr<RemoteTier>* out) {
+  RemoteTierOptions rto;
+  rto.servers = o.remote_cache;
+  rto.publish_limit = o.remote_publish;
+  if (o.remote_key == "insecure") {
+    rto.key = ClusterKey::Insecure();
+  } else if (Status s = ClusterKey::Load(o.remote_key, &rto.key); !s.ok()) {
+    return s;
+  }
+  if (!o.remote_old_key.empty()) {
+    rto.old_key.emplace();
+    if (Status s = ClusterKey::Load(o.remote_old_key, &*rto.old_key); !s.ok()) {
+      return Status::InvalidArgument("remote_old_key: " + s.message());
+    }
+  }
+  rto.tls.ca_file = o.remote_tls;
+  rto.tls.cert_file = o.remote_tls_cert;
+  if (!o.remote_tls_cert.empty()) {
+    Status error;
+    const int fd = OpenPrivateFile(o.remote_tls_cert, "remote_tls_cert", &error);
+    if (fd < 0) return error;
+    close(fd);
+  }
+  // No server's value is larger than the largest base image this daemon
+  // would hold in RAM: a larger declared size is refused before allocation.
+  rto.max_value = std::min<uint64_t>(o.max_pixels * 4, o.ram_cache / 4) + ClusterKey::kSealOverhead;
+  return RemoteTier::Open(rto, catalog, o.base, out);
+}
+
 int Run(int argc, char** argv) {
   DaemonOptions o;
   fuse_args args;
@@ -272,7 +305,13 @@ int Run(int argc, char** argv) {
   catalog_options.label_key = o.label_key;
   catalog_options.s3_endpoint = o.s3_endpoint;
   catalog_options.s3_region = o.s3_region;
+  catalog_options.s3_credentials = o.s3_credentials;
+  catalog_options.s3_profile = o.s3_profile;
+  catalog_options.read_timeout = std::chrono::seconds(o.read_timeout);
   s = Catalog::Open(o.source, catalog_options, &catalog);
+  // The credentials were read (or never needed): none stays in the
+  // environment /proc/PID/environ shows.
+  ScrubEnvironment(kSecretVariables);
   if (!s.ok()) return Fail(s.message());
 
   // The planning group answers both tiers' RefCounts: made first, gone last.
@@ -327,10 +366,7 @@ int Run(int argc, char** argv) {
   // misses and a warning, never the mount.
   std::unique_ptr<RemoteTier> remote;
   if (!o.remote_cache.empty()) {
-    RemoteTierOptions rto;
-    rto.servers = o.remote_cache;
-    rto.publish_limit = o.remote_publish;
-    s = RemoteTier::Open(rto, catalog.get(), o.base, &remote);
+    s = OpenRemoteTier(o, catalog.get(), &remote);
     if (!s.ok()) return Fail(s.message());
   }
   // Decode threads call into the tiers: the pool is stopped first at

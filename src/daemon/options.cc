@@ -36,6 +36,10 @@ enum Key {
   kDiskCache,
   kRemoteCache,
   kRemotePublish,
+  kRemoteKey,
+  kRemoteOldKey,
+  kRemoteTls,
+  kRemoteTlsCert,
   kThreads,
   kSize,
   kBase,
@@ -55,6 +59,8 @@ enum Key {
   kLabelKey,
   kS3Endpoint,
   kS3Region,
+  kS3Credentials,
+  kS3Profile,
   kSampler,
   kDriftBound,
   kLog,
@@ -90,6 +96,20 @@ constexpr MountOptionRow kMountOptions[] = {
     {kRemotePublish,
      {"remote_publish", "SIZE", "no limit",
       "the most image bytes this daemon publishes to the remote tier per mount"}},
+    {kRemoteKey,
+     {"remote_key", "FILE|insecure", "none: required with remote_cache",
+      "the cluster key (64 hex digits, mode 600) that seals and opens the remote tier's "
+      "values; insecure lets anyone who reaches the servers forge and read them"}},
+    {kRemoteOldKey,
+     {"remote_old_key", "FILE", "none",
+      "key rotation: values sealed with this former cluster key are read, never written"}},
+    {kRemoteTls,
+     {"remote_tls", "CAFILE", "none: plain TCP",
+      "reach the memcached servers over TLS, verified against this CA bundle"}},
+    {kRemoteTlsCert,
+     {"remote_tls_cert", "FILE", "none",
+      "with remote_tls: this daemon's certificate and key (one PEM, mode 600), for servers "
+      "that require one"}},
     {kThreads, {"threads", "N", "number of cores", "decode threads"}},
     {kSize,
      {"size", "N", "224",
@@ -145,6 +165,13 @@ constexpr MountOptionRow kMountOptions[] = {
     {kS3Region,
      {"s3_region", "NAME", "AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1",
       "SOURCE s3://...: the region requests are signed for"}},
+    {kS3Credentials,
+     {"s3_credentials", "FILE", "the environment's keys, else ~/.aws/credentials",
+      "SOURCE s3://...: the AWS shared-credentials file to take the keys from, never the "
+      "environment's; refused unless only its owner may read it (chmod 600)"}},
+    {kS3Profile,
+     {"s3_profile", "NAME", "AWS_PROFILE, else default",
+      "SOURCE s3://...: the profile of the credentials file to use"}},
     {kSampler, {"sampler", "dsa|isa", "dsa", "dependent sampling or independent shuffles"}},
     {kDriftBound,
      {"drift_bound", "0|1", "1",
@@ -236,6 +263,18 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
       else
         return bad("a size above 0 such as 2G");
       break;
+    case kRemoteKey:
+    case kRemoteOldKey:
+    case kRemoteTls:
+    case kRemoteTlsCert: {
+      if (value.empty()) return bad(key == kRemoteKey ? "a file or insecure" : "a file");
+      std::string& field = key == kRemoteKey      ? o.remote_key
+                           : key == kRemoteOldKey ? o.remote_old_key
+                           : key == kRemoteTls    ? o.remote_tls
+                                                  : o.remote_tls_cert;
+      field = value;
+      break;
+    }
     case kCacheDir:
       if (value.empty()) return bad("a folder or none");
       st->cache_dir_given = true;
@@ -329,6 +368,20 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
         return bad("a region name such as us-east-1");
       }
       o.s3_region = std::string(value);
+      break;
+    case kS3Credentials:
+      if (value.empty()) return bad("a file");
+      o.s3_credentials = std::string(value);
+      break;
+    case kS3Profile:
+      // A section name of the INI file: printable, no brackets or spaces.
+      if (value.empty() || value.size() > 128 ||
+          std::any_of(value.begin(), value.end(), [](char c) {
+            return c <= ' ' || c == 0x7f || c == '[' || c == ']';
+          })) {
+        return bad("a profile name such as default");
+      }
+      o.s3_profile = std::string(value);
       break;
     case kSampler:
       if (value != "dsa" && value != "isa") return bad("dsa or isa");
@@ -496,6 +549,38 @@ std::string DefaultCacheDir() {
   return "/tmp/joaderfs-cache-" + std::to_string(geteuid());
 }
 
+namespace {
+
+// The remote tier's options belong together: a tier without a key, or a
+// key or TLS file without the tier, is refused rather than ignored.
+Status CheckRemoteOptions(const DaemonOptions& o) {
+  if (o.remote_cache.empty()) {
+    for (const auto* given : {&o.remote_key, &o.remote_old_key, &o.remote_tls,
+                              &o.remote_tls_cert}) {
+      if (!given->empty()) {
+        return Status::InvalidArgument(
+            "remote_key, remote_old_key, remote_tls and remote_tls_cert go with remote_cache");
+      }
+    }
+    return Status::Ok();
+  }
+  if (o.remote_key.empty()) {
+    return Status::InvalidArgument(
+        "remote_cache needs remote_key=FILE, a secret the cluster's daemons share (openssl rand "
+        "-hex 32 > FILE; chmod 600 FILE): without it anyone who reaches the servers chooses "
+        "what jobs train on. remote_key=insecure shares unsealed values all the same");
+  }
+  if (o.remote_key == "insecure" && !o.remote_old_key.empty()) {
+    return Status::InvalidArgument("remote_old_key needs a remote_key file, not insecure");
+  }
+  if (!o.remote_tls_cert.empty() && o.remote_tls.empty()) {
+    return Status::InvalidArgument("remote_tls_cert needs remote_tls=CAFILE");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ParseCommandLine(int argc, char** argv, DaemonOptions* options, fuse_args* fuse_args) {
   ParseState st{options, Status::Ok()};
   *fuse_args = FUSE_ARGS_INIT(argc, argv);
@@ -530,6 +615,7 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
     return Status::InvalidArgument("SOURCE " + o.source + " lies inside the mountpoint " +
                                    o.mountpoint);
   }
+  if (Status s = CheckRemoteOptions(o); !s.ok()) return s;
   const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (o.ram_cache == 0) {
     o.ram_cache = DefaultRamCache(

@@ -31,6 +31,10 @@ struct DaemonOptions {
   // remote_cache= servers (host:port); empty: no remote tier.
   std::vector<std::string> remote_cache;
   uint64_t remote_publish = UINT64_MAX;
+  std::string remote_key;       // a key file, or "insecure"; required with remote_cache
+  std::string remote_old_key;   // a former key's file; empty: none
+  std::string remote_tls;       // a CA bundle; empty: plain TCP
+  std::string remote_tls_cert;  // this daemon's certificate and key (PEM); empty: none
   unsigned threads = 0;
   uint32_t size = 224;
   // The cache's base resolution (loader/decoder.h DecodeBase); 256 by
@@ -59,6 +63,8 @@ struct DaemonOptions {
   std::string label_key = "cls";  // tar shards (catalog/catalog.h CatalogOptions)
   std::string s3_endpoint;        // s3:// SOURCEs (catalog/s3_client.h S3Options)
   std::string s3_region;
+  std::string s3_credentials;  // a credentials file; empty: the environment's keys
+  std::string s3_profile;
   bool dependent_sampling = true;  // sampler=dsa (default) or isa
   bool drift_bound = true;         // jobs/drift_hold.h DriftHold::Holds
   std::string log;                 // a file, "syslog", or empty for the default
