@@ -161,6 +161,30 @@ void Catalog::LogSkips() const {
     spdlog::warn("SOURCE {}: left out {} entries that could not be examined or listed", where,
                  scan_skips_.unreadable);
   }
+  if (scan_skips_.unprintable > 0) {
+    spdlog::warn("SOURCE {}: left out {} names holding a control character (the first: {})", where,
+                 scan_skips_.unprintable, first_unprintable_);
+  }
+  if (scan_skips_.stray_keys > 0) {
+    spdlog::warn(
+        "SOURCE {}: left out {} keys the listing should not hold (outside the prefix, repeated "
+        "or out of order)",
+        where, scan_skips_.stray_keys);
+  }
+}
+
+void Catalog::NoteManifestUnprintable(const Manifest& manifest) {
+  if (manifest.unprintable == 0) return;
+  if (scan_skips_.unprintable == 0) {
+    first_unprintable_ = "manifest line " + std::to_string(manifest.first_unprintable_line);
+  }
+  scan_skips_.unprintable += manifest.unprintable;
+}
+
+bool Catalog::Unprintable(std::string_view name) {
+  if (!HasControlByte(name)) return false;
+  if (scan_skips_.unprintable++ == 0) first_unprintable_ = Printable(name, 120);
+  return true;
 }
 
 namespace {
@@ -222,7 +246,7 @@ Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
   std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> classes;
   if (listed) {
     for (const FolderEntry& e : top) {
-      if (e.name[0] == '.') continue;
+      if (e.name[0] == '.' || Unprintable(e.name)) continue;
       switch (Examine(dir, e, &st)) {
         case EntryKind::kFolder: classes.push_back({e.name, {st.st_dev, st.st_ino}}); break;
         case EntryKind::kFile:
@@ -279,7 +303,7 @@ void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>
     }
     subfolders.clear();
     for (const FolderEntry& e : entries) {
-      if (e.name[0] == '.') continue;
+      if (e.name[0] == '.' || Unprintable(rel + "/" + e.name)) continue;
       const bool image = IsImageName(e.name);
       switch (Examine(dir, e, &st)) {
         case EntryKind::kFolder:
@@ -333,6 +357,7 @@ Status Catalog::ReadManifest() {
         "out with .., or holding a NUL byte), the first on line {}",
         Printable(source_), rejected_paths_, manifest.first_rejected_line);
   }
+  NoteManifestUnprintable(manifest);
   return Status::Ok();
 }
 
@@ -410,6 +435,7 @@ void Catalog::AddShard(Shard shard,
   const uint32_t index = static_cast<uint32_t>(shards_.size());
   const Status s = scan(shard.size, [&](std::string_view member, uint64_t offset, uint64_t length,
                                         int64_t label) {
+    if (Unprintable(member)) return;
     // Offsets past 2 TiB, labels past 32 bits and 4 GiB of names are
     // beyond what a 24-byte entry holds.
     if (offset / 512 > UINT32_MAX || names_.size() + member.size() > UINT32_MAX ||
@@ -613,7 +639,7 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
   }
   source_ = "s3://" + bucket + (prefix.empty() ? "" : "/" + prefix);
   S3Credentials credentials;
-  Status s = LoadS3Credentials(&credentials);
+  Status s = LoadS3Credentials({options.s3_credentials, options.s3_profile}, &credentials);
   if (!s.ok()) return Status::InvalidArgument("SOURCE " + source_ + ": " + s.message());
   S3Options so;
   so.endpoint = options.s3_endpoint;
@@ -623,9 +649,10 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
   if (!s.ok()) return s;
   S3Client* measure = made.get();
   std::shared_ptr<const S3Client> client = std::move(made);
-  store_ = NewS3SourceStore(client);
+  store_ = NewS3SourceStore(client, options.read_timeout);
   std::vector<S3Object> objects;
-  s = client->List(prefix.empty() ? "" : prefix + "/", &objects);
+  // Every key listed lies below PREFIX/ (S3Client::List leaves out others).
+  s = client->List(prefix.empty() ? "" : prefix + "/", &objects, &scan_skips_.stray_keys);
   if (!s.ok()) {
     return Status::IOError("SOURCE " + source_ + " cannot be listed at " + client->endpoint() +
                            ": " + s.message());
@@ -640,7 +667,7 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
     }
     if (!s.ok()) return Status::IOError("SOURCE " + source_ + ": " + s.message());
     measure->MeasureRoundTrip(prefix);
-    s = ReadS3Manifest(*client, bucket, prefix);
+    s = ReadS3Manifest(*client, bucket, prefix, manifest.size);
     if (!s.ok()) return s;
     Index();
     return Status::Ok();
@@ -653,7 +680,7 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
   std::vector<S3Object> shards;
   for (const S3Object& o : objects) {
     const std::string rel = o.key.substr(skip);
-    if (!UsableRelpath(rel)) continue;
+    if (Unprintable(rel) || !UsableRelpath(rel)) continue;
     const size_t slash = rel.find('/');
     if (slash == std::string::npos) {
       flat_images_ += IsImageName(rel);
@@ -694,13 +721,13 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
 }
 
 Status Catalog::ReadS3Manifest(const S3Client& client, const std::string& bucket,
-                               const std::string& key) {
+                               const std::string& key, uint64_t size) {
   const size_t slash = key.rfind('/');
   const std::string folder = slash == std::string::npos ? "" : key.substr(0, slash);
   root_ = "s3://" + bucket + (folder.empty() ? "" : "/" + folder);
   std::string text;
   S3Object meta;
-  Status s = client.Get(key, 0, 0, uint64_t{1} << 30, &text, &meta);
+  Status s = client.Get(key, 0, 0, uint64_t{1} << 30, &text, &meta, size);
   if (!s.ok()) return Status::IOError("cannot read manifest " + source_ + ": " + s.message());
   Manifest manifest;
   s = ParseManifest(text, &manifest);
@@ -711,7 +738,7 @@ Status Catalog::ReadS3Manifest(const S3Client& client, const std::string& bucket
   }
   // One listing of the manifest's folder gives every entry's size and ETag.
   std::vector<S3Object> objects;
-  s = client.List(folder.empty() ? "" : folder + "/", &objects);
+  s = client.List(folder.empty() ? "" : folder + "/", &objects, &scan_skips_.stray_keys);
   if (!s.ok()) return Status::IOError("SOURCE " + source_ + ": " + s.message());
   std::unordered_map<std::string, const S3Object*> by_key;
   for (const S3Object& o : objects) by_key[o.key] = &o;
@@ -733,6 +760,7 @@ Status Catalog::ReadS3Manifest(const S3Client& client, const std::string& bucket
     spdlog::warn("manifest {}: left out {} paths that could leave its folder, the first on line {}",
                  Printable(source_), rejected_paths_, manifest.first_rejected_line);
   }
+  NoteManifestUnprintable(manifest);
   return Status::Ok();
 }
 

@@ -15,6 +15,11 @@
 // manifest paths that could leave the manifest's folder are rejected. Both
 // are counted and logged once, at Open(). Ids follow the samples kept.
 //
+// No relpath holds a control character (a byte below 0x20, or 0x7f): a
+// name with one (a folder, file, key, tar member or manifest path) is left
+// out as a hidden name is, counted in scan_skips().unprintable, so that no
+// name can forge a line of /dataset/manifest or of a log.
+//
 // The folder walk cannot be trapped: symlinks to folders are followed, but
 // no folder (by device and inode) is entered twice, so a link to a parent,
 // a loop of links or a second link to a class folder adds nothing and the
@@ -27,13 +32,16 @@
 // manifest object (its paths relative to the manifest's "folder"), or
 // PREFIX/*.tar shards (scanned with ranged GETs). Keys are listed once, at
 // Open(); an object's identity is its size and ETag (catalog/source_store.h).
-// Keys with a component starting with '.' are left out, as hidden files are.
+// Keys with a component starting with '.' are left out, as hidden files are;
+// keys the listing should not have held (outside PREFIX/, repeated, out of
+// order) are left out and counted in scan_skips().stray_keys.
 //
 // Immutable after Open(); safe for concurrent access.
 
 #ifndef JOADERFS_CATALOG_CATALOG_H_
 #define JOADERFS_CATALOG_CATALOG_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,26 +64,35 @@
 
 namespace joaderfs {
 
-// What the ImageFolder walk left out, by cause, beside special_files().
+// What the scan left out, by cause, beside special_files().
 struct ScanSkips {
   uint64_t link_loops = 0;    // symlinks that loop (ELOOP), not named as images
   uint64_t broken_links = 0;  // symlinks to nothing, not named as images
   uint64_t revisits = 0;      // folders reached a second time (loops, second links)
   uint64_t unreadable = 0;    // entries that could not be examined, folders not listed
+  uint64_t unprintable = 0;   // names holding a control character, any layout
+  uint64_t stray_keys = 0;    // s3://: listed keys outside PREFIX/, repeated or out of order
 
-  uint64_t total() const { return link_loops + broken_links + revisits + unreadable; }
+  uint64_t total() const {
+    return link_loops + broken_links + revisits + unreadable + unprintable + stray_keys;
+  }
 };
 
 class S3Client;
 struct S3Object;
+struct Manifest;
 
 struct CatalogOptions {
   // Shards: the label is the integer in member `<key>.<label_key>`, else the
   // integer field `label_key` of `<key>.json`, else -1.
   std::string label_key = "cls";
-  // s3:// SOURCEs (catalog/s3_client.h S3Options).
+  // s3:// SOURCEs (catalog/s3_client.h S3Options, S3CredentialSource).
   std::string s3_endpoint;
   std::string s3_region;
+  std::string s3_credentials;
+  std::string s3_profile;
+  // s3://: the bound on one read of an image, its retries included.
+  std::chrono::milliseconds read_timeout{30'000};
 };
 
 // What the shard scan left out or could not label (tar_index.h ShardCounts),
@@ -182,7 +199,9 @@ class Catalog {
   Catalog() = default;
   // Lists an s3:// SOURCE and builds entries_ (or shards) from its keys.
   Status OpenS3(const std::string& source, const CatalogOptions& options);
-  Status ReadS3Manifest(const S3Client& client, const std::string& bucket, const std::string& key);
+  // `size`: the manifest object's, as a HEAD gave it.
+  Status ReadS3Manifest(const S3Client& client, const std::string& bucket, const std::string& key,
+                        uint64_t size);
   // Indexes the shards of an S3 SOURCE: `objects` are their keys, sizes and ETags.
   Status ScanS3Shards(const S3Client& client, std::vector<S3Object> objects,
                       const std::string& label_key);
@@ -212,6 +231,11 @@ class Catalog {
   void Index();
   // One warning per cause of what the scan left out.
   void LogSkips() const;
+  // Whether `name` (a relpath or a part of one) holds a control character:
+  // if so it is counted, and the first such kept for the warning.
+  bool Unprintable(std::string_view name);
+  // Counts the manifest's paths left out for a control character.
+  void NoteManifestUnprintable(const Manifest& manifest);
 
   std::string source_;  // as given, made absolute (an s3:// URL as given)
   std::shared_ptr<const SourceStore> store_ = LocalSourceStore();
@@ -222,6 +246,7 @@ class Catalog {
   uint64_t special_files_ = 0;
   uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
   ScanSkips scan_skips_;
+  std::string first_unprintable_;  // Printable(), for the warning
   uint64_t rejected_paths_ = 0;
   std::unordered_map<std::string_view, SampleId> by_relpath_;
   // Shards (empty for other sources).

@@ -315,6 +315,18 @@ TEST(ManifestTest, ParseCountsRejectedLinesAndKeepsOrder) {
   EXPECT_EQ(bad.message(), "line 2: expected relpath<TAB>label");
 }
 
+TEST(ManifestTest, PathsWithControlCharactersAreLeftOutAndCounted) {
+  Manifest m;
+  ASSERT_TRUE(
+      ParseManifest("x\t1\na\rb\t2\r\ntab\there\t3\nesc\x1b[2J\t4\ndel\x7f\t5\nz\t0", &m).ok());
+  ASSERT_EQ(m.entries.size(), 2u);
+  EXPECT_EQ(m.entries[0].relpath, "x");
+  EXPECT_EQ(m.entries[1].relpath, "z");
+  EXPECT_EQ(m.unprintable, 4u);
+  EXPECT_EQ(m.first_unprintable_line, 2u);
+  EXPECT_EQ(m.rejected, 0u);
+}
+
 // Runs Catalog::Open(source) on another thread; fails when it has not
 // returned within 5 s (a FIFO opened for reading blocks).
 Status OpenWithin5s(const std::string& source, std::unique_ptr<Catalog>* out) {
@@ -736,6 +748,42 @@ TEST(CatalogTest, DifferentSourcesWithTheSameFilesDiffer) {
   WriteFile(d1 / "a/x.jpg");
   WriteFile(d2 / "a/x.jpg");
   EXPECT_NE(IdentityOf(d1.path()), IdentityOf(d2.path()));
+}
+
+// A name with a control character would forge lines of /dataset/manifest:
+// left out wherever it is (a class folder, a file, a tar member, a manifest
+// path), each counted; the rest keeps its labels and order.
+TEST(CatalogTest, NamesWithControlCharactersAreLeftOutAndCounted) {
+  TempDir d;
+  WriteFile(d / "a/ok.jpg");
+  WriteFile(d / "a/forged.jpg\n0\t0\tx.jpg");
+  WriteFile(d / "a/tab\there.jpg");
+  WriteFile(d / "a/sub\r/y.jpg");   // a folder: not entered
+  WriteFile(d / "b\x1b[1m/z.jpg");  // a class: left out, no label
+  WriteFile(d / "c/del\x7f.png");
+  WriteFile(d / "c/fine.png");
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"a/ok.jpg", "c/fine.png"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(c->num_classes(), 2u);
+  EXPECT_EQ(c->scan_skips().unprintable, 5u);
+
+  TempDir t;
+  WriteFile(
+      t / "s.tar",
+      TarBuilder().Add("k1.jpg", "one").Add("k\n2.jpg", "two").Add("k3.jpg", "three").Bytes());
+  WriteFile(t / "bad\n.tar", TarBuilder().Add("k1.jpg", "one").Bytes());
+  auto tar = OpenOk(t.path());
+  ASSERT_TRUE(tar);
+  EXPECT_EQ(Relpaths(*tar), (std::vector<std::string>{"s.tar/k1.jpg", "s.tar/k3.jpg"}));
+  EXPECT_EQ(tar->scan_skips().unprintable, 2u);
+
+  WriteFile(d / "list.tsv", "a/ok.jpg\t0\na/tab\there.jpg\t1\n");
+  auto m = OpenOk(d / "list.tsv");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Relpaths(*m), (std::vector<std::string>{"a/ok.jpg"}));
+  EXPECT_EQ(m->scan_skips().unprintable, 1u);
 }
 
 }  // namespace

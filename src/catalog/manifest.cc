@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/parse.h"
+#include "common/printable.h"
 
 namespace joaderfs {
 
@@ -53,6 +54,10 @@ Status ParseManifest(std::string_view text, Manifest* out) {
     const std::string_view relpath = line.substr(0, tab);
     if (EscapesFolder(relpath)) {
       if (out->rejected++ == 0) out->first_rejected_line = lineno;
+      continue;
+    }
+    if (HasControlByte(relpath)) {
+      if (out->unprintable++ == 0) out->first_unprintable_line = lineno;
       continue;
     }
     out->entries.push_back({std::string(relpath), static_cast<int64_t>(*label)});

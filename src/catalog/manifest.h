@@ -25,6 +25,10 @@ struct Manifest {
   // (see EscapesFolder): left out of `entries`.
   uint64_t rejected = 0;
   size_t first_rejected_line = 0;  // 1-based; 0 when none
+  // Lines whose path holds a control character (common/printable.h
+  // HasControlByte; a tab before the label's): left out of `entries`.
+  uint64_t unprintable = 0;
+  size_t first_unprintable_line = 0;
 };
 
 // True when `relpath` may name something outside the folder it is

@@ -1,14 +1,24 @@
 #include "catalog/s3_client.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <mutex>
 #include <thread>
+
+#include "common/hash.h"
+#include "common/printable.h"
 
 namespace joaderfs {
 
@@ -16,9 +26,20 @@ struct S3Client::Response {
   long code = 0;
   std::string body;
   std::string etag;
-  uint64_t total_size = 0;  // from Content-Range, else Content-Length
-  uint64_t max_bytes = 0;
-  bool over_limit = false;
+  uint64_t total_size = 0;         // from Content-Range, else Content-Length
+  bool head = false;               // no body comes
+  uint64_t max_bytes = 0;          // a 2xx body's cap
+  uint64_t expected = 0;           // a 2xx body's cap without a Content-Length; 0: max_bytes
+  uint64_t declared = UINT64_MAX;  // a 2xx answer's Content-Length
+  bool over_limit = false;         // passed max_bytes
+  bool over_expected = false;      // passed `declared` or `expected`
+  bool error_cut = false;          // an error body passed kErrorBodyBytes: dropped
+
+  bool success() const { return code >= 200 && code < 300; }
+  uint64_t cap() const {
+    const uint64_t soft = declared != UINT64_MAX ? declared : expected > 0 ? expected : max_bytes;
+    return std::min(soft, max_bytes);
+  }
 };
 
 namespace {
@@ -60,12 +81,51 @@ std::string Encode(const std::string& s, bool keep_slash) {
   return out;
 }
 
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes a key of a listing asked for with encoding-type=url ('+'
+// is a space, as the store encodes it).
+std::string UrlDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const int high = i + 2 < s.size() ? HexDigit(s[i + 1]) : -1;
+    const int low = i + 2 < s.size() ? HexDigit(s[i + 2]) : -1;
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && high >= 0 && low >= 0) {
+      out += static_cast<char>(high * 16 + low);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<S3Client::Response*>(user);
   const size_t bytes = size * n;
-  // Error bodies are short; an object body past the limit ends the transfer.
-  if (r->code < 300 && r->body.size() + bytes > r->max_bytes) {
-    r->over_limit = true;
+  if (!r->success()) {
+    // Enough of an error answer for its code and message; one that goes on
+    // (a broken or hostile store) is dropped there, never held or read on.
+    const size_t room = kErrorBodyBytes - std::min<uint64_t>(r->body.size(), kErrorBodyBytes);
+    r->body.append(data, std::min(bytes, room));
+    if (bytes > room) {
+      r->error_cut = true;
+      return 0;
+    }
+    return bytes;
+  }
+  // A body past what was asked for (or declared) ends the transfer.
+  const uint64_t cap = r->cap();
+  if (r->body.size() + bytes > cap) {
+    (cap == r->max_bytes ? r->over_limit : r->over_expected) = true;
     return 0;
   }
   r->body.append(data, bytes);
@@ -80,6 +140,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
     r->body.clear();
     r->etag.clear();
     r->total_size = 0;
+    r->declared = UINT64_MAX;
     const size_t space = line.find(' ');
     r->code = space == std::string::npos ? 0 : std::atol(line.c_str() + space + 1);
     return size * n;
@@ -99,9 +160,17 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   } else if (name == "content-length") {
     const uint64_t length = std::strtoull(value.c_str(), nullptr, 10);
     if (r->total_size == 0) r->total_size = length;
-    // The body in one allocation, not grown 16 KiB at a time (a copy each
-    // time it doubles): a few percent of the daemon's CPU per GET.
-    if (r->code < 300 && length <= r->max_bytes) r->body.reserve(length);
+    if (!r->head && r->success()) {
+      // Declared past the cap: refused before a byte of it is read.
+      if (length > r->max_bytes) {
+        r->over_limit = true;
+        return 0;
+      }
+      r->declared = length;
+      // The body in one allocation, not grown 16 KiB at a time (a copy each
+      // time it doubles): a few percent of the daemon's CPU per GET.
+      r->body.reserve(length);
+    }
   }
   return size * n;
 }
@@ -146,13 +215,13 @@ bool Retriable(CURLcode rc, long code) {
   return code >= 500 || code == 429;
 }
 
-// Reads `profile` from an INI credentials file.
-bool ReadProfile(const std::string& path, const std::string& profile, S3Credentials* out) {
-  std::ifstream in(path);
-  if (!in) return false;
+// The `profile` section of an AWS shared-credentials (INI) text.
+bool ParseProfile(std::string_view text, const std::string& profile, S3Credentials* out) {
   bool inside = false;
-  for (std::string line; std::getline(in, line);) {
-    line = Trim(line);
+  while (!text.empty()) {
+    const size_t eol = std::min(text.find('\n'), text.size());
+    std::string line = Trim(std::string(text.substr(0, eol)));
+    text.remove_prefix(std::min(eol + 1, text.size()));
     if (line.empty() || line[0] == '#' || line[0] == ';') continue;
     if (line.front() == '[' && line.back() == ']') {
       inside = Trim(line.substr(1, line.size() - 2)) == profile;
@@ -169,6 +238,63 @@ bool ReadProfile(const std::string& path, const std::string& profile, S3Credenti
   return !out->access_key.empty() && !out->secret_key.empty();
 }
 
+// A credentials file's text (at most 1 MiB: such a file holds a few
+// profiles). `owner_only`: refused when group or others have any access.
+// On failure, `*why` says why, naming the file.
+bool ReadCredentialsFile(const std::string& path, bool owner_only, std::string* text,
+                         std::string* why) {
+  constexpr off_t kMaxBytes = 1 << 20;
+  const std::string name = Printable(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *why = name + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  bool ok = ::fstat(fd, &st) == 0;
+  if (!ok || !S_ISREG(st.st_mode)) {
+    *why = name + " is not a regular file";
+    ok = false;
+  } else if (owner_only && (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    *why = name + " may be read or written by group or others (mode " + mode +
+           "): make it its owner's alone (chmod 600)";
+    ok = false;
+  } else if (st.st_size > kMaxBytes) {
+    *why = name + " is over 1 MiB: not a credentials file";
+    ok = false;
+  }
+  if (ok) {
+    text->resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < text->size()) {
+      const ssize_t got = ::read(fd, text->data() + done, text->size() - done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      done += static_cast<size_t>(got);
+    }
+    text->resize(done);
+  }
+  ::close(fd);
+  return ok;
+}
+
+// ~: $HOME, else the home of the user this runs as (mount(8) runs its
+// helpers without HOME).
+std::string HomeFolder() {
+  std::string home = Env("HOME");
+  if (!home.empty()) return home;
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buffer[4096];
+  if (::getpwuid_r(::geteuid(), &pw, buffer, sizeof buffer, &found) == 0 && found &&
+      found->pw_dir) {
+    return found->pw_dir;
+  }
+  return "";
+}
+
 }  // namespace
 
 bool ParseS3Url(const std::string& source, std::string* bucket, std::string* prefix) {
@@ -181,23 +307,71 @@ bool ParseS3Url(const std::string& source, std::string* bucket, std::string* pre
   return !bucket->empty();
 }
 
-Status LoadS3Credentials(S3Credentials* out) {
+Status LoadS3Credentials(const S3CredentialSource& from, S3Credentials* out) {
   *out = {};
-  out->access_key = Env("AWS_ACCESS_KEY_ID");
-  out->secret_key = Env("AWS_SECRET_ACCESS_KEY");
-  if (!out->access_key.empty() && !out->secret_key.empty()) {
-    out->session_token = Env("AWS_SESSION_TOKEN");
-    return Status::Ok();
+  if (from.file.empty() && from.profile.empty()) {
+    out->access_key = Env("AWS_ACCESS_KEY_ID");
+    out->secret_key = Env("AWS_SECRET_ACCESS_KEY");
+    if (!out->access_key.empty() && !out->secret_key.empty()) {
+      out->session_token = Env("AWS_SESSION_TOKEN");
+      return Status::Ok();
+    }
+    *out = {};
   }
-  std::string file = Env("AWS_SHARED_CREDENTIALS_FILE");
-  if (file.empty()) file = Env("HOME") + "/.aws/credentials";
-  std::string profile = Env("AWS_PROFILE");
+  std::string file = from.file;
+  if (file.empty()) file = Env("AWS_SHARED_CREDENTIALS_FILE");
+  if (file.empty()) file = HomeFolder() + "/.aws/credentials";
+  std::string profile = from.profile.empty() ? Env("AWS_PROFILE") : from.profile;
   if (profile.empty()) profile = "default";
+  std::string text, why;
+  const bool named = !from.file.empty();
+  if (!ReadCredentialsFile(file, named, &text, &why)) {
+    if (named) return Status::InvalidArgument("s3_credentials " + why);
+    if (!from.profile.empty()) return Status::InvalidArgument("s3_profile: " + why);
+    return Status::InvalidArgument(
+        "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not both set, and " +
+        why);
+  }
+  if (ParseProfile(text, profile, out)) return Status::Ok();
   *out = {};
-  if (ReadProfile(file, profile, out)) return Status::Ok();
+  const std::string lacks = Printable(file) + " has no profile [" + Printable(profile) +
+                            "] with aws_access_key_id and aws_secret_access_key";
+  if (named) return Status::InvalidArgument("s3_credentials " + lacks);
+  if (!from.profile.empty()) return Status::InvalidArgument("s3_profile: " + lacks);
   return Status::InvalidArgument(
       "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not both set, and " +
-      file + " has no profile [" + profile + "] with aws_access_key_id and aws_secret_access_key");
+      lacks);
+}
+
+bool ListingBound::Take(std::string_view key) {
+  if (!key.starts_with(prefix_) || (keys_ > 0 && key <= std::string_view(last_))) {
+    ++stray_;
+    return false;
+  }
+  last_.assign(key);
+  ++keys_;
+  return true;
+}
+
+Status ListingBound::EndPage(bool truncated, std::string_view next_token) {
+  ++pages_;
+  if (!truncated) return Status::Ok();
+  const std::string page = "page " + std::to_string(pages_);
+  if (next_token.empty()) {
+    return Status::IOError(page + " is truncated but holds no continuation token");
+  }
+  if (!tokens_.insert(Fnv1a(kFnv1aBasis, next_token.data(), next_token.size())).second) {
+    return Status::IOError(page + " hands out a continuation token given before: the listing " +
+                           "would never end");
+  }
+  if (pages_ >= kMaxPages) {
+    return Status::IOError("more than " + std::to_string(kMaxPages) + " pages");
+  }
+  if (pages_ > keys_ + kIdlePages) {
+    return Status::IOError(std::to_string(pages_) + " pages for " + std::to_string(keys_) +
+                           " keys: the listing does not advance");
+  }
+  return Status::Ok();
 }
 
 Status S3Client::Open(std::string bucket, S3Options options, S3Credentials credentials,
@@ -253,7 +427,8 @@ void* S3Client::TakeHandle() const {
   curl_easy_setopt(h, CURLOPT_USERPWD, userpwd_.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT, static_cast<long>(options_.request_timeout.count()));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.low_speed_time.count()));
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
   return h;
@@ -276,26 +451,35 @@ S3Stats S3Client::Stats() const {
 }
 
 Status S3Client::Request(const char* method, const std::string& key, const std::string& query,
-                         const std::string& range, uint64_t max_bytes, Response* r) const {
+                         const std::string& range, uint64_t max_bytes, uint64_t expected,
+                         Clock::time_point deadline, Response* r) const {
   const std::string url = endpoint_ + "/" + bucket_ + (key.empty() ? "" : "/" + Encode(key, true)) +
                           (query.empty() ? "" : "?" + query);
-  const std::string what = std::string(method) + " s3://" + bucket_ + "/" + key;
+  const std::string what = std::string(method) + " s3://" + bucket_ + "/" + Printable(key);
   const bool head = std::string_view(method) == "HEAD";
   auto backoff = options_.first_backoff;
-  std::string failure;
-  for (unsigned attempt = 0; attempt < std::max(1u, options_.attempts); ++attempt) {
-    if (attempt > 0) {
+  std::string failure = "no time left before the read's deadline";
+  unsigned attempts = 0;
+  for (; attempts < std::max(1u, options_.attempts); ++attempts) {
+    if (attempts > 0) {
+      if (Clock::now() + backoff >= deadline) break;
       ++retries_;
       std::this_thread::sleep_for(backoff);
       backoff *= 2;
     }
+    // Each attempt within request_timeout and what is left of the deadline.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::min<Clock::duration>(options_.request_timeout, deadline - Clock::now()));
+    if (left.count() <= 0) break;
     if (!head && query.empty()) ++gets_;
     if (head) ++heads_;
     if (!query.empty()) ++lists_;
     CURL* h = static_cast<CURL*>(TakeHandle());
     if (!h) return Status::IOError(what + ": cannot make a curl handle");
     *r = Response();
+    r->head = head;
     r->max_bytes = max_bytes;
+    r->expected = expected;
     curl_slist* headers = nullptr;
     // Signed, as real S3 requires, and no payload to hash on a GET.
     headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
@@ -306,6 +490,7 @@ Status S3Client::Request(const char* method, const std::string& key, const std::
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(left.count()));
     // The handle may have made a HEAD last: say which this one is.
     if (head) {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -320,21 +505,34 @@ Status S3Client::Request(const char* method, const std::string& key, const std::
     r->code = code;
     curl_slist_free_all(headers);
     ReturnHandle(h);
-    if (r->over_limit) {
-      return Status::Corruption(what + ": over the " + std::to_string(max_bytes) +
-                                " bytes an image within max_pixels may take");
+    if (r->over_limit && !range.empty()) {
+      ++failures_;
+      return Status::IOError(what + ": the answer passes the " + std::to_string(max_bytes) +
+                             " bytes asked for");
     }
-    if (rc == CURLE_OK && code >= 200 && code < 300) {
+    if (r->over_limit) {
+      ++failures_;
+      return Status::Corruption(what + ": the answer passes the " + std::to_string(max_bytes) +
+                                " bytes it may take");
+    }
+    if (r->over_expected) {
+      ++failures_;
+      return Status::IOError(what + ": the answer passes the " + std::to_string(r->cap()) +
+                             " bytes expected");
+    }
+    // An error body cut short was still an answer: its code decides.
+    const CURLcode transfer = r->error_cut ? CURLE_OK : rc;
+    if (transfer == CURLE_OK && code >= 200 && code < 300) {
       if (!head && query.empty()) bytes_ += r->body.size();
       return Status::Ok();
     }
-    if (rc != CURLE_OK) {
+    if (transfer != CURLE_OK) {
       failure = curl_easy_strerror(rc);
     } else {
       const std::string error = ErrorOf(r->body);
-      failure = "HTTP " + std::to_string(code) + (error.empty() ? "" : " " + error);
+      failure = "HTTP " + std::to_string(code) + (error.empty() ? "" : " " + Printable(error));
     }
-    if (!Retriable(rc, code)) {
+    if (!Retriable(transfer, code)) {
       ++failures_;
       if (code == 404) return Status::NotFound(what + ": " + failure);
       if (code == 401 || code == 403) {
@@ -345,33 +543,40 @@ Status S3Client::Request(const char* method, const std::string& key, const std::
     }
   }
   ++failures_;
-  return Status::IOError(what + ": " + failure + " (after " +
-                         std::to_string(std::max(1u, options_.attempts)) + " attempts)");
+  return Status::IOError(what + ": " + failure + " (after " + std::to_string(attempts) +
+                         (attempts == 1 ? " attempt)" : " attempts)"));
 }
 
-Status S3Client::List(const std::string& prefix, std::vector<S3Object>* out) const {
+Status S3Client::List(const std::string& prefix, std::vector<S3Object>* out,
+                      uint64_t* stray) const {
   out->clear();
+  const std::string where = "listing s3://" + bucket_ + "/" + Printable(prefix);
+  ListingBound bound(prefix);
   std::string token;
   for (;;) {
-    // Signature V4 signs the query as sent: its names in order.
+    // Signature V4 signs the query as sent: its names in order. Keys come
+    // percent-encoded (encoding-type=url), so that a key XML cannot carry
+    // (a control character) still lists, to be left out by the catalog.
     std::string query;
     if (!token.empty()) query += "continuation-token=" + Encode(token, false) + "&";
-    query += "list-type=2&prefix=" + Encode(prefix, false);
+    query += "encoding-type=url&list-type=2&prefix=" + Encode(prefix, false);
     Response r;
-    Status s = Request("GET", "", query, "", uint64_t{64} << 20, &r);
+    Status s = Request("GET", "", query, "", kListPageBytes, 0, Clock::time_point::max(), &r);
     if (!s.ok()) return s;
     xmlDoc* doc = xmlReadMemory(r.body.data(), static_cast<int>(r.body.size()), nullptr, nullptr,
                                 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     const xmlNode* root = doc ? xmlDocGetRootElement(doc) : nullptr;
     if (!root || xmlStrcmp(root->name, BAD_CAST "ListBucketResult") != 0) {
       if (doc) xmlFreeDoc(doc);
-      return Status::IOError("listing s3://" + bucket_ + "/" + prefix +
-                             ": the answer is not a ListBucketResult");
+      return Status::IOError(where + ": the answer is not a ListBucketResult");
     }
+    const bool encoded = Text(Find(root, "EncodingType")) == "url";
     for (const xmlNode* n = root->children; n; n = n->next) {
       if (n->type != XML_ELEMENT_NODE || xmlStrcmp(n->name, BAD_CAST "Contents") != 0) continue;
       S3Object o;
       o.key = Text(Find(n, "Key"));
+      if (encoded) o.key = UrlDecode(o.key);
+      if (!bound.Take(o.key)) continue;
       o.size = std::strtoull(Text(Find(n, "Size")).c_str(), nullptr, 10);
       o.etag = Unquote(Text(Find(n, "ETag")));
       out->push_back(std::move(o));
@@ -379,23 +584,26 @@ Status S3Client::List(const std::string& prefix, std::vector<S3Object>* out) con
     const bool truncated = Text(Find(root, "IsTruncated")) == "true";
     token = Text(Find(root, "NextContinuationToken"));
     xmlFreeDoc(doc);
+    if (stray) *stray = bound.stray();
+    s = bound.EndPage(truncated, token);
+    if (!s.ok()) return Status::IOError(where + ": " + s.message());
     if (!truncated) return Status::Ok();
-    if (token.empty()) {
-      return Status::IOError("listing s3://" + bucket_ + "/" + prefix +
-                             ": a truncated page without a continuation token");
-    }
   }
 }
 
 Status S3Client::Get(const std::string& key, uint64_t offset, uint64_t length, uint64_t max_bytes,
-                     std::string* body, S3Object* meta) const {
+                     std::string* body, S3Object* meta, uint64_t expected,
+                     Clock::time_point deadline) const {
   Response r;
   const std::string range =
       length > 0 ? std::to_string(offset) + "-" + std::to_string(offset + length - 1) : "";
-  Status s = Request("GET", key, "", range, max_bytes, &r);
+  // A range is what was asked for, not a byte more.
+  if (length > 0) expected = length;
+  Status s = Request("GET", key, "", range, length > 0 ? std::min(length, max_bytes) : max_bytes,
+                     expected, deadline, &r);
   if (!s.ok()) return s;
   if (length > 0 && r.body.size() != length) {
-    return Status::IOError("GET s3://" + bucket_ + "/" + key + ": " +
+    return Status::IOError("GET s3://" + bucket_ + "/" + Printable(key) + ": " +
                            std::to_string(r.body.size()) + " bytes where " +
                            std::to_string(length) + " were asked for");
   }
@@ -420,9 +628,9 @@ void S3Client::MeasureRoundTrip(const std::string& key) {
   round_trip_us_ = best;
 }
 
-Status S3Client::Head(const std::string& key, S3Object* meta) const {
+Status S3Client::Head(const std::string& key, S3Object* meta, Clock::time_point deadline) const {
   Response r;
-  Status s = Request("HEAD", key, "", "", 0, &r);
+  Status s = Request("HEAD", key, "", "", 0, 0, deadline, &r);
   if (!s.ok()) return s;
   meta->key = key;
   meta->etag = std::move(r.etag);

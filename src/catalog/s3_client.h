@@ -10,6 +10,11 @@
 // Credentials are held only here and in libcurl's handles: no message or
 // log line this class makes names them.
 //
+// The store is not trusted to behave: every body is capped (an error's at
+// kErrorBodyBytes, a GET's at what it asked for, a listing page's at
+// kListPageBytes) and the transfer dropped past the cap; each attempt is
+// bounded in time and speed; a listing must advance (ListingBound).
+//
 // Thread-safe: requests run concurrently on pooled curl handles (one per
 // request at a time, kept for their connections and their shared options).
 
@@ -22,6 +27,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -34,11 +42,61 @@ struct S3Credentials {
   std::string session_token;  // empty unless temporary credentials
 };
 
-// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) when
-// set, else the profile AWS_PROFILE (default "default") of
-// AWS_SHARED_CREDENTIALS_FILE (default ~/.aws/credentials). Fails with
-// InvalidArgument naming where it looked, never a secret.
-Status LoadS3Credentials(S3Credentials* out);
+// Where the credentials come from: the mount's s3_credentials= and
+// s3_profile= (empty when not given).
+struct S3CredentialSource {
+  std::string file;
+  std::string profile;
+};
+
+// With `from.file`: the profile `from.profile` (else AWS_PROFILE, else
+// "default") of that file, which must be a regular file no one but its
+// owner may read or write (as ssh holds private keys). Else with
+// `from.profile`: that profile of AWS_SHARED_CREDENTIALS_FILE, else
+// ~/.aws/credentials. Else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and
+// AWS_SESSION_TOKEN) when set, else that file's AWS_PROFILE. An option
+// given means its file's keys, never the environment's. "~" is $HOME, else
+// the home of the user the daemon runs as (mount(8) passes no HOME). Fails
+// with InvalidArgument naming where it looked, never a secret.
+Status LoadS3Credentials(const S3CredentialSource& from, S3Credentials* out);
+
+// The most bytes of an error answer kept (for its code and message); the
+// transfer is dropped past them.
+inline constexpr uint64_t kErrorBodyBytes = 64 << 10;
+// The most bytes of one ListObjectsV2 page (1000 keys of up to 1 KiB each,
+// in XML, take under 2 MiB).
+inline constexpr uint64_t kListPageBytes = 16 << 20;
+
+// What a listing must keep to go on, so that a store that loops or repeats
+// itself fails it in bounded time and memory: no continuation token twice,
+// at most kMaxPages pages, and no more pages than one per key taken plus
+// kIdlePages (S3 may answer a page without keys; a store that never
+// advances does so forever). Keys must lie below the prefix asked for and
+// come in the store's order (UTF-8 binary, ascending); any other key is
+// left out (counted in stray()), so that no key is listed twice. Pure
+// logic, no I/O. Not thread-safe.
+class ListingBound {
+ public:
+  static constexpr uint64_t kMaxPages = 1'000'000;
+  static constexpr uint64_t kIdlePages = 1'000;
+
+  explicit ListingBound(std::string prefix) : prefix_(std::move(prefix)) {}
+  // Whether `key`, of the page being read, may be kept: below the prefix
+  // and after every key kept before it.
+  bool Take(std::string_view key);
+  // At the end of each page, with what it said. Fails with IOError (a
+  // message without the listing's name) when the listing must stop.
+  Status EndPage(bool truncated, std::string_view next_token);
+  uint64_t pages() const { return pages_; }
+  uint64_t keys() const { return keys_; }
+  uint64_t stray() const { return stray_; }
+
+ private:
+  const std::string prefix_;
+  std::string last_;  // the last key kept
+  uint64_t pages_ = 0, keys_ = 0, stray_ = 0;
+  std::unordered_set<uint64_t> tokens_;  // digests of the tokens handed out
+};
 
 struct S3Options {
   // http[s]://HOST[:PORT]; empty: https://s3.REGION.amazonaws.com.
@@ -47,7 +105,12 @@ struct S3Options {
   std::string region;
   unsigned attempts = 4;
   std::chrono::milliseconds first_backoff{200};
+  // One attempt's bound, connection to last byte.
   std::chrono::seconds request_timeout{60};
+  // An attempt slower than `low_speed_bytes` a second over
+  // `low_speed_time` fails in transit (a body that trickles).
+  long low_speed_bytes = 1024;
+  std::chrono::seconds low_speed_time{20};
 };
 
 struct S3Object {
@@ -75,16 +138,25 @@ class S3Client {
   S3Client(const S3Client&) = delete;
   S3Client& operator=(const S3Client&) = delete;
 
+  using Clock = std::chrono::steady_clock;
+
   // Every object whose key starts with `prefix`, in key order (the store's),
-  // page by page with continuation tokens.
-  Status List(const std::string& prefix, std::vector<S3Object>* out) const;
+  // page by page with continuation tokens, within ListingBound's bounds
+  // (else IOError); `*stray` (may be null) gets the keys it left out.
+  Status List(const std::string& prefix, std::vector<S3Object>* out,
+              uint64_t* stray = nullptr) const;
   // The object `key`, or `length` bytes at `offset` when `length` > 0.
   // `meta` gets its ETag and whole size. Fails with Corruption, without
-  // reading on, once the body passes `max_bytes`; with NotFound for a
-  // missing object.
+  // reading on, once the body passes `max_bytes`; with IOError once it
+  // passes what the answer's Content-Length declared, or `length`, or,
+  // without either, `expected` (when > 0: the size the listing gave); with
+  // NotFound for a missing object. No attempt starts or runs past
+  // `deadline`.
   Status Get(const std::string& key, uint64_t offset, uint64_t length, uint64_t max_bytes,
-             std::string* body, S3Object* meta) const;
-  Status Head(const std::string& key, S3Object* meta) const;
+             std::string* body, S3Object* meta, uint64_t expected = 0,
+             Clock::time_point deadline = Clock::time_point::max()) const;
+  Status Head(const std::string& key, S3Object* meta,
+              Clock::time_point deadline = Clock::time_point::max()) const;
 
   const std::string& bucket() const { return bucket_; }
   const std::string& endpoint() const { return endpoint_; }
@@ -104,9 +176,12 @@ class S3Client {
  private:
   S3Client() = default;
   // One request, retried as the header says. `query` is already encoded
-  // and sorted by name (Signature V4 signs it as given).
+  // and sorted by name (Signature V4 signs it as given). A 2xx body is
+  // capped at `max_bytes` (Corruption past it), and at `expected` (> 0)
+  // when the answer declares no length (IOError past it).
   Status Request(const char* method, const std::string& key, const std::string& query,
-                 const std::string& range, uint64_t max_bytes, Response* response) const;
+                 const std::string& range, uint64_t max_bytes, uint64_t expected,
+                 Clock::time_point deadline, Response* response) const;
   void* TakeHandle() const;
   void ReturnHandle(void* handle) const;
 

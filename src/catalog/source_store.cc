@@ -33,8 +33,10 @@ class LocalStore : public SourceStore {
 
 class S3Store : public SourceStore {
  public:
-  explicit S3Store(std::shared_ptr<const S3Client> client)
-      : client_(std::move(client)), root_("s3://" + client_->bucket() + "/") {}
+  S3Store(std::shared_ptr<const S3Client> client, std::chrono::milliseconds read_timeout)
+      : client_(std::move(client)),
+        root_("s3://" + client_->bucket() + "/"),
+        read_timeout_(read_timeout) {}
 
   Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
               bool* as_scanned) const override {
@@ -53,13 +55,19 @@ class S3Store : public SourceStore {
                                 " an image within max_pixels may take");
     }
     S3Object meta;
+    // No request outlives the read's deadline, so that no I/O thread is
+    // held past it (loader/source_reader.h).
+    const auto deadline = S3Client::Clock::now() + read_timeout_;
     // A ranged GET of a zero-length member would ask for bytes=N-(N-1).
     if (range.partial && length == 0) {
       out->clear();
-      Status s = client_->Head(key, &meta);
+      Status s = client_->Head(key, &meta, deadline);
       if (!s.ok()) return Status::IOError(s.message());
     } else {
-      Status s = client_->Get(key, range.offset, length, max_bytes, out, &meta);
+      // Without a declared length, a whole object's body stops at the
+      // listing's size: a store cannot stream more than the object.
+      const uint64_t expected = range.checked && !range.partial ? range.file_size : 0;
+      Status s = client_->Get(key, range.offset, length, max_bytes, out, &meta, expected, deadline);
       if (s.code() == Status::Code::kCorruption) return s;
       if (!s.ok()) return Status::IOError(s.message());
     }
@@ -75,7 +83,10 @@ class S3Store : public SourceStore {
   SourceIdentity Identify(const std::string& path) const override {
     if (!path.starts_with(root_)) return {};
     S3Object meta;
-    if (!client_->Head(path.substr(root_.size()), &meta).ok()) return {};
+    if (!client_->Head(path.substr(root_.size()), &meta, S3Client::Clock::now() + read_timeout_)
+             .ok()) {
+      return {};
+    }
     return {static_cast<int64_t>(meta.size), static_cast<int64_t>(EtagDigest(meta.etag))};
   }
 
@@ -89,6 +100,7 @@ class S3Store : public SourceStore {
  private:
   const std::shared_ptr<const S3Client> client_;
   const std::string root_;
+  const std::chrono::milliseconds read_timeout_;
 };
 
 }  // namespace
@@ -165,8 +177,9 @@ std::shared_ptr<const SourceStore> LocalSourceStore() {
   return store;
 }
 
-std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client) {
-  return std::make_shared<S3Store>(std::move(client));
+std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client,
+                                                    std::chrono::milliseconds read_timeout) {
+  return std::make_shared<S3Store>(std::move(client), read_timeout);
 }
 
 uint64_t EtagDigest(const std::string& etag) {

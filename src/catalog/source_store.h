@@ -66,8 +66,10 @@ Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* o
 
 // Local files (a process-wide instance).
 std::shared_ptr<const SourceStore> LocalSourceStore();
-// Objects of `client`'s bucket; paths are "s3://BUCKET/KEY".
-std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client);
+// Objects of `client`'s bucket; paths are "s3://BUCKET/KEY". A read, its
+// requests and their retries all included, ends within `read_timeout`.
+std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client,
+                                                    std::chrono::milliseconds read_timeout);
 
 // The digest of an ETag that stands in FileRange::inode: never 0 (0 is a
 // missing file's).

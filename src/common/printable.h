@@ -28,6 +28,17 @@ inline std::string Printable(std::string_view text, size_t max_bytes = 256) {
   return out;
 }
 
+// Whether `text` holds a control character: a byte below 0x20 (newline,
+// CR and tab among them) or 0x7f. Such names are refused wherever a name
+// becomes a line of text; Printable() escapes them for the log.
+inline bool HasControlByte(std::string_view text) {
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
 }  // namespace joaderfs
 
 #endif  // JOADERFS_COMMON_PRINTABLE_H_
