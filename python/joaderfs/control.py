@@ -156,10 +156,15 @@ def dataset_info(mount: PathLike) -> dict[str, Any]:
 
 
 def read_manifest(mount: PathLike) -> list[ManifestEntry]:
-    """``/dataset/manifest``: every sample's id, label and relative path."""
-    text = (Path(mount) / "dataset" / "manifest").read_text()
+    """``/dataset/manifest``: every sample's id, label and relative path.
+
+    Lines end at ``\n`` only (no path holds a control character; other
+    line breaks ``str.splitlines`` knows, such as U+2028, may be part of a
+    name), and a path that is not UTF-8 comes back as ``os.fsdecode`` gives
+    it, so that it opens the same file."""
+    text = (Path(mount) / "dataset" / "manifest").read_bytes().decode("utf-8", "surrogateescape")
     entries = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if line:
             sample_id, label, relpath = line.split("\t", 2)
             entries.append(ManifestEntry(int(sample_id), int(label), relpath))

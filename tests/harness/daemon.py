@@ -309,7 +309,9 @@ class Mount:
 
     def manifest(self):
         rows = []
-        for line in self.read_text("dataset", "manifest").splitlines():
+        # Lines end at \n alone: a path may hold U+2028 (python/joaderfs
+        # read_manifest).
+        for line in self.read_text("dataset", "manifest").split("\n"):
             if not line:
                 continue
             i, label, rel = line.split("\t")
