@@ -71,6 +71,7 @@ Status RemoteTier::Open(const RemoteTierOptions& options, const Catalog* catalog
   }
   // Which servers answer now: only for the log, the tier works either way.
   const std::vector<MemcachedClient::Result> down = t->client_->Ping();
+  for (const MemcachedClient::Result& r : down) t->CountError(r);
   if (!down.empty()) {
     spdlog::warn("remote cache: {} of {} servers do not answer (first: {}: {}); misses until they do",
                  down.size(), options.servers.size(), down[0].server, down[0].error);

@@ -18,7 +18,8 @@ namespace, also on failure.
 - leases whose holder died (never published) cost their loads one lease
   wait each, on the tier's own thread: a daemon with one decode thread
   still ends its epoch in about one wait, not one wait per lease;
-- a damaged, truncated or foreign value under a real key is never served;
+- a damaged, truncated or foreign value under a real key is never served
+  (tests/cluster/test_trust.py has the forgeries and hostile servers);
 - memcached down at mount: the daemon mounts with a warning, and uses the
   tier once the servers start.
 """
@@ -35,8 +36,8 @@ import numpy as np
 import harness
 from harness import TierTestCase, digests, log, read_epoch, read_exact
 from harness.datasets import _image, imagefolder_order, small_layout
-from harness.memcached import (Memcached, netns_available, remote_key, remote_lease,
-                               require_memcached)
+from harness.memcached import (Memcached, lease_value, netns_available, remote_key,
+                               remote_lease, require_memcached, write_cluster_key)
 
 N = 160
 BASE = 128
@@ -63,6 +64,8 @@ class ClusterTest(TierTestCase):
         cls._data = tempfile.mkdtemp(prefix="joaderfs-cluster-")
         cls.source, cls.order = make_photos(os.path.join(cls._data, "src"), N)
         cls.netns = netns_available()
+        cls.key_file = os.path.join(cls._data, "cluster.key")
+        cls.key = write_cluster_key(cls.key_file)
         log("memcached servers %s", "in network namespaces" if cls.netns else "on loopback")
 
     @classmethod
@@ -80,7 +83,8 @@ class ClusterTest(TierTestCase):
     def node(self, servers, **extra):
         opts = {"cache_dir": "none", "base": str(BASE), "size": str(SIZE),
                 "ram_cache": "64M", "threads": "2", "seed": "3",
-                "remote_cache": "memcached://" + "+".join(s.address for s in servers)}
+                "remote_cache": "memcached://" + "+".join(s.address for s in servers),
+                "remote_key": self.key_file}
         opts.update({k: str(v) for k, v in extra.items()})
         return self.mount(self.source, opts)
 
@@ -110,8 +114,8 @@ class ClusterTest(TierTestCase):
 
     def published(self, servers, rel):
         """The value of the image at `rel`: its key, the one server that
-        holds it (ketama: each key has one home), the value."""
-        key = remote_key(self.source, rel, BASE)
+        holds it (rendezvous hashing: each key has one home), the value."""
+        key = remote_key(self.source, rel, BASE, self.key)
         holders = [s for s in servers if s.get(key) is not None]
         self.assertEqual(len(holders), 1, "key %s on %d servers" % (key, len(holders)))
         return key, holders[0], holders[0].get(key)
@@ -265,14 +269,15 @@ class ClusterTest(TierTestCase):
         self.wait_published(a, N)
         self.clean_unmount(a)
         held = {}
+        b = self.node(servers, threads=1)
         for r in recs[:8]:
             rel = self.order[r.id][0]
             key, home, value = self.published(servers, rel)
             held[key] = (home, value)
             home.delete(key)
-            for s in servers:
-                s.set(remote_lease(self.source, rel, BASE), b"1")
-        b = self.node(servers, threads=1)
+            lease = remote_lease(self.source, rel, BASE, self.key)
+            for s in servers:  # authentic leases, as a live holder took them
+                s.set(lease, lease_value(lease, self.key), ttl=2)
 
         def publish_once_waited():
             deadline = time.monotonic() + 0.4  # within lease_wait (0.5 s)
@@ -298,10 +303,11 @@ class ClusterTest(TierTestCase):
         # of those loads waits out lease_wait (0.5 s), then decodes. Held
         # on the one decode thread, the waits would take 40 x 0.5 s.
         servers = self.servers()
-        for rel, _ in self.order[:40]:
-            for s in servers:  # whichever is the key's home
-                s.set(remote_lease(self.source, rel, BASE), b"1")
         a = self.node(servers, threads=1)
+        for rel, _ in self.order[:40]:
+            lease = remote_lease(self.source, rel, BASE, self.key)
+            for s in servers:  # whichever is the key's home
+                s.set(lease, lease_value(lease, self.key), ttl=2)
         t0 = time.monotonic()
         self.read_jobs([(a, "j", None)])
         elapsed = time.monotonic() - t0
@@ -334,10 +340,10 @@ class ClusterTest(TierTestCase):
         b = self.node(servers)
         recs = self.read_jobs([(b, "k", None)])[0]
         st = b.stats()
-        log("corrupt: remote corrupt %d, decoded %d, hits %d", st["remote_corrupt"],
+        log("corrupt: remote rejected %d, decoded %d, hits %d", st["remote_rejected"],
             st["decoded"], st["remote_hits"])
         self.assertEqual(digests(recs), good, "a damaged value was served")
-        self.assertEqual(st["remote_corrupt"], 4)
+        self.assertEqual(st["remote_rejected"], 4)
         self.assertEqual(st["decoded"], 4)
 
     def test_memcached_down_at_mount(self):
@@ -350,12 +356,9 @@ class ClusterTest(TierTestCase):
         self.assertEqual(st["remote_hits"], 0)
         for s in servers:
             s.start()
-        # libmemcached takes a server back a retry and a dead timeout (1 s
-        # each) after a failure, and every failed call in between starts
-        # them again: a handle can fail for 3-4 s after the servers are up
-        # (seen in CI: one 0.1 s epoch read 1.5 s after the start published
-        # nothing). ram_cache=1M holds a fraction of the set, so each epoch
-        # decodes again; read epochs until they publish, for 20 s at most.
+        # A failed server is probed again a second after its last failure:
+        # ram_cache=1M holds a fraction of the set, so each epoch decodes
+        # again; read epochs until they publish, for 20 s at most.
         deadline = time.monotonic() + 20
         k = 0
         while True:

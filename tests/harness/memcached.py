@@ -1,9 +1,11 @@
 """memcached servers for the remote tier's tests and benchmark (Debian's
 memcached 1.6), on loopback or each in a network namespace of its own, a
 minimal text-protocol client to look at and damage values from outside,
-and the tier's key, computed from the contract (docs/design.md 2.4) rather
-than from the daemon's sources."""
+and the tier's keys and leases under a cluster key, computed from the
+contract (docs/design.md 3.2) rather than from the daemon's sources."""
 
+import hashlib
+import hmac
 import ipaddress
 import itertools
 import os
@@ -102,7 +104,8 @@ class Memcached:
     caller checks netns_available()); start()/kill()/pause(), link_down()/
     link_up(), always reaped by cleanup(), which removes the namespace."""
 
-    def __init__(self, port=None, memory_mb=64, max_item="4m", netns=False):
+    def __init__(self, port=None, memory_mb=64, max_item="4m", netns=False, extra_args=()):
+        self.extra_args = list(extra_args)  # TLS, say
         self.ns = Netns() if netns else None
         self.host = self.ns.ip if netns else "127.0.0.1"
         self.port = PORT if netns else port or free_port()
@@ -125,7 +128,7 @@ class Memcached:
         # A second start would orphan the first process (same port).
         assert self.proc is None or self.proc.poll() is not None, "already running"
         argv = [MEMCACHED, "-l", self.host, "-p", str(self.port), "-U", "0",
-                "-m", str(self.memory_mb), "-I", self.max_item, "-t", "2"]
+                "-m", str(self.memory_mb), "-I", self.max_item, "-t", "2"] + self.extra_args
         if os.geteuid() == 0:
             argv += ["-u", "root"]
         if self.ns:
@@ -194,8 +197,8 @@ class Memcached:
         length = int(header.split()[3])
         return rest[:length]
 
-    def set(self, key, value):
-        reply = self._call(b"set %s 0 0 %d\r\n%s\r\n" % (key.encode(), len(value), value),
+    def set(self, key, value, ttl=0):
+        reply = self._call(b"set %s 0 %d %d\r\n%s\r\n" % (key.encode(), ttl, len(value), value),
                            (b"\r\n",))
         assert reply == b"STORED\r\n", reply
 
@@ -213,29 +216,117 @@ class Memcached:
         return out
 
 
-def fnv1a(data, h=0xcbf29ce484222325):
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
+def write_cluster_key(path, hex_key=None):
+    """A cluster key file as an admin makes one (64 hex digits, mode 600);
+    returns its hex."""
+    hex_key = hex_key or os.urandom(32).hex()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(hex_key + "\n")
+    return hex_key
 
 
-def remote_key(source, relpath, base):
-    """The remote tier's key of the image at SOURCE/relpath (a whole file)
-    at `base`: jfs1: and the FNV-1a of the key material (docs/design.md
-    2.4): base, file size, mtime in ns, offset and length (0 for a whole
-    file), relative path."""
+def _derived(hex_key, label):
+    return hmac.new(bytes.fromhex(hex_key), label, hashlib.sha256).digest()
+
+
+def key_material(source, relpath, base):
+    """What a value of the image at SOURCE/relpath (a whole file) at `base`
+    is sealed for (docs/design.md 3.2): base, file size, mtime in ns, offset
+    and length (0 for a whole file), relative path."""
     st = os.stat(os.path.join(source, relpath))
-    material = struct.pack("<IQQQQ", base, st.st_size, st.st_mtime_ns, 0, 0) + \
-        relpath.encode()
-    return "jfs1:%016x" % fnv1a(material)
+    return struct.pack("<IQQQQ", base, st.st_size, st.st_mtime_ns, 0, 0) + relpath.encode()
 
 
-def remote_lease(source, relpath, base):
-    """The key of the lease on that value's decode (jfs1l: and the same
-    digest)."""
-    return "jfs1l:" + remote_key(source, relpath, base)[len("jfs1:"):]
+def remote_key(source, relpath, base, hex_key):
+    """The memcached key of that image's value under the cluster key:
+    jfs2: and 32 hex digits of the HMAC of its key material under the key's
+    name key."""
+    mac = hmac.new(_derived(hex_key, b"joaderfs name key"), key_material(source, relpath, base),
+                   hashlib.sha256).hexdigest()
+    return "jfs2:" + mac[:32]
+
+
+def remote_lease(source, relpath, base, hex_key):
+    """The key of the lease on that value's decode (jfs2l: and the same
+    digits)."""
+    return "jfs2l:" + remote_key(source, relpath, base, hex_key)[len("jfs2:"):]
+
+
+def lease_value(lease_name, hex_key, expires_in=2.0):
+    """An authentic lease, as a daemon of the cluster takes one: its expiry
+    (Unix ms) and the HMAC of name and expiry under the lease key."""
+    expiry = struct.pack("<Q", int((time.time() + expires_in) * 1000))
+    mac = hmac.new(_derived(hex_key, b"joaderfs lease key"), lease_name.encode() + expiry,
+                   hashlib.sha256).digest()
+    return expiry + mac[:16]
 
 
 def require_memcached():
     if not os.access(MEMCACHED, os.X_OK):
         raise unittest.SkipTest("memcached not installed (scripts/setup.sh)")
+
+
+class HostileMemcached:
+    """A 'memcached' of our own on loopback that lies, as a local user who
+    binds the port while the real server is down could: `mode` is
+      wrong:   every request line gets END (the text protocol's, a reply of
+               the wrong kind to mg and ms);
+      garbage: every request line gets 512 random bytes;
+      huge:    every request gets a value declared 3 GB, then endless bytes;
+      silent:  connections are accepted and never answered.
+    Serves until cleanup(); `connections` counts who came."""
+
+    def __init__(self, mode):
+        import socketserver
+        import threading
+        self.mode = mode
+        self.connections = 0
+        self.stopping = threading.Event()
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                outer.connections += 1
+                conn = self.request
+                conn.settimeout(0.2)
+                while not outer.stopping.is_set():
+                    try:
+                        data = conn.recv(65536)
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    try:
+                        outer._answer(conn, data)
+                    except OSError:
+                        return
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.address = "127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def _answer(self, conn, data):
+        lines = data.count(b"\n") or 1
+        if self.mode == "wrong":
+            conn.sendall(b"END\r\n" * lines)
+        elif self.mode == "garbage":
+            conn.sendall(os.urandom(512 * lines))
+        elif self.mode == "huge":
+            conn.sendall(b"VA 3000000000 \r\n")
+            chunk = b"x" * 65536
+            while not self.stopping.is_set():
+                conn.sendall(chunk)  # until the client hangs up
+        # silent: nothing
+
+    def cleanup(self):
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
