@@ -64,7 +64,7 @@ Status LoadS3Credentials(const S3CredentialSource& from, S3Credentials* out);
 // transfer is dropped past them.
 inline constexpr uint64_t kErrorBodyBytes = 64 << 10;
 // The most bytes of one ListObjectsV2 page (1000 keys of up to 1 KiB each,
-// in XML, take under 2 MiB).
+// percent-encoded, in XML, take under 4 MiB).
 inline constexpr uint64_t kListPageBytes = 16 << 20;
 
 // What a listing must keep to go on, so that a store that loops or repeats

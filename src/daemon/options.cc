@@ -374,11 +374,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
       o.s3_credentials = std::string(value);
       break;
     case kS3Profile:
-      // A section name of the INI file: printable, no brackets or spaces.
+      // A section name of the INI file: printable ASCII, no brackets or spaces.
       if (value.empty() || value.size() > 128 ||
-          std::any_of(value.begin(), value.end(), [](char c) {
-            return c <= ' ' || c == 0x7f || c == '[' || c == ']';
-          })) {
+          std::any_of(value.begin(), value.end(),
+                      [](char c) { return c <= ' ' || c == 0x7f || c == '[' || c == ']'; })) {
         return bad("a profile name such as default");
       }
       o.s3_profile = std::string(value);

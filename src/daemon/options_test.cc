@@ -128,8 +128,12 @@ TEST(OptionsTest, ObjectStoreOptions) {
   EXPECT_EQ(o.s3_endpoint, "http://127.0.0.1:9000");
   EXPECT_EQ(o.s3_region, "eu-west-1");
   EXPECT_EQ(o.source_reads, 64u);
+  ASSERT_TRUE(ParseLine("s3_credentials=/etc/joaderfs/s3.credentials,s3_profile=train-2", &o).ok());
+  EXPECT_EQ(o.s3_credentials, "/etc/joaderfs/s3.credentials");
+  EXPECT_EQ(o.s3_profile, "train-2");
   for (const char* bad : {"s3_endpoint=minio:9000", "s3_region=EU West",
-                          "s3_region=", "source_reads=0", "source_reads=1025"}) {
+                          "s3_region=", "source_reads=0", "source_reads=1025",
+                          "s3_credentials=", "s3_profile=", "s3_profile=a b", "s3_profile=[x]"}) {
     EXPECT_EQ(ParseLine(bad, &o).code(), Status::Code::kInvalidArgument) << bad;
   }
   using std::chrono::microseconds;
