@@ -61,7 +61,8 @@ Status ClusterKey::Load(const std::string& path, ClusterKey* out) {
   close(fd);
   std::string_view hex(text, n > 0 ? static_cast<size_t>(n) : 0);
   while (!hex.empty() && std::isspace(static_cast<unsigned char>(hex.back()))) hex.remove_suffix(1);
-  while (!hex.empty() && std::isspace(static_cast<unsigned char>(hex.front()))) hex.remove_prefix(1);
+  while (!hex.empty() && std::isspace(static_cast<unsigned char>(hex.front())))
+    hex.remove_prefix(1);
   Key master{};
   bool good = hex.size() == 64;
   for (size_t i = 0; good && i < 32; ++i) {
@@ -182,7 +183,8 @@ int64_t ClusterKey::LeaseExpiry(std::string_view lease_name, std::string_view le
   if (lease.size() != kLeaseBytes) return -1;
   const auto mac = Hmac(lease_key_.data(), lease_name, lease.substr(0, 8));
   if (CRYPTO_memcmp(mac.data(), lease.data() + 8, 16) != 0) return -1;
-  return static_cast<int64_t>(DecodeFixed<uint64_t>(reinterpret_cast<const uint8_t*>(lease.data())));
+  return static_cast<int64_t>(
+      DecodeFixed<uint64_t>(reinterpret_cast<const uint8_t*>(lease.data())));
 }
 
 }  // namespace joaderfs

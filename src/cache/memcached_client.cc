@@ -237,21 +237,13 @@ class MemcachedClient::Connection {
   // and why it failed.
   bool TlsWants(int rc, short* wait, std::string* error) {
     switch (SSL_get_error(ssl_, rc)) {
-      case SSL_ERROR_WANT_READ:
-        *wait = POLLIN;
-        return true;
-      case SSL_ERROR_WANT_WRITE:
-        *wait = POLLOUT;
-        return true;
-      case SSL_ERROR_ZERO_RETURN:
-        *error = "closed by the server";
-        return false;
+      case SSL_ERROR_WANT_READ: *wait = POLLIN; return true;
+      case SSL_ERROR_WANT_WRITE: *wait = POLLOUT; return true;
+      case SSL_ERROR_ZERO_RETURN: *error = "closed by the server"; return false;
       case SSL_ERROR_SYSCALL:
         *error = errno ? std::string("TLS: ") + std::strerror(errno) : "closed by the server";
         return false;
-      default:
-        *error = "TLS: " + TlsError();
-        return false;
+      default: *error = "TLS: " + TlsError(); return false;
     }
   }
 
@@ -346,11 +338,13 @@ Status MemcachedClient::Open(const MemcachedClientOptions& options,
                                      ": " + TlsError());
     }
     const std::string& cert = options.tls.cert_file;
-    if (!cert.empty() && (SSL_CTX_use_certificate_chain_file(c->tls_, cert.c_str()) != 1 ||
-                          SSL_CTX_use_PrivateKey_file(c->tls_, cert.c_str(), SSL_FILETYPE_PEM) != 1 ||
-                          SSL_CTX_check_private_key(c->tls_) != 1)) {
-      return Status::InvalidArgument("remote_tls_cert: cannot load a certificate and its key from " +
-                                     cert + ": " + TlsError());
+    if (!cert.empty() &&
+        (SSL_CTX_use_certificate_chain_file(c->tls_, cert.c_str()) != 1 ||
+         SSL_CTX_use_PrivateKey_file(c->tls_, cert.c_str(), SSL_FILETYPE_PEM) != 1 ||
+         SSL_CTX_check_private_key(c->tls_) != 1)) {
+      return Status::InvalidArgument(
+          "remote_tls_cert: cannot load a certificate and its key from " + cert + ": " +
+          TlsError());
     }
   }
   *out = std::move(c);
@@ -370,7 +364,8 @@ const std::vector<std::string>& MemcachedClient::servers() const { return option
 MemcachedClient::Server* MemcachedClient::Pick(std::string_view key) {
   std::vector<std::pair<uint64_t, Server*>> ranked;
   ranked.reserve(servers_.size());
-  for (auto& s : servers_) ranked.emplace_back(Mix(Fnv1a(s->seed, key.data(), key.size())), s.get());
+  for (auto& s : servers_)
+    ranked.emplace_back(Mix(Fnv1a(s->seed, key.data(), key.size())), s.get());
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a > b; });
   const Deadline now = Clock::now();
   MutexLock lock(mu_);
@@ -440,18 +435,19 @@ MemcachedClient::Result MemcachedClient::Get(std::string_view key, std::string* 
   if (!s) return {Result::Kind::kError, {}, "no server is up"};
   const Deadline deadline = Clock::now() + options_.timeout;
   bool hit = false;
-  Result r = Call(s, "mg " + std::string(key) + " v\r\n", deadline, [&](Connection* c, std::string* error) {
-    std::string line;
-    if (!c->ReadLine(&line, deadline, error)) return false;
-    if (line == "EN") return true;
-    const int64_t size = ParseValueLine(line, options_.max_value);
-    if (size < 0) {
-      *error = size == -2 ? "a value larger than any image declared" : "an unexpected reply";
-      return false;
-    }
-    hit = true;
-    return c->ReadBlock(static_cast<size_t>(size), value, deadline, error);
-  });
+  Result r = Call(
+      s, "mg " + std::string(key) + " v\r\n", deadline, [&](Connection* c, std::string* error) {
+        std::string line;
+        if (!c->ReadLine(&line, deadline, error)) return false;
+        if (line == "EN") return true;
+        const int64_t size = ParseValueLine(line, options_.max_value);
+        if (size < 0) {
+          *error = size == -2 ? "a value larger than any image declared" : "an unexpected reply";
+          return false;
+        }
+        hit = true;
+        return c->ReadBlock(static_cast<size_t>(size), value, deadline, error);
+      });
   if (r.ok() && !hit) r.kind = Result::Kind::kMiss;
   return r;
 }
@@ -488,9 +484,9 @@ std::vector<MemcachedClient::Result> MemcachedClient::GetMany(
         // is a server error, not a value.
         const size_t k = line.find(" k");
         const std::string_view key =
-            k == std::string::npos ? std::string_view()
-                                   : std::string_view(line).substr(k + 2, line.find(' ', k + 2) -
-                                                                              (k + 2));
+            k == std::string::npos
+                ? std::string_view()
+                : std::string_view(line).substr(k + 2, line.find(' ', k + 2) - (k + 2));
         const auto at = asked.find(key);
         if (at == asked.end()) {
           *error = "a value for a key not asked for";
@@ -548,14 +544,15 @@ MemcachedClient::Result MemcachedClient::Delete(std::string_view key) {
   if (!s) return {Result::Kind::kError, {}, "no server is up"};
   const Deadline deadline = Clock::now() + options_.timeout;
   bool deleted = false;
-  Result r = Call(s, "md " + std::string(key) + "\r\n", deadline, [&](Connection* c, std::string* error) {
-    std::string line;
-    if (!c->ReadLine(&line, deadline, error)) return false;
-    deleted = line == "HD";
-    if (deleted || line == "NF") return true;
-    *error = "an unexpected reply";
-    return false;
-  });
+  Result r =
+      Call(s, "md " + std::string(key) + "\r\n", deadline, [&](Connection* c, std::string* error) {
+        std::string line;
+        if (!c->ReadLine(&line, deadline, error)) return false;
+        deleted = line == "HD";
+        if (deleted || line == "NF") return true;
+        *error = "an unexpected reply";
+        return false;
+      });
   if (r.ok() && !deleted) r.kind = Result::Kind::kMiss;
   return r;
 }

@@ -73,8 +73,9 @@ Status RemoteTier::Open(const RemoteTierOptions& options, const Catalog* catalog
   const std::vector<MemcachedClient::Result> down = t->client_->Ping();
   for (const MemcachedClient::Result& r : down) t->CountError(r);
   if (!down.empty()) {
-    spdlog::warn("remote cache: {} of {} servers do not answer (first: {}: {}); misses until they do",
-                 down.size(), options.servers.size(), down[0].server, down[0].error);
+    spdlog::warn(
+        "remote cache: {} of {} servers do not answer (first: {}: {}); misses until they do",
+        down.size(), options.servers.size(), down[0].server, down[0].error);
   } else {
     spdlog::info("remote cache: {} servers{}", options.servers.size(),
                  options.tls.ca_file.empty() ? "" : ", over TLS");
@@ -170,8 +171,8 @@ Status RemoteTier::TakeLease(SampleId id, const ValueKey& k, Clock::time_point* 
   }
   const int64_t left_ms = std::min<int64_t>(expiry - now_ms, kLeaseSeconds * 1000);
   if (left_ms <= 0) return Status::NotFound("no lease to wait on");
-  *until = Clock::now() + std::min<Clock::duration>(std::chrono::milliseconds(left_ms),
-                                                    options_.lease_wait);
+  *until = Clock::now() +
+           std::min<Clock::duration>(std::chrono::milliseconds(left_ms), options_.lease_wait);
   return Status::Busy("leased by another daemon");
 }
 
@@ -224,7 +225,7 @@ void RemoteTier::StopWaits() {
 void RemoteTier::LeaseWaitLoop() {
   std::vector<LeaseWait> polling;  // the waits this round polls
   std::vector<std::string> names;
-  std::vector<Status> found;       // ... what the round found of each
+  std::vector<Status> found;  // ... what the round found of each
   std::vector<std::shared_ptr<DecodedSample>> samples;
   for (;;) {
     {
