@@ -12,6 +12,10 @@ an admin would:
 - fstab lines of both types with nosuid,nodev,allow_other (as in
   mount/fstab.example), through `mount -T FSTAB MNT`: the same, and the
   mount carries nosuid, nodev and allow_other;
+- an fstab line of an s3:// SOURCE (a store of ours on loopback,
+  harness/s3_hostile.py) with s3_credentials=FILE, mounted by `mount -T`
+  in an empty environment (no HOME, no AWS_ variable, as systemd runs
+  it): the same, every request signed with the file's key;
 - `systemd-analyze verify` accepts the installed joaderfs@.service (it
   checks that ExecStart's binary exists and that man finds joaderfs(8));
   skipped where systemd-analyze is not installed.
@@ -31,6 +35,7 @@ from typing import Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 import harness
 from harness import doors
+from harness.s3_hostile import HostileS3
 
 BUILD = os.environ.get("JOADERFS_BUILD_DIR",
                        os.path.join(HERE, "..", "..", "build"))
@@ -85,7 +90,8 @@ def mount_cycle(argv: List[str], mnt: str, workdir: str, job: str) -> Dict:
         doors.kill_processes([p for p in daemons if doors.alive(p)])
 
 
-def install_scenario(workdir: str, source: str, dest: str) -> Dict:
+def install_scenario(workdir: str, source: str, dest: str, s3_endpoint: str,
+                     s3_credentials: str) -> Dict:
     """Runs in a private mount namespace: overlays DESTDIR's folders onto
     the machine's (/usr/local, /sbin), then mounts and checks as an admin
     would."""
@@ -132,6 +138,19 @@ def install_scenario(workdir: str, source: str, dest: str) -> Dict:
                     os.path.join(workdir, name + ".log")))
             out[name] = mount_cycle(["mount", "-T", fstab, mnt], mnt,
                                     workdir, name)
+        # An s3:// SOURCE the documented way: its credentials named in the
+        # fstab line, mount(8) run with no environment to speak of.
+        name = "fstab_s3"
+        mnt = os.path.join(workdir, name)
+        os.mkdir(mnt)
+        fstab = os.path.join(workdir, name + ".fstab")
+        with open(fstab, "w") as f:
+            f.write("s3://data/folder %s joaderfs %s,%s,_netdev,s3_endpoint=%s,"
+                    "s3_credentials=%s,log=%s 0 0\n" % (
+                        mnt, FSTAB_OPTIONS, opts, s3_endpoint, s3_credentials,
+                        os.path.join(workdir, name + ".log")))
+        out[name] = mount_cycle(["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                 "mount", "-T", fstab, mnt], mnt, workdir, name)
         analyze = shutil.which("systemd-analyze")
         if analyze:
             unit = os.path.join(PREFIX, "lib/systemd/system/joaderfs@.service")
@@ -175,9 +194,19 @@ class InstallTest(unittest.TestCase):
         cls.install_log = r.stdout
         cls.source = harness.make_imagefolder(
             os.path.join(cls.workdir, "src"), LAYOUT)
-        cls.result = doors.run_private(
-            __file__, "install_scenario", [cls.workdir, cls.source, cls.dest],
-            cls.workdir, SCENARIO_TIMEOUT)
+        cls.s3 = HostileS3()
+        cls.s3.put_tree("folder", cls.source)
+        credentials = os.path.join(cls.workdir, "s3.credentials")
+        with open(os.open(credentials, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("[default]\naws_access_key_id = AKIAFSTAB\n"
+                    "aws_secret_access_key = fstab-secret-xxxxxxxxxxxxxxxxxxxx\n")
+        try:
+            cls.result = doors.run_private(
+                __file__, "install_scenario",
+                [cls.workdir, cls.source, cls.dest, cls.s3.endpoint, credentials],
+                cls.workdir, SCENARIO_TIMEOUT)
+        finally:
+            cls.s3.stop()
         sys.stderr.write("\n[install] %s\n" % cls.install_log)
 
     @classmethod
@@ -240,6 +269,10 @@ class InstallTest(unittest.TestCase):
 
     def test_fstab_fuse_joaderfs(self):
         self.check_cycle("fstab_fuse_joaderfs", fstab=True)
+
+    def test_fstab_s3_with_credentials_file(self):
+        self.check_cycle("fstab_s3", fstab=True)
+        self.assertEqual(self.s3.access_keys, {"AKIAFSTAB"}, self.what("fstab_s3"))
 
     def test_systemd_unit_verifies(self):
         self.assertNotIn("error", self.result, self.what("systemd_verify"))
