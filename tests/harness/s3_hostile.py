@@ -12,6 +12,8 @@ too) and HEAD. What it does wrong is chosen per test:
                        whatever the prefix) but never served
   .loop_token = True   every truncated page hands back the same token
                        and the same keys: a listing that never ends
+  .list_endless_error  listings answer 503 with an error body that never
+                       ends
   .endless_error[key]  GETs of `key` answer 500 with an error body that
                        never ends (chunked, until the client hangs up)
   .endless_ok[key]     GETs of `key` answer 200 with a body that never ends
@@ -54,6 +56,7 @@ class HostileS3:
         self.objects = {}
         self.listed_extra = []
         self.loop_token = False
+        self.list_endless_error = False
         self.endless_error = set()
         self.endless_ok = set()
         self.trickle = set()
@@ -130,6 +133,9 @@ class HostileS3:
                     return
                 if not key:
                     self._note("list")
+                    if s3.list_endless_error:
+                        self._endless("", 503, b"<Error><Code>SlowDown</Code></Error>")
+                        return
                     self._list(query)
                     return
                 self._note("get")

@@ -217,6 +217,19 @@ class S3TrustTest(JoaderTestCase):
         self.assertLess(peak, RSS_LIMIT)
         self.assertLess(self.s3.requests["list"], 10)
 
+    def test_endless_error_body_of_a_listing_fails_the_mount(self):
+        """A 503 listing whose body never ends: each attempt reads 64 KiB
+        of it, and after the last the mount fails with one line."""
+        self.s3.list_endless_error = True
+        m = self.mount_s3(start=False)
+        status, stderr, took, peak = self.failed_mount(m.argv)
+        self.assertEqual(status, 1, stderr)
+        self.assertEqual(stderr.count("\n"), 1, stderr)
+        self.assertIn("HTTP 503", stderr)
+        self.assertIn("after 4 attempts", stderr)
+        self.assertLess(peak, RSS_LIMIT)
+        self.assertLess(self.s3.body_bytes[""], 64 << 20)
+
     def test_stray_and_control_character_keys_are_left_out(self):
         """Keys shorter than the prefix or outside it, and keys holding
         control characters: the mount comes up without them, counts them,

@@ -157,6 +157,25 @@ class LinkShapesTest(JoaderTestCase):
         self.assertLogged(m, "did not enter 110 folders a second time")
         self.assertLogged(m, "left out 10 symlinks that loop")
 
+    def test_names_with_control_characters(self):
+        """Files and folders whose names hold a control character would
+        forge lines of /dataset/manifest: left out as hidden names are,
+        counted."""
+        with open(os.path.join(self.source, "a", "1.jpg"), "rb") as f:
+            jpeg = f.read()
+        for rel in ("a/x.jpg\n99\t0\ta/1.jpg", "a/tab\t.jpg", "b/cr\r.jpg",
+                    "b/sub\x1b[2J/y.jpg", "c\x7f/z.jpg"):
+            os.makedirs(os.path.dirname(os.path.join(self.source, rel)), exist_ok=True)
+            with open(os.path.join(self.source, rel), "wb") as f:
+                f.write(jpeg)
+        m = self.mount_untrapped()
+        self.check_serves(m, self.plain)
+        self.assertEqual(m.stats()["scan_skips"]["unprintable"], 5)
+        self.assertLogged(m, "left out 5 names holding a control character")
+        import joaderfs
+        self.assertEqual([(e.relpath, e.label) for e in joaderfs.read_manifest(m.mnt)],
+                         self.plain)
+
 
 class LayoutErrorTest(JoaderTestCase):
     """A SOURCE with no sample: exit 1 before mounting, with one line that
