@@ -31,28 +31,15 @@ import threading
 import time
 import unittest
 
-import numpy as np
-
 import harness
 from harness import TierTestCase, digests, log, read_epoch, read_exact
-from harness.datasets import _image, imagefolder_order, small_layout
-from harness.memcached import (Memcached, lease_value, netns_available, remote_key,
-                               remote_lease, require_memcached, write_cluster_key)
+from harness.memcached import (Memcached, lease_value, make_photos, netns_available,
+                               remote_key, remote_lease, require_memcached, wait_published,
+                               write_cluster_key)
 
 N = 160
 BASE = 128
 SIZE = 64
-
-
-def make_photos(root, n, seed=0):
-    """n 320 x 240 JPEGs: a decode at base 128 takes a few ms, long enough
-    for two daemons asking at once to collide."""
-    rng = np.random.default_rng(seed)
-    for cls, names in small_layout(n, 4).items():
-        os.makedirs(os.path.join(root, cls), exist_ok=True)
-        for name in names:
-            _image(rng, 320, 240).save(os.path.join(root, cls, name), "JPEG", quality=90)
-    return root, imagefolder_order(root)
 
 
 class ClusterTest(TierTestCase):
@@ -119,15 +106,6 @@ class ClusterTest(TierTestCase):
         holders = [s for s in servers if s.get(key) is not None]
         self.assertEqual(len(holders), 1, "key %s on %d servers" % (key, len(holders)))
         return key, holders[0], holders[0].get(key)
-
-    def wait_published(self, m, count, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            st = m.stats()
-            if st["remote_published"] + st["remote_publish_drops"] >= count:
-                return st
-            time.sleep(0.05)
-        self.fail("published %d of %d" % (m.stats()["remote_published"], count))
 
     def test_group_jobs_decode_once(self):
         servers = self.servers()
@@ -196,7 +174,7 @@ class ClusterTest(TierTestCase):
         servers = self.servers()
         a = self.node(servers)
         first = digests(self.read_jobs([(a, "j", None)])[0])
-        self.wait_published(a, N)
+        wait_published(a, N)
         self.clean_unmount(a)
         # A restart with no disk tier: a fresh daemon, other job name.
         b = self.node(servers)
@@ -266,7 +244,7 @@ class ClusterTest(TierTestCase):
         spec = "group=lease seed=2"
         a = self.node(servers)
         recs = self.read_jobs([(a, "j", spec)])[0]
-        self.wait_published(a, N)
+        wait_published(a, N)
         self.clean_unmount(a)
         held = {}
         b = self.node(servers, threads=1)
@@ -322,7 +300,7 @@ class ClusterTest(TierTestCase):
         servers = self.servers()
         a = self.node(servers)
         good = digests(self.read_jobs([(a, "j", None)])[0])
-        self.wait_published(a, N)
+        wait_published(a, N)
         self.clean_unmount(a)
         victims = {}
         values = {}

@@ -26,26 +26,14 @@ import tempfile
 import time
 import unittest
 
-import numpy as np
-
 import harness
 from harness import TierTestCase, digests, log, read_epoch
-from harness.datasets import _image, imagefolder_order, small_layout
-from harness.memcached import (HostileMemcached, Memcached, remote_key, require_memcached,
-                               write_cluster_key)
+from harness.memcached import (HostileMemcached, Memcached, make_photos, remote_key,
+                               require_memcached, wait_published, write_cluster_key)
 
 N = 96
 BASE = 128
 SIZE = 64
-
-
-def make_photos(root, n, seed=0, quality=90):
-    rng = np.random.default_rng(seed)
-    for cls, names in small_layout(n, 4).items():
-        os.makedirs(os.path.join(root, cls), exist_ok=True)
-        for name in names:
-            _image(rng, 320, 240).save(os.path.join(root, cls, name), "JPEG", quality=quality)
-    return root, imagefolder_order(root)
 
 
 def tampered_copy(source, order, dest):
@@ -111,15 +99,6 @@ class TrustTest(TierTestCase):
             self.clean_unmount(m)
         return type(self)._truth
 
-    def wait_published(self, m, count, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            st = m.stats()
-            if st["remote_published"] + st["remote_publish_drops"] >= count:
-                return st
-            time.sleep(0.05)
-        self.fail("published %d of %d" % (m.stats()["remote_published"], count))
-
     def test_values_forged_without_the_key_are_rejected(self):
         servers = self.servers()
         addresses = [s.address for s in servers]
@@ -128,7 +107,7 @@ class TrustTest(TierTestCase):
         fake_key = write_cluster_key(fake_key_file)
         attacker = self.node(addresses, source=fake_src, key_file=fake_key_file)
         forged = self.epoch(attacker, "publish")
-        self.wait_published(attacker, N)
+        wait_published(attacker, N)
         self.clean_unmount(attacker)
         self.assertNotEqual(digests(forged), self.truth(), "the copy was not tampered")
         # The attacker moves every forged value under the victim's name (on
@@ -232,7 +211,7 @@ class TrustTest(TierTestCase):
         ca = os.path.join(pki, "ca.pem")
         a = self.node(addresses, remote_tls=ca, remote_tls_cert=client)
         self.assertEqual(digests(self.epoch(a, "j")), self.truth())
-        self.wait_published(a, N)
+        wait_published(a, N)
         self.assertEqual(a.stats()["remote_errors"], 0)
         b = self.node(addresses, remote_tls=ca, remote_tls_cert=client)
         self.assertEqual(digests(self.epoch(b, "j")), self.truth())
@@ -258,7 +237,7 @@ class TrustTest(TierTestCase):
         write_cluster_key(new_file)
         a = self.node(addresses, key_file=old_file)
         self.epoch(a, "j")
-        self.wait_published(a, N)
+        wait_published(a, N)
         self.clean_unmount(a)
         b = self.node(addresses, key_file=new_file, remote_old_key=old_file)
         self.assertEqual(digests(self.epoch(b, "j")), self.truth())

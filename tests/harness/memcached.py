@@ -262,6 +262,32 @@ def lease_value(lease_name, hex_key, expires_in=2.0):
     return expiry + mac[:16]
 
 
+def make_photos(root, n, seed=0, quality=90):
+    """n 320 x 240 JPEGs in 4 classes: a decode at base 128 takes a few ms,
+    long enough for two daemons asking at once to collide. Returns root and
+    its ImageFolder order."""
+    import numpy as np
+    from harness.datasets import _image, imagefolder_order, small_layout
+    rng = np.random.default_rng(seed)
+    for cls, names in small_layout(n, 4).items():
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for name in names:
+            _image(rng, 320, 240).save(os.path.join(root, cls, name), "JPEG", quality=quality)
+    return root, imagefolder_order(root)
+
+
+def wait_published(m, count, timeout=30):
+    """Waits until mount `m` has published (or dropped) `count` values;
+    returns its stats, or raises AssertionError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = m.stats()
+        if st["remote_published"] + st["remote_publish_drops"] >= count:
+            return st
+        time.sleep(0.05)
+    raise AssertionError("published %d of %d" % (m.stats()["remote_published"], count))
+
+
 def require_memcached():
     if not os.access(MEMCACHED, os.X_OK):
         raise unittest.SkipTest("memcached not installed (scripts/setup.sh)")
