@@ -1,11 +1,9 @@
 #include "cache/cluster_key.h"
 
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
@@ -53,13 +51,11 @@ using Cipher = std::unique_ptr<EVP_CIPHER_CTX, CipherDeleter>;
 }  // namespace
 
 Status ClusterKey::Load(const std::string& path, ClusterKey* out) {
-  Status error;
-  const int fd = OpenPrivateFile(path, "remote_key", &error);
-  if (fd < 0) return error;
-  char text[256];
-  const ssize_t n = read(fd, text, sizeof text - 1);
-  close(fd);
-  std::string_view hex(text, n > 0 ? static_cast<size_t>(n) : 0);
+  std::string text;
+  if (Status s = ReadSecretFile(path, /*owner_only=*/true, 256, &text); !s.ok()) {
+    return Status::InvalidArgument("remote_key: " + s.message());
+  }
+  std::string_view hex(text);
   while (!hex.empty() && std::isspace(static_cast<unsigned char>(hex.back()))) hex.remove_suffix(1);
   while (!hex.empty() && std::isspace(static_cast<unsigned char>(hex.front())))
     hex.remove_prefix(1);
@@ -72,7 +68,7 @@ Status ClusterKey::Load(const std::string& path, ClusterKey* out) {
     good = std::isxdigit(static_cast<unsigned char>(byte[0])) &&
            std::isxdigit(static_cast<unsigned char>(byte[1]));
   }
-  OPENSSL_cleanse(text, sizeof text);
+  OPENSSL_cleanse(text.data(), text.size());
   if (!good) {
     return Status::InvalidArgument("remote_key: " + path +
                                    " must hold 64 hex digits (openssl rand -hex 32)");

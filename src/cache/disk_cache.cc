@@ -57,6 +57,24 @@ uint64_t DiskCache::SlotBytes(uint64_t bytes) {
   return (need + step - 1) / step * step;
 }
 
+Status DiskCache::Purge(const std::string& dir, const std::string& source, uint64_t* bytes) {
+  // SourceFolder(dir, source, kind) is "<dir>/<hash>-<kind>": each format's
+  // tier is "<hash>-v<N>"; the job store ("<hash>-jobs<N>") stays.
+  const std::string prefix = fs::path(SourceFolder(dir, source, "v")).filename().string();
+  *bytes = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (!e.path().filename().string().starts_with(prefix)) continue;
+    for (const fs::directory_entry& f : fs::recursive_directory_iterator(e.path(), ec)) {
+      if (f.is_regular_file(ec)) *bytes += f.file_size(ec);
+    }
+    fs::remove_all(e.path(), ec);
+    if (ec) return Status::IOError("cannot remove " + e.path().string() + ": " + ec.message());
+  }
+  if (ec) return Status::IOError("cannot read " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
 Status DiskCache::Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
                        uint32_t base, uint64_t budget_bytes, std::unique_ptr<DiskCache>* out) {
   std::unique_ptr<DiskCache> c(new DiskCache());

@@ -81,6 +81,10 @@ class DiskCache {
   static Status Open(const std::string& dir, const Catalog* catalog, const RefCounts* counts,
                      uint32_t base, uint64_t budget_bytes,
                      std::unique_ptr<DiskCache>* out) NO_THREAD_SAFETY_ANALYSIS;
+  // Removes the tier of SOURCE in cache folder `dir` (every format's, not
+  // the job store beside it): after a compromise, so that nothing it held
+  // is served again. The caller holds the cache_dir lock.
+  static Status Purge(const std::string& dir, const std::string& source, uint64_t* bytes);
   ~DiskCache();  // finishes queued writes
 
   // Ok and the sample; NotFound; or Corruption (the entry has been dropped).

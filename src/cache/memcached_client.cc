@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -18,6 +19,7 @@
 
 #include "common/hash.h"
 #include "common/parse.h"
+#include "common/private_file.h"
 
 namespace joaderfs {
 namespace {
@@ -338,6 +340,13 @@ Status MemcachedClient::Open(const MemcachedClientOptions& options,
                                      ": " + TlsError());
     }
     const std::string& cert = options.tls.cert_file;
+    if (!cert.empty()) {  // it holds this node's private key
+      std::string pem;
+      if (Status read = ReadSecretFile(cert, /*owner_only=*/true, 1 << 20, &pem); !read.ok()) {
+        return Status::InvalidArgument("remote_tls_cert: " + read.message());
+      }
+      OPENSSL_cleanse(pem.data(), pem.size());
+    }
     if (!cert.empty() &&
         (SSL_CTX_use_certificate_chain_file(c->tls_, cert.c_str()) != 1 ||
          SSL_CTX_use_PrivateKey_file(c->tls_, cert.c_str(), SSL_FILETYPE_PEM) != 1 ||

@@ -19,6 +19,7 @@
 
 #include "common/hash.h"
 #include "common/printable.h"
+#include "common/private_file.h"
 
 namespace joaderfs {
 
@@ -238,48 +239,6 @@ bool ParseProfile(std::string_view text, const std::string& profile, S3Credentia
   return !out->access_key.empty() && !out->secret_key.empty();
 }
 
-// A credentials file's text (at most 1 MiB: such a file holds a few
-// profiles). `owner_only`: refused when group or others have any access.
-// On failure, `*why` says why, naming the file.
-bool ReadCredentialsFile(const std::string& path, bool owner_only, std::string* text,
-                         std::string* why) {
-  constexpr off_t kMaxBytes = 1 << 20;
-  const std::string name = Printable(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    *why = name + ": " + std::strerror(errno);
-    return false;
-  }
-  struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0;
-  if (!ok || !S_ISREG(st.st_mode)) {
-    *why = name + " is not a regular file";
-    ok = false;
-  } else if (owner_only && (st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    *why = name + " may be read or written by group or others (mode " + mode +
-           "): make it its owner's alone (chmod 600)";
-    ok = false;
-  } else if (st.st_size > kMaxBytes) {
-    *why = name + " is over 1 MiB: not a credentials file";
-    ok = false;
-  }
-  if (ok) {
-    text->resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < text->size()) {
-      const ssize_t got = ::read(fd, text->data() + done, text->size() - done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) break;
-      done += static_cast<size_t>(got);
-    }
-    text->resize(done);
-  }
-  ::close(fd);
-  return ok;
-}
-
 // ~: $HOME, else the home of the user this runs as (mount(8) runs its
 // helpers without HOME).
 std::string HomeFolder() {
@@ -323,9 +282,12 @@ Status LoadS3Credentials(const S3CredentialSource& from, S3Credentials* out) {
   if (file.empty()) file = HomeFolder() + "/.aws/credentials";
   std::string profile = from.profile.empty() ? Env("AWS_PROFILE") : from.profile;
   if (profile.empty()) profile = "default";
-  std::string text, why;
+  std::string text;
   const bool named = !from.file.empty();
-  if (!ReadCredentialsFile(file, named, &text, &why)) {
+  // A named file must be its owner's alone; ~/.aws/credentials is as the
+  // AWS tools leave it. A few profiles fit in 1 MiB many times over.
+  if (Status read = ReadSecretFile(file, named, 1 << 20, &text); !read.ok()) {
+    const std::string why = read.message();
     if (named) return Status::InvalidArgument("s3_credentials " + why);
     if (!from.profile.empty()) return Status::InvalidArgument("s3_profile: " + why);
     return Status::InvalidArgument(

@@ -38,7 +38,6 @@
 
 #include "cache/disk_cache.h"
 #include "cache/remote_tier.h"
-#include "common/private_file.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
 #include "common/memory_trim.h"
@@ -266,12 +265,6 @@ Status OpenRemoteTier(const DaemonOptions& o, const Catalog* catalog,
   }
   rto.tls.ca_file = o.remote_tls;
   rto.tls.cert_file = o.remote_tls_cert;
-  if (!o.remote_tls_cert.empty()) {
-    Status error;
-    const int fd = OpenPrivateFile(o.remote_tls_cert, "remote_tls_cert", &error);
-    if (fd < 0) return error;
-    close(fd);
-  }
   // No server's value is larger than the largest base image this daemon
   // would hold in RAM: a larger declared size is refused before allocation.
   rto.max_value = std::min<uint64_t>(o.max_pixels * 4, o.ram_cache / 4) + ClusterKey::kSealOverhead;
@@ -343,6 +336,13 @@ int Run(int argc, char** argv) {
   if (!o.cache_dir.empty()) {
     s = CacheDirLock::Acquire(o.cache_dir, &cache_dir_lock);
     if (!s.ok()) return Fail(s.message());
+    if (o.purge_disk_cache) {
+      uint64_t purged = 0;
+      s = DiskCache::Purge(o.cache_dir, catalog->source(), &purged);
+      if (!s.ok()) return Fail(s.message());
+      spdlog::warn("disk tier: purged {} MiB of {} in {} (purge_disk_cache=1)", purged >> 20,
+                   catalog->source(), o.cache_dir);
+    }
     if (o.disk_cache == 0) {  // not given: sized for the data and the disk
       const DiskCacheSizing d =
           DefaultDiskCache(catalog->size(), o.base, CacheDirRoom(o.cache_dir));

@@ -34,6 +34,7 @@ enum Key {
   kRamCache,
   kCacheDir,
   kDiskCache,
+  kPurgeDiskCache,
   kRemoteCache,
   kRemotePublish,
   kRemoteKey,
@@ -89,6 +90,10 @@ constexpr MountOptionRow kMountOptions[] = {
     {kDiskCache,
      {"disk_cache", "SIZE", "the decoded set's estimate",
       "on-disk budget, at most 80% of cache_dir's free space less room for its databases"}},
+    {kPurgeDiskCache,
+     {"purge_disk_cache", "0|1", "0",
+      "1: empty SOURCE's disk tier at mount, before serving (after a compromise; the job "
+      "store stays)"}},
     {kRemoteCache,
      {"remote_cache", "memcached://HOST:PORT[+HOST:PORT...]|none", "none",
       "the remote tier: decoded images shared by a cluster's daemons through these memcached "
@@ -343,6 +348,10 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
       else
         return bad("a size above 0 such as 512M or 2G");
       break;
+    case kPurgeDiskCache:
+      if (value != "0" && value != "1") return bad("0 or 1");
+      o.purge_disk_cache = value == "1";
+      break;
     case kLimitRoot:
       if (value != "0" && value != "1") return bad("0 or 1");
       o.limit_root = value == "1";
@@ -554,8 +563,8 @@ namespace {
 // key or TLS file without the tier, is refused rather than ignored.
 Status CheckRemoteOptions(const DaemonOptions& o) {
   if (o.remote_cache.empty()) {
-    for (const auto* given : {&o.remote_key, &o.remote_old_key, &o.remote_tls,
-                              &o.remote_tls_cert}) {
+    for (const auto* given :
+         {&o.remote_key, &o.remote_old_key, &o.remote_tls, &o.remote_tls_cert}) {
       if (!given->empty()) {
         return Status::InvalidArgument(
             "remote_key, remote_old_key, remote_tls and remote_tls_cert go with remote_cache");

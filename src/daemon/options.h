@@ -28,6 +28,7 @@ struct DaemonOptions {
   // 0 until sized from the data and cache_dir's free space (DefaultDiskCache),
   // when not given.
   uint64_t disk_cache = 0;
+  bool purge_disk_cache = false;  // empty the disk tier at mount
   // remote_cache= servers (host:port); empty: no remote tier.
   std::vector<std::string> remote_cache;
   uint64_t remote_publish = UINT64_MAX;

@@ -16,6 +16,8 @@ daemon mounted as users mount it; all reaped on failure.
 - TLS with client certificates against memcached -Z; a daemon without a
   certificate is refused by the server and still serves its jobs;
 - key rotation: values sealed with the old key are read, never written;
+- after a compromise, purge_disk_cache=1 empties a node's disk tier of
+  what it kept (forgeries taken under remote_key=insecure);
 - a tier without a key, or with a key file others can read, is refused.
 """
 
@@ -249,13 +251,45 @@ class TrustTest(TierTestCase):
         self.epoch(c, "j")
         self.assertEqual(c.stats()["remote_hits"], 0)
 
+    def test_purge_after_a_compromise(self):
+        # A cluster that ran with remote_key=insecure: a daemon over a
+        # tampered copy publishes forgeries that open, and the victim's
+        # disk tier keeps them. The admin rotates to a real key; the disk
+        # tier still serves the forgeries until purge_disk_cache=1.
+        servers = self.servers()
+        addresses = [s.address for s in servers]
+        fake_src = tampered_copy(self.source, self.order, os.path.join(self._data, "fake2"))
+        attacker = self.node(addresses, source=fake_src, remote_key="insecure")
+        forged = digests(self.epoch(attacker, "publish"))
+        wait_published(attacker, N)
+        self.clean_unmount(attacker)
+        cache_dir = os.path.join(self._data, "compromised-cache")
+        victim = self.node(addresses, remote_key="insecure", cache_dir=cache_dir,
+                           disk_cache="64M")
+        self.assertEqual(digests(self.epoch(victim, "j")), forged,
+                         "remote_key=insecure did not take the forgeries (the test's premise)")
+        self.clean_unmount(victim)
+        rotated = self.node(addresses, cache_dir=cache_dir, disk_cache="64M")
+        self.assertEqual(digests(self.epoch(rotated, "j2")), forged,
+                         "the disk tier no longer held the forgeries (the test's premise)")
+        self.clean_unmount(rotated)
+        purged = self.node(addresses, cache_dir=cache_dir, disk_cache="64M",
+                           purge_disk_cache=1)
+        self.assertEqual(digests(self.epoch(purged, "j3")), self.truth(),
+                         "a forgery survived the purge")
+        st = purged.stats()
+        self.assertEqual(st["disk_hits"], 0)
+        self.assertEqual(st["decoded"], N)
+        with open(purged.log_path, errors="replace") as f:
+            self.assertIn("purged", f.read())
+
     def test_a_tier_without_a_key_or_with_an_open_key_is_refused(self):
         servers = self.servers(1)
         readable = os.path.join(self._data, "readable.key")
         write_cluster_key(readable)
         os.chmod(readable, 0o644)
         for opts, message in (({"remote_key": False}, "remote_cache needs remote_key"),
-                              ({"remote_key": readable}, "only its owner can read")):
+                              ({"remote_key": readable}, "chmod 600")):
             with self.assertRaises(AssertionError) as e:
                 self.node([servers[0].address], **opts)
             self.assertIn(message, str(e.exception))
