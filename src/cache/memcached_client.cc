@@ -470,7 +470,8 @@ std::vector<MemcachedClient::Result> MemcachedClient::GetMany(
     if (!ValidKey(keys[i])) continue;
     if (Server* s = Pick(keys[i])) by_server[s].push_back(i);
   }
-  for (auto& [s, indexes] : by_server) {
+  for (auto& [server, indexes] : by_server) {
+    Server* s = server;  // a lambda cannot capture a structured binding
     std::string request;
     std::unordered_map<std::string_view, size_t> asked;
     for (const size_t i : indexes) {
