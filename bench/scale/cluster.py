@@ -17,7 +17,8 @@ each daemon with RAM at --ram of the decoded set and no disk tier:
 Columns: decodes per distinct image (sum of /stats decoded over daemons /
 images), aggregate samples/s (all deliveries / wall), its ratio to the one
 daemon case, remote-tier bytes (fetched + published) and SOURCE bytes read
-per delivered sample. Then the get latency of a 200 KB and a 12 KB value
+per delivered sample; medians of --reps runs, with several --joaderfs
+builds side by side (sealed values against a build that does not seal). Then the get latency of a 200 KB and a 12 KB value
 from one memcached over loopback (median of --gets, a persistent
 text-protocol socket, Python), and from redis-server the same way where it
 is installed (scripts/bench.sh installs it: the engine choice,
@@ -44,7 +45,14 @@ BUILD = os.environ.get("JOADERFS_BUILD", os.path.join(os.path.dirname(__file__),
                                                       "build"))
 
 
-def run_case(args, source, decoded_set, daemons, servers, group):
+def seals(binary):
+    """Whether this daemon seals the tier's values (remote_key=): builds
+    from before the cluster key do not take the option."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+    return "remote_key" in out
+
+
+def run_case(args, binary, source, decoded_set, daemons, servers, group):
     ram = max(1 << 20, int(decoded_set * args.ram))
     mounts = []
     readers = []
@@ -56,8 +64,10 @@ def run_case(args, source, decoded_set, daemons, servers, group):
                     "log_level": "info"}
             if servers:
                 opts["remote_cache"] = "memcached://" + "+".join(s.address for s in servers)
+                if seals(binary):
+                    opts["remote_key"] = args.key_file
             m = Mount(source, os.path.join(workdir, "d%d" % d), opts, defaults={},
-                      binary=os.path.join(BUILD, "joaderfs"))
+                      binary=binary)
             m.mount_timeout = 120
             mounts.append(m)
             m.start()
@@ -158,7 +168,17 @@ def main():
     p.add_argument("--threads", type=int, default=2, help="decode threads per daemon")
     p.add_argument("--gets", type=int, default=2000)
     p.add_argument("--data", help="dataset folder (generated if missing)")
+    p.add_argument("--reps", type=int, default=1, help="runs of every case; medians shown")
+    p.add_argument("--joaderfs", default="this=" + os.path.join(BUILD, "joaderfs"),
+                   help="NAME=PATH[,NAME=PATH...]: daemons compared in one run, their cases "
+                   "interleaved within each rep (a build without remote_key= runs unsealed)")
     args = p.parse_args()
+    binaries = [tuple(b.split("=", 1)) for b in args.joaderfs.split(",")]
+    keydir = tempfile.mkdtemp(prefix="jfs-cluster-key-")
+    args.key_file = os.path.join(keydir, "cluster.key")
+    fd = os.open(args.key_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, os.urandom(32).hex().encode())
+    os.close(fd)
     data = args.data or os.path.join(tempfile.gettempdir(), "jfs-cluster-%d" % args.images)
     if not os.path.isdir(data):
         subprocess.run([os.path.join(BUILD, "joaderfs-gendata"), data, "--images",
@@ -176,22 +196,36 @@ def main():
                  ("2 x 2, tier, no group", 2, True, False)]
         columns = ["decodes/distinct", "samples/s", "vs one", "tier B/sample",
                    "source B/sample", "remote hits", "lease waits", "decode ms/image"]
-        print("| case | " + " | ".join(columns) + " |")
-        print("|---|" + "---|" * len(columns))
-        one = None
-        for name, daemons, tier, group in cases:
-            for s in servers:
-                s.kill()
-                if tier:
-                    s.start()  # empty for each case
-            row = run_case(args, data, decoded_set, daemons, servers if tier else [], group)
-            one = one or row["samples/s"]
-            row["vs one"] = row["samples/s"] / one
-            cells = []
-            for c in columns:
-                v = row[c]
-                cells.append("%.2f" % v if isinstance(v, float) else str(v))
-            print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
+        runs = {}  # (binary name, case name) -> rows
+        for rep in range(args.reps):
+            for bname, binary in binaries:
+                one = None
+                for name, daemons, tier, group in cases:
+                    for s in servers:
+                        s.kill()
+                        if tier:
+                            s.start()  # empty for each case
+                    row = run_case(args, binary, data, decoded_set, daemons,
+                                   servers if tier else [], group)
+                    one = one or row["samples/s"]
+                    row["vs one"] = row["samples/s"] / one
+                    runs.setdefault((bname, name), []).append(row)
+                    print("rep %d %s %s: %.0f samples/s, %.2f decodes/distinct"
+                          % (rep, bname, name, row["samples/s"], row["decodes/distinct"]),
+                          file=sys.stderr, flush=True)
+        names = [b for b, _ in binaries]
+        print("| case | " + ("joaderfs | " if len(names) > 1 else "") + " | ".join(columns) +
+              " |")
+        print("|---|" + "---|" * (len(columns) + (len(names) > 1)))
+        for name, _, _, _ in cases:
+            for bname in names:
+                rows = runs[(bname, name)]
+                cells = []
+                for c in columns:
+                    v = statistics.median(r[c] for r in rows)
+                    cells.append("%.2f" % v if isinstance(v, float) else "%g" % v)
+                print("| %s | %s%s |" % (name, bname + " | " if len(names) > 1 else "",
+                                         " | ".join(cells)), flush=True)
         if servers[0].proc is None:  # the last case left them running
             servers[0].start()
         for size in (200 * 1000, 12 * 1000):
@@ -205,6 +239,7 @@ def main():
     finally:
         for s in servers:
             s.cleanup()
+        shutil.rmtree(keydir, ignore_errors=True)
 
 
 if __name__ == "__main__":

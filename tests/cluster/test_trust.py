@@ -15,6 +15,7 @@ daemon mounted as users mount it; all reaped on failure.
   daemon lives, its memory stays bounded and the epoch is not stalled;
 - TLS with client certificates against memcached -Z; a daemon without a
   certificate is refused by the server and still serves its jobs;
+- leases planted by an attacker are not waited on;
 - key rotation: values sealed with the old key are read, never written;
 - after a compromise, purge_disk_cache=1 empties a node's disk tier of
   what it kept (forgeries taken under remote_key=insecure);
@@ -250,6 +251,33 @@ class TrustTest(TierTestCase):
         c = self.node(addresses, key_file=new_file)
         self.epoch(c, "j")
         self.assertEqual(c.stats()["remote_hits"], 0)
+
+    def test_forged_leases_are_not_waited_on(self):
+        # Lease names follow from value names, which anyone can list: an
+        # attacker deletes every value and plants leases of its own, with
+        # long expiries. Believed, each would hold its load 0.5 s (48 s of
+        # waits over 2 threads here); not authentic, none is waited on.
+        servers = self.servers()
+        addresses = [s.address for s in servers]
+        a = self.node(addresses)
+        self.epoch(a, "j")
+        wait_published(a, N)
+        self.clean_unmount(a)
+        for rel, _ in self.order:
+            name = remote_key(self.source, rel, BASE, self.key)
+            for s in servers:
+                s.delete(name)
+                s.set("jfs2l:" + name[len("jfs2:"):], os.urandom(24), ttl=60)
+        b = self.node(addresses)
+        t0 = time.monotonic()
+        self.assertEqual(digests(self.epoch(b, "j")), self.truth())
+        elapsed = time.monotonic() - t0
+        st = b.stats()
+        log("forged leases: %.1f s, lease waits %d, rejected %d, decoded %d", elapsed,
+            st["remote_lease_waits"], st["remote_rejected"], st["decoded"])
+        self.assertEqual(st["remote_lease_waits"], 0, "a forged lease was waited on")
+        self.assertEqual(st["remote_rejected"], N)
+        self.assertLess(elapsed, 10)
 
     def test_purge_after_a_compromise(self):
         # A cluster that ran with remote_key=insecure: a daemon over a
