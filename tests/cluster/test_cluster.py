@@ -222,10 +222,12 @@ class ClusterTest(TierTestCase):
         self.run_with_failure(lambda s: s.kill(), lambda s: None)
 
     def test_memcached_stopped_mid_epoch(self):
-        # A node that accepts nothing and answers nothing: each call waits a
-        # poll timeout (100 ms), then the node is ejected for a second.
+        # A node that accepts nothing and answers nothing: each call waits
+        # out its deadline (100 ms), then the node is ejected for a second
+        # (libmemcached's per-packet timeouts took a cold epoch from 1.7 s
+        # to 29.6 s).
         elapsed = self.run_with_failure(lambda s: s.pause(), lambda s: s.resume())
-        self.assertLess(elapsed, 60, "a stopped memcached stalled the reads")
+        self.assertLess(elapsed, 10, "a stopped memcached stalled the reads")
 
     def test_memcached_link_down_mid_epoch(self):
         # The node's link goes down: its packets are lost, each call waits
@@ -233,7 +235,7 @@ class ClusterTest(TierTestCase):
         if not self.netns:
             self.skipTest("needs network namespaces (root, iproute2)")
         elapsed = self.run_with_failure(lambda s: s.link_down(), lambda s: s.link_up())
-        self.assertLess(elapsed, 60, "a node whose link went down stalled the reads")
+        self.assertLess(elapsed, 10, "a node whose link went down stalled the reads")
 
     def test_lease_wait_gets_the_holders_value(self):
         # A live holder: the first 8 picks of a group= order are leased and

@@ -23,8 +23,10 @@ daemon mounted as users mount it; all reaped on failure.
 """
 
 import os
+import pickle
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -54,6 +56,24 @@ def tampered_copy(source, order, dest):
         st = os.stat(real)
         os.utime(fake, ns=(st.st_atime_ns, st.st_mtime_ns))
     return dest
+
+
+def as_another_user(writes):
+    """memcached sets of (host, port, key, value), sent by uid 65534."""
+    with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as f:
+        pickle.dump(writes, f)
+    os.chmod(f.name, 0o644)
+    script = (
+        "import pickle, socket, sys\n"
+        "for host, port, key, value in pickle.load(open(sys.argv[1], 'rb')):\n"
+        "    with socket.create_connection((host, port), 2) as s:\n"
+        "        s.sendall(b'set %s 0 0 %d\\r\\n%s\\r\\n' % (key.encode(), len(value), value))\n"
+        "        assert s.recv(64) == b'STORED\\r\\n'\n")
+    try:
+        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-c", script, f.name], check=True, timeout=60)
+    finally:
+        os.unlink(f.name)
 
 
 class TrustTest(TierTestCase):
@@ -113,9 +133,10 @@ class TrustTest(TierTestCase):
         wait_published(attacker, N)
         self.clean_unmount(attacker)
         self.assertNotEqual(digests(forged), self.truth(), "the copy was not tampered")
-        # The attacker moves every forged value under the victim's name (on
-        # every server: it cannot tell the name's home), and writes raw
-        # bytes under a few more.
+        # Another user of the machine (uid 65534) moves every forged value
+        # under the victim's name (on every server: it cannot tell the
+        # name's home), and writes raw bytes under a few more.
+        writes = []
         for k, (rel, _) in enumerate(self.order):
             name = remote_key(self.source, rel, BASE, self.key)
             value = None
@@ -123,7 +144,8 @@ class TrustTest(TierTestCase):
                 value = value or s.get(remote_key(fake_src, rel, BASE, fake_key))
             self.assertIsNotNone(value, "the attacker's value of %s is missing" % rel)
             for s in servers:
-                s.set(name, value if k % 8 else b"\xff" * len(value))
+                writes.append((s.host, s.port, name, value if k % 8 else b"\xff" * len(value)))
+        as_another_user(writes)
         cache_dir = os.path.join(self._data, "victim-cache")
         victim = self.node(addresses, cache_dir=cache_dir, disk_cache="64M")
         got = digests(self.epoch(victim, "train"))
