@@ -521,7 +521,10 @@ void JobManager::CloseReader(ReaderId id) {
     spdlog::debug("job {} stream {}: reader {} closed ({} open)", lane->job->name, lane->index, id,
                   lane->readers.size());
     std::erase(lane->waiting, r);
-    if (lane->readers.empty()) lane->idle_since = std::chrono::steady_clock::now();
+    if (lane->readers.empty()) {
+      lane->idle_since = std::chrono::steady_clock::now();
+      lanes_.LastReaderClosed(lane, actions);
+    }
     if (!r->pending.empty()) {
       spdlog::warn("job {}: a reader closed with {} records unread; they are lost for epoch {}",
                    lane->job->name, r->pending.records(), r->epoch);

@@ -457,6 +457,78 @@ TEST_F(JobManagerTest, UnreadDeliveriesPerUserAreLimited) {
   EXPECT_EQ(jobs_->UnreadBytes(0), 0u);
 }
 
+// At the allowance, room freed by one stream's reads goes to the owner's
+// streams that wait with nothing in flight, in turn, before any stream
+// plans further ahead: a job that started first cannot keep the room by
+// reading on while a later job's reader waits.
+TEST_F(JobManagerTest, StreamsWaitingAtTheAllowanceTakeTurns) {
+  constexpr uint64_t kPick = kSize * kSize * 3;
+  JobManagerOptions options = Options();
+  options.limits.max_unread = 4 * kPick;
+  Build(options);
+  MakeJob("first");
+  MakeJob("late");
+  const JobManager::ReaderId first = Open("first");
+  ASSERT_EQ(ReadRecords(first, 1).size(), 1u);  // it plans up to the allowance
+  WaitForLoads();
+  const JobManager::ReaderId late = Open("late");
+  auto waiting = ReadAsync(late, kRecord, NextToken());
+  ASSERT_EQ(waiting.wait_for(300ms), std::future_status::timeout) << "the allowance is full";
+  // Each record `first` reads frees room; the first of it is `late`'s.
+  ASSERT_EQ(ReadRecords(first, 2).size(), 2u);
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready)
+      << "the waiting stream got no turn while another read on";
+  EXPECT_EQ(waiting.get().bytes.size(), kRecord);
+  // Both read their epochs to the end, taking turns.
+  auto rest = std::async(std::launch::async, [&] { return ReadToEof(first, kRecord); });
+  bool eof = false;
+  EXPECT_EQ(ParseRecords(ReadToEof(late, kRecord, &eof)).size(), 23u);
+  EXPECT_TRUE(eof);
+  EXPECT_EQ(ParseRecords(rest.get()).size(), 21u);
+  EXPECT_LE(jobs_->UnreadBytes(kOwner), options.limits.max_unread + kPick);
+}
+
+// A stream whose reader went away holds its planned picks until its idle
+// release, which gives back their charge with their pins: the owner's
+// other jobs read on, and the stream, read again, fetches its picks within
+// the allowance.
+TEST_F(JobManagerTest, IdleReleaseGivesBackTheUnreadCharge) {
+  constexpr uint64_t kPick = kSize * kSize * 3;
+  JobManagerOptions options = Options();
+  options.limits.max_unread = 4 * kPick;
+  options.idle_timeout = std::chrono::seconds(0);
+  Build(options);
+  MakeJob("gone", "subset=classes:2");
+  const JobManager::ReaderId reader = Open("gone");
+  const auto head = ReadRecords(reader, 1);
+  ASSERT_EQ(head.size(), 1u);
+  jobs_->CloseReader(reader);
+  WaitForLoads();
+  EXPECT_GE(jobs_->UnreadBytes(kOwner), 3 * kPick) << "its planned picks, until released";
+  jobs_->ReleaseIdleJobs();
+  WaitForLoads();
+  EXPECT_EQ(cache_->Stats().pinned_bytes, 0u);
+  EXPECT_EQ(jobs_->UnreadBytes(kOwner), 0u) << "a released stream holds nothing";
+
+  MakeJob("next");
+  const JobManager::ReaderId other = Open("next");
+  auto r = ReadSync(other, kRecord);
+  ASSERT_TRUE(r.has_value()) << "the owner's new job got nothing";
+  EXPECT_EQ(r->bytes.size(), kRecord);
+  // Read again, the released stream fetches its planned picks as the room
+  // that the other job's reads free lets them in.
+  const JobManager::ReaderId back = Open("gone");
+  auto rest = std::async(std::launch::async, [&] { return ReadToEof(other, kRecord); });
+  bool eof = false;
+  const auto tail = ParseRecords(ReadToEof(back, kRecord, &eof));
+  EXPECT_TRUE(eof);
+  std::vector<SampleId> all = IdsOf(head);
+  for (SampleId id : IdsOf(tail)) all.push_back(id);
+  EXPECT_EQ(Sorted(all), Iota(16, 23));
+  EXPECT_EQ(ParseRecords(rest.get()).size(), 23u);
+  EXPECT_LE(jobs_->UnreadBytes(kOwner), options.limits.max_unread + kPick);
+}
+
 // An allowance smaller than one delivery still lets a reader through the
 // epoch, one pick at a time, and leaves nothing charged.
 TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {

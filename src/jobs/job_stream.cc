@@ -18,13 +18,14 @@ void JobStream::StartEpoch(uint64_t epoch_size) {
   running_ = true;
   slots_.clear();
   ready_.clear();
-  window_start_ = planned_ = done_ = done_in_window_ = 0;
+  window_start_ = planned_ = done_ = done_in_window_ = unrequested_ = 0;
   delivered_ = skipped_ = 0;
 }
 
 uint64_t JobStream::Plan(SampleId id) {
   assert(running_ && planned_ < epoch_size_);
   slots_.push_back({id, State::kPlanned, nullptr});
+  ++unrequested_;
   return planned_++;
 }
 
@@ -32,6 +33,7 @@ void JobStream::MarkRequested(uint64_t position) {
   Slot& slot = At(position);
   assert(slot.state == State::kPlanned);
   slot.state = State::kRequested;
+  --unrequested_;
 }
 
 bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample, Tier tier) {
@@ -115,6 +117,7 @@ std::vector<SampleId> JobStream::ReleasePins() {
   for (Slot& slot : slots_) {
     if (slot.state == State::kRequested || slot.state == State::kReady) {
       ids.push_back(slot.id);
+      ++unrequested_;
       slot.state = State::kPlanned;
       slot.sample.reset();
     }

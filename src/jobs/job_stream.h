@@ -80,6 +80,9 @@ class JobStream {
   uint64_t epoch_size() const { return epoch_size_; }
   uint64_t planned() const { return planned_; }
   uint64_t done() const { return done_; }
+  // Positions planned and not requested (the pins given back, or not yet
+  // asked for); planned() - done() - unrequested() are in flight.
+  uint64_t unrequested() const { return unrequested_; }
   uint64_t delivered() const { return delivered_; }  // this epoch
   uint64_t skipped() const { return skipped_; }      // this epoch
   uint64_t delivered_total() const { return delivered_total_; }
@@ -112,6 +115,7 @@ class JobStream {
   uint64_t window_start_ = 0;
   uint64_t planned_ = 0;
   uint64_t done_ = 0;
+  uint64_t unrequested_ = 0;
   uint64_t done_in_window_ = 0;
   std::deque<uint64_t> ready_;  // ready positions of the window, in completion order
   uint64_t delivered_ = 0;

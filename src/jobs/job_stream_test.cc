@@ -95,7 +95,9 @@ TEST(JobStream, ReleasedPinsComeBackAsUnrequested) {
   EXPECT_FALSE(stream.PeekReady());
   EXPECT_FALSE(stream.OnLoaded(0, 0, Sample())) << "its pin was given back";
   EXPECT_EQ(stream.Unrequested(), (std::vector<uint64_t>{0, 2, 3}));
+  EXPECT_EQ(stream.unrequested(), 3u) << "nothing in flight";
   for (uint64_t p : stream.Unrequested()) stream.MarkRequested(p);
+  EXPECT_EQ(stream.unrequested(), 0u);
   for (uint64_t p : {0, 2, 3}) ASSERT_TRUE(stream.OnLoaded(0, p, Sample()));
   EXPECT_EQ(Drain(stream), (std::vector<SampleId>{100, 102, 103}));
   EXPECT_FALSE(stream.running());

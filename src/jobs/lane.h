@@ -98,6 +98,9 @@ struct Lane {
   std::deque<Reader*> waiting;  // readers with a pending Read, oldest first
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   bool released = false;  // idle: planned samples given back
+  // Read again after a release, some of its planned picks wait for room in
+  // its owner's allowance before they are fetched (Lanes::FetchPlanned).
+  bool unfetched = false;
 
   // Set by `resume` or a restart: the epoch the next read begins, and the
   // ids of it already consumed (or handed out before the restart).

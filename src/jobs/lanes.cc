@@ -60,8 +60,9 @@ void Lanes::Make(Job* job) {
 
 uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
   LeaveGroup(lane);
+  ForgetWaiter(lane, actions);
+  SetUnfetched(lane, false);
   ReleasePins(lane, actions);
-  UnchargeStream(lane, actions);
   drift_hold_.Forget(lane);
   for (Reader* r : lane->readers) {
     if (r->waiting) EndStall(r);
@@ -76,21 +77,54 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
 }
 
 void Lanes::Wake(Lane* lane, Actions* actions) {
-  if (!lane->running()) StartEpoch(lane, actions);
-  if (lane->released) {
+  if (!lane->running()) {
+    StartEpoch(lane, actions);
+  } else if (lane->released) {
     lane->released = false;
     lane->group->SetPaused(lane->handle, false);
-    const std::vector<uint64_t> positions = lane->stream->Unrequested();
     spdlog::info("job {} is read again: fetching its {} planned samples", lane->job->name,
-                 positions.size());
-    for (uint64_t p : positions) RequestPosition(lane, p, actions);
+                 lane->stream->unrequested());
+    FetchPlanned(lane, actions);
+  } else if (lane->unfetched) {
+    FetchPlanned(lane, actions);
+  } else if (PicksCharged(*lane) && InFlight(*lane) == 0) {
+    // Nothing will land for its reader: it sat out while it had no reader,
+    // or waits for room; asking now queues it for the room reads free.
+    Plan(lane->group, actions);
   }
 }
 
 void Lanes::Release(Lane* lane, Actions* actions) {
-  ReleasePins(lane, actions);
   lane->released = true;
   lane->group->SetPaused(lane->handle, true);
+  SetUnfetched(lane, false);  // all of them are, until read again
+  ForgetWaiter(lane, actions);
+  ReleasePins(lane, actions);
+}
+
+void Lanes::LastReaderClosed(Lane* lane, Actions* actions) { ForgetWaiter(lane, actions); }
+
+void Lanes::FetchPlanned(Lane* lane, Actions* actions) {
+  if (lane->readers.empty() && PicksCharged(*lane)) return;  // fetched when read
+  const std::vector<uint64_t> positions = lane->stream->Unrequested();
+  size_t fetched = 0;
+  for (uint64_t p : positions) {
+    if (PicksCharged(*lane) && !unread_.LetIn(lane->job->uid, lane->pick_bytes, AskerOf(*lane))) {
+      break;
+    }
+    RequestPosition(lane, p, actions);
+    ++fetched;
+  }
+  SetUnfetched(lane, fetched < positions.size());
+}
+
+void Lanes::SetUnfetched(Lane* lane, bool unfetched) {
+  lane->unfetched = unfetched;
+  if (unfetched) {
+    unfetched_.insert(lane);
+  } else {
+    unfetched_.erase(lane);
+  }
 }
 
 uint64_t Lanes::SampleBytes() const { return cache_->AverageSampleBytes(); }
@@ -198,8 +232,9 @@ void Lanes::LeaveGroup(Lane* lane) {
 
 void Lanes::Reset(Lane* lane, Actions* actions) {
   LeaveGroup(lane);
+  ForgetWaiter(lane, actions);
+  SetUnfetched(lane, false);
   ReleasePins(lane, actions);
-  UnchargeStream(lane, actions);
   drift_hold_.End(lane, std::chrono::steady_clock::now());
   lane->stream.reset();
   lane->released = false;
@@ -214,15 +249,23 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
   // images they came from.
   const BudgetView budget{cache_->CommittedBytes() + rendered_bytes_->load(), cache_->budget(),
                           SampleBytes()};
+  // Streams read again after a release fetch what they planned first.
+  for (Lane* lane : std::vector<Lane*>(unfetched_.begin(), unfetched_.end())) {
+    if (lane->group == group) FetchPlanned(lane, actions);
+  }
   // A stream whose owner holds its allowance of unread deliveries sits
-  // out; each one let in gets one pick a round, charged as it is let in so
-  // that the next round sees it.
+  // out, and so does one of a limited owner with no reader (its planned
+  // picks wait for a reader or its idle release), or with picks still to
+  // fetch; each one let in gets one pick a round, charged as it is let in
+  // so that the next round sees it.
   std::map<Lane*, uint64_t> let_in;
   auto may_plan = [&](JobHandle handle) REQUIRES(mu) {
     Lane* lane = planning_.at({group, handle});
     if (!PicksCharged(*lane)) return true;
-    if (!unread_.LetIn(lane->job->uid, lane->pick_bytes, group)) return false;
-    ++let_in[lane];
+    if (lane->readers.empty() || lane->unfetched) return false;
+    uint64_t& pending = let_in[lane];
+    if (!unread_.LetIn(lane->job->uid, lane->pick_bytes, AskerOf(*lane, pending))) return false;
+    ++pending;
     return true;
   };
   std::vector<Pick> picks;
@@ -241,7 +284,12 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
 
 void Lanes::ReleasePins(Lane* lane, Actions* actions) {
   if (!lane->stream) return;
+  const uint64_t charged = InFlight(*lane);
   ReleaseIds(lane->stream->ReleasePins(), actions);
+  // Their renders are dropped: a pick is charged again when fetched again.
+  if (charged > 0 && PicksCharged(*lane)) {
+    AddUnread(lane->job->uid, -static_cast<int64_t>(charged * lane->pick_bytes), actions);
+  }
 }
 
 void Lanes::AfterDone(Lane* lane, Actions* actions) {
@@ -252,6 +300,7 @@ void Lanes::AfterDone(Lane* lane, Actions* actions) {
   }
   ReleaseIds(std::move(ids), actions);
   if (!lane->running()) {
+    ForgetWaiter(lane, actions);  // nothing to wait for until its next epoch
     // Waiting readers get EOF from the caller's ServeWaiters().
     const std::string rank =
         lane->job->ranked() ? " rank " + std::to_string(lane->index) : std::string();
@@ -266,10 +315,9 @@ void Lanes::NoteQueued(const Reader& r, int64_t delta, Actions* actions) {
   if (delta != 0 && unread_.Limited(r.owner)) AddUnread(r.owner, delta, actions);
 }
 
-void Lanes::UnchargeStream(Lane* lane, Actions* actions) {
-  if (!lane->stream || !PicksCharged(*lane)) return;
-  const uint64_t open = lane->stream->planned() - lane->stream->done();
-  AddUnread(lane->job->uid, -static_cast<int64_t>(open * lane->pick_bytes), actions);
+void Lanes::ForgetWaiter(Lane* lane, Actions* actions) {
+  if (!unread_.Limited(lane->job->uid)) return;
+  for (PlanGroup* group : unread_.Forget(lane->job->uid, lane)) Plan(group, actions);
 }
 
 void Lanes::AddUnread(uint32_t uid, int64_t delta, Actions* actions) {

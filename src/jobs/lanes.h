@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -86,10 +87,16 @@ class Lanes {
   // Takes the lane out of its planning group (a `group=` lane's own goes).
   void LeaveGroup(Lane* lane) REQUIRES(mu);
   // Readies the lane for a read of `reader`: starts its epoch if none runs,
-  // fetches again what an idle release gave back.
+  // fetches again what an idle release gave back, and plans a lane that
+  // has nothing in flight (it sat out while it had no reader, or waits for
+  // room in its owner's allowance).
   void Wake(Lane* lane, Actions* actions) REQUIRES(mu);
-  // Gives back the planned samples of a lane without readers (idle).
+  // Gives back the planned samples of a lane without readers (idle), and
+  // their charge against its owner's allowance.
   void Release(Lane* lane, Actions* actions) REQUIRES(mu);
+  // The lane's last reader closed: it plans nothing more against its
+  // owner's allowance until read again, and leaves the allowance's queue.
+  void LastReaderClosed(Lane* lane, Actions* actions) REQUIRES(mu);
 
   // --- Serving readers, their figures, status (lanes_serve.cc).
 
@@ -147,7 +154,14 @@ class Lanes {
   // Tops up the planned queues of the group's lanes; the group decides who
   // plans when (sampling/plan_group.h).
   void Plan(PlanGroup* group, Actions* actions) REQUIRES(mu);
+  // Gives back the lane's pins and their charge against its owner's
+  // allowance: its picks in flight become planned and unrequested.
   void ReleasePins(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Requests the lane's planned, unrequested picks (after a release) as
+  // far as its owner's allowance lets them in; the rest wait for room,
+  // fetched by the group's next Plan() before it plans anything new.
+  void FetchPlanned(Lane* lane, Actions* actions) REQUIRES(mu);
+  void SetUnfetched(Lane* lane, bool unfetched) REQUIRES(mu);
   // Releases what the lane finished, reports it to the planner and tops up
   // the plans.
   void AfterDone(Lane* lane, Actions* actions) REQUIRES(mu);
@@ -158,12 +172,23 @@ class Lanes {
   void AddUnread(uint32_t uid, int64_t delta, Actions* actions) REQUIRES(mu);
   // Whether the lane's picks are charged to its owner's unread bytes: they
   // hold renders of their own, and the allowance applies to the owner.
+  // Each is charged from its request (or from its planning, which requests
+  // it) until it is done or its pin is given back.
   bool PicksCharged(const Lane& lane) const REQUIRES(mu) {
     return lane.pick_bytes > 0 && unread_.Limited(lane.job->uid);
   }
-  // Gives back the charge of the lane's picks not yet done (its stream is
-  // dropped).
-  void UnchargeStream(Lane* lane, Actions* actions) REQUIRES(mu);
+  // Picks requested and not done: the lane's charged ones.
+  static uint64_t InFlight(const Lane& lane) {
+    if (!lane.stream) return 0;
+    return lane.stream->planned() - lane.stream->done() - lane.stream->unrequested();
+  }
+  // The lane as it asks its owner's allowance for a pick, `pending` more
+  // picks let in already for it in this Plan().
+  UnreadAllowance::Asker AskerOf(const Lane& lane, uint64_t pending = 0) const REQUIRES(mu) {
+    return {&lane, lane.group, !lane.readers.empty() && InFlight(lane) + pending == 0};
+  }
+  // The lane waits for no room: it leaves its owner's queue.
+  void ForgetWaiter(Lane* lane, Actions* actions) REQUIRES(mu);
 
   // lanes_serve.cc
   // At the end of the epoch of a reader of fixed-size records that has
@@ -206,6 +231,7 @@ class Lanes {
   PlanningLanes planning_ GUARDED_BY(mu);
   uint64_t next_serial_ GUARDED_BY(mu) = 1;
   UnreadAllowance unread_ GUARDED_BY(mu);
+  std::set<Lane*> unfetched_ GUARDED_BY(mu);  // lanes with `unfetched` set
   DriftHold drift_hold_ GUARDED_BY(mu);
   // The mount's figures: deliveries, waits of answered reads (all lanes,
   // removed ones too), recent rate.

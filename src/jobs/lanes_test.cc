@@ -75,12 +75,14 @@ TEST(ActionsLock, ActionsRunInOrderAfterTheLockIsDropped) {
 TEST(UnreadAllowance, HoldsBackAtTheLimitAndPlansAgainBelowIt) {
   UnreadAllowance allowance(UnreadLimit{1000, false});
   PlanGroup a(PlanGroupOptions{}), b(PlanGroupOptions{});
-  EXPECT_TRUE(allowance.LetIn(kOwner, 600, &a));
-  EXPECT_TRUE(allowance.LetIn(kOwner, 600, &a)) << "let in while below the allowance";
+  int one = 0, two = 0;  // streams
+  const UnreadAllowance::Asker in_a{&one, &a, false}, in_b{&two, &b, false};
+  EXPECT_TRUE(allowance.LetIn(kOwner, 600, in_a));
+  EXPECT_TRUE(allowance.LetIn(kOwner, 600, in_a)) << "let in while below the allowance";
   EXPECT_EQ(allowance.Bytes(kOwner), 1200u);
-  EXPECT_FALSE(allowance.LetIn(kOwner, 600, &a));
-  EXPECT_FALSE(allowance.LetIn(kOwner, 600, &b));
-  EXPECT_FALSE(allowance.LetIn(kOwner, 600, &a));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 600, in_a));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 600, in_b));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 600, in_a));
   EXPECT_EQ(allowance.Bytes(kOwner), 1200u) << "a refusal charges nothing";
   EXPECT_TRUE(allowance.Add(kOwner, -100).empty()) << "still at 1100: nobody plans again";
   EXPECT_EQ(allowance.Add(kOwner, -200), (std::set<PlanGroup*>{&a, &b}));
@@ -89,6 +91,48 @@ TEST(UnreadAllowance, HoldsBackAtTheLimitAndPlansAgainBelowIt) {
   EXPECT_EQ(allowance.Bytes(kOwner + 1), 0u) << "by uid";
   EXPECT_TRUE(allowance.Add(kOwner, -800).empty());
   EXPECT_EQ(allowance.Bytes(kOwner), 0u);
+}
+
+// The room reads free goes to the starved streams (a reader, nothing in
+// flight) in the order they were turned away, before any stream plans
+// further ahead; a stream that stops waiting gives its turn to the next.
+TEST(UnreadAllowance, StarvedStreamsTakeTurns) {
+  UnreadAllowance allowance(UnreadLimit{1000, false});
+  PlanGroup g(PlanGroupOptions{});
+  int ahead = 0, first = 0, second = 0;  // streams
+  const UnreadAllowance::Asker planning_ahead{&ahead, &g, false}, first_starved{&first, &g, true},
+      second_starved{&second, &g, true};
+  EXPECT_TRUE(allowance.LetIn(kOwner, 1000, planning_ahead));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, first_starved));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, second_starved));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, first_starved)) << "asking again keeps its place";
+  EXPECT_EQ(allowance.Starved(kOwner), 2u);
+  EXPECT_EQ(allowance.Add(kOwner, -200), std::set<PlanGroup*>{&g});
+  EXPECT_FALSE(allowance.LetIn(kOwner, 100, planning_ahead)) << "room is set aside for the starved";
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, second_starved)) << "its turn comes after first's";
+  EXPECT_TRUE(allowance.LetIn(kOwner, 300, first_starved));
+  EXPECT_EQ(allowance.Bytes(kOwner), 1100u);
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, second_starved));
+  EXPECT_EQ(allowance.Add(kOwner, -400), std::set<PlanGroup*>{&g});
+  EXPECT_TRUE(allowance.LetIn(kOwner, 300, second_starved)) << "its turn";
+  EXPECT_EQ(allowance.Starved(kOwner), 0u);
+  EXPECT_EQ(allowance.Bytes(kOwner), 1000u);
+
+  // A starved stream that stops waiting (its reader closed) leaves the
+  // queue and gives its turn to the next.
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, first_starved));
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, second_starved));
+  EXPECT_EQ(allowance.Add(kOwner, -100), std::set<PlanGroup*>{&g});
+  EXPECT_FALSE(allowance.LetIn(kOwner, 300, second_starved));
+  EXPECT_EQ(allowance.Forget(kOwner, &first), std::set<PlanGroup*>{&g});
+  EXPECT_TRUE(allowance.LetIn(kOwner, 300, second_starved));
+  EXPECT_EQ(allowance.Starved(kOwner), 0u);
+
+  // A charge given back twice stops at zero instead of wrapping round to
+  // a figure that would hold the owner for good.
+  EXPECT_TRUE(allowance.Add(kOwner, -5000).empty());
+  EXPECT_EQ(allowance.Bytes(kOwner), 0u);
+  EXPECT_TRUE(allowance.LetIn(kOwner, 300, planning_ahead));
 }
 
 TEST(UnreadAllowance, RootIsExemptUnlessLimited) {

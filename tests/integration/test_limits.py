@@ -10,6 +10,9 @@ mount with allow_other and ram_cache=64M:
   one byte: open fails with EMFILE past max_readers_per_user, reads wait
   past max_unread_per_user; RSS stays within the bound.
 
+And the allowance's liveness: a sweep of 32 jobs of one uid at several
+paces, beside runs stopped early, keeps every stream reading.
+
 Each limit logs one rate-limited line naming the uid. Before the limits,
 the first attack took RSS from 133 to 845 MiB and the second to 4.9 GiB.
 
@@ -236,6 +239,119 @@ os.close(fd)
 """, m.mnt)
         self.assertEqual(first_line(out2, 60), {"read": 1})
         finish(out2)
+
+    def test_a_sweep_of_one_uid_keeps_every_stream_reading(self):
+        """uid 65534's sweep: 4 runs stopped after one record (their
+        readers closed, their picks planned), then 32 jobs of centre crops
+        of distinct sizes (48 to 296), each read by a thread of its own at
+        one of 4 paces (none, 5, 20 and 100 ms a record), epoch after
+        epoch, for 24 s, with max_unread_per_user=4M (a few dozen of these
+        deliveries), job_idle_timeout=2. Every stream reads all along:
+        none goes 10 s without a record, and a job made 12 s in gets its
+        first record within 10 s. Seen failing: the stopped runs' charge
+        outlived their idle release, so 2 of them and all 32 streams read
+        nothing in 24 s, nor did the new job; without the stopped runs, the
+        streams that asked first took all the room reads freed, and 16 of
+        32 read nothing in 40 s."""
+        allowance = 4 * MIB
+        m = self.shared_mount({"max_unread_per_user": "%dM" % (allowance >> 20),
+                               "job_idle_timeout": "2"})
+        p = as_nobody(r"""
+import json, os, sys, threading, time
+jobs, seconds = os.path.join(sys.argv[1], "jobs"), float(sys.argv[2])
+PACES = [0.0, 0.005, 0.02, 0.1]
+
+def write(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+def job(name, size):
+    os.mkdir(os.path.join(jobs, name))
+    write(os.path.join(jobs, name, "spec"), "size=%d" % size)
+    return os.path.join(jobs, name, "next")
+
+def record(size):
+    return 64 + (size * size * 3 + 63) // 64 * 64
+
+def quit_early(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.read(fd, record(296))
+    os.close(fd)
+
+# Runs stopped after a record: their streams hold their planned picks. A
+# blocked read is a stream that got nothing; the script goes on in time.
+quits = [threading.Thread(target=quit_early, args=(job("quit%d" % i, 296),), daemon=True)
+         for i in range(4)]
+for t in quits:
+    t.start()
+    t.join(10)
+quit_stuck = sum(t.is_alive() for t in quits)
+sizes = [48 + 8 * i for i in range(32)]
+paths = [job("s%02d" % i, size) for i, size in enumerate(sizes)]
+start = time.monotonic()
+got = [0] * len(sizes)
+gaps = [0.0] * len(sizes)  # the longest wait for a record, from the start
+last = [start] * len(sizes)
+errors = []
+stop = threading.Event()
+
+def read(i):
+    try:
+        while not stop.is_set():
+            fd = os.open(paths[i], os.O_RDONLY)
+            try:
+                while not stop.is_set():
+                    b = os.read(fd, record(sizes[i]))
+                    if not b:
+                        break  # the epoch's end: the next reader begins the next
+                    now = time.monotonic()
+                    got[i] += len(b)
+                    gaps[i] = max(gaps[i], now - last[i])
+                    last[i] = now
+                    time.sleep(PACES[i % len(PACES)])
+            finally:
+                os.close(fd)
+    except OSError as e:
+        errors.append("s%02d: %s" % (i, e))
+
+for i in range(len(sizes)):
+    threading.Thread(target=read, args=(i,), daemon=True).start()
+time.sleep(seconds / 2)
+fresh, box = job("fresh", 96), []
+def first_record():
+    t = time.monotonic()
+    fd = os.open(fresh, os.O_RDONLY)
+    box.append((len(os.read(fd, record(96))), time.monotonic() - t))
+    os.close(fd)
+threading.Thread(target=first_record, daemon=True).start()
+time.sleep(seconds / 2)
+end = time.monotonic()
+gaps = [max(g, end - l) for g, l in zip(gaps, last)]
+print(json.dumps({"got": got, "gaps": [round(g, 1) for g in gaps], "quit_stuck": quit_stuck,
+                  "fresh": box[0] if box else None, "errors": errors}), flush=True)
+os._exit(0)
+""", m.mnt, 24)
+        out = first_line(p, 120)
+        finish(p)
+        gaps, got = out["gaps"], out["got"]
+        stuck = [i for i, g in enumerate(gaps) if g >= 10]
+        sys.stderr.write(
+            "\n[limits] uid 65534's sweep of 32 jobs at 4 paces, max_unread_per_user=4M, "
+            "24 s: %d streams waited 10 s or more (%d read nothing); longest wait %.1f s, "
+            "median records %d; a job made 12 s in: %s; runs blocked at their first record: "
+            "%d of 4\n"
+            % (len(stuck), got.count(0), max(gaps),
+               sorted(g // (64 + (48 + 8 * i) ** 2 * 3) for i, g in enumerate(got))[16],
+               out["fresh"], out["quit_stuck"]))
+        self.assertEqual(out["errors"], [])
+        self.assertEqual(out["quit_stuck"], 0, "runs that got no first record")
+        self.assertEqual(stuck, [], "streams that waited 10 s or more: %s" % gaps)
+        self.assertIsNotNone(out["fresh"], "the new job of the uid got nothing in 12 s")
+        self.assertGreater(out["fresh"][0], 0)
+        self.assertLess(out["fresh"][1], 10)
 
 
 if __name__ == "__main__":
