@@ -124,6 +124,10 @@ struct Filesystem::OpenFile {
   // The reader's position: the bytes it has read. Its one valid offset
   // (docs/design.md 2.4 "File semantics"); shared with replies in flight.
   std::shared_ptr<std::atomic<uint64_t>> position = std::make_shared<std::atomic<uint64_t>>(0);
+  // A read of the stream is in flight: the position it was checked at is
+  // being consumed, so another read at that offset fails (ESPIPE) instead
+  // of taking records too. Shared with the reply, which clears it.
+  std::shared_ptr<std::atomic<bool>> reading = std::make_shared<std::atomic<bool>>(false);
   const std::string& data() const { return control ? control->content() : content; }
 };
 
@@ -154,6 +158,13 @@ struct Ops {
   static void Link(fuse_req_t r, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(r, EPERM); }
   static void Create(fuse_req_t r, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
     fuse_reply_err(r, EPERM);
+  }
+  static void Init(void*, fuse_conn_info* conn) {
+    // Asynchronous direct I/O splits one io_submit(O_DIRECT) read into
+    // parallel requests at offsets ahead of the stream's position, which
+    // can only fail after the first has taken records: sent one by one,
+    // in order, each is read at the position like a read(2).
+    conn->want &= ~FUSE_CAP_ASYNC_DIO;
   }
   static void Open(fuse_req_t r, fuse_ino_t i, fuse_file_info* f) { Fs(r)->Open(r, i, f); }
   static void Read(fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info* f) {
@@ -192,6 +203,7 @@ Filesystem::~Filesystem() = default;
 const fuse_lowlevel_ops* Filesystem::Operations() {
   static const fuse_lowlevel_ops ops = [] {
     fuse_lowlevel_ops o{};
+    o.init = Ops::Init;
     o.lookup = Ops::Lookup;
     o.getattr = Ops::Getattr;
     o.setattr = Ops::Setattr;
@@ -533,9 +545,32 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_f
     fuse_reply_buf(req, data.data() + from, std::min(size, data.size() - from));
     return;
   }
+  // Reads through the page cache (sendfile, splice, a MAP_PRIVATE map) come
+  // at page offsets, are kept for every reader of the inode and cannot be
+  // told apart from the file's bytes, so they fail, taking nothing: a read
+  // of the reader's own (read, pread, readv, io_submit) names its file
+  // table as lock owner, the page cache's none. shutil.copyfile then
+  // falls back to read().
+  if (fi->lock_owner == 0) {
+    Warnings().Warn("page cache read " + std::to_string(fuse_req_ctx(req)->uid),
+                    "jobs/{}: a read through the page cache (sendfile, splice or mmap) by uid {} "
+                    "refused with EIO; streams are read with read()",
+                    Printable(file->job), fuse_req_ctx(req)->uid);
+    fuse_reply_err(req, EIO);
+    return;
+  }
   // A stream is read in order: a read or pread anywhere but at the
-  // reader's position would re-read or skip, so it fails and takes nothing.
-  if (static_cast<uint64_t>(off) != *file->position) {
+  // reader's position would re-read or skip, so it fails and takes nothing;
+  // so does one at the position while another read there is in flight
+  // (the check and the claim are one step).
+  bool idle = false;
+  if (static_cast<uint64_t>(off) != *file->position ||
+      !file->reading->compare_exchange_strong(idle, true)) {
+    fuse_reply_err(req, ESPIPE);
+    return;
+  }
+  if (static_cast<uint64_t>(off) != *file->position) {  // moved before the claim
+    *file->reading = false;
     fuse_reply_err(req, ESPIPE);
     return;
   }
@@ -544,8 +579,10 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_f
   const uint64_t token = next_read_token_++;
   fuse_req_interrupt_func(req, Ops::Interrupted, PackInterrupt(file->reader, token));
   jobs_->Read(file->reader, size, token,
-              [req, position = file->position](const Status& s, std::span<const iovec> data) {
+              [req, position = file->position, reading = file->reading](
+                  const Status& s, std::span<const iovec> data) {
                 if (!s.ok()) {
+                  *reading = false;
                   fuse_reply_err(req, ToErrno(s));
                   return;
                 }
@@ -554,6 +591,7 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_f
                 uint64_t n = 0;
                 for (const iovec& v : data) n += v.iov_len;
                 *position += n;
+                *reading = false;
                 fuse_reply_iov(req, data.data(), static_cast<int>(data.size()));
               });
 }
