@@ -524,7 +524,10 @@ Status Filesystem::Render(OpenFile* file) const {
     case Node::kStats: file->content = RenderStats(jobs_->Stats()); break;
     case Node::kMetrics: file->content = RenderMetrics(jobs_->Stats(), mountpoint_); break;
     case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
-    case Node::kManifest: file->content = RenderManifest(*catalog_); break;
+    case Node::kManifest:
+      std::call_once(manifest_once_,
+                     [this] { manifest_ = std::make_unique<ManifestView>(catalog_); });
+      break;
     case Node::kError: return jobs_->GetError(file->job, &file->content);
     case Node::kStatus: {
       JobStatus status;
@@ -539,6 +542,12 @@ Status Filesystem::Render(OpenFile* file) const {
 
 void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
+  if (file->node == Node::kManifest) {
+    std::string part;
+    manifest_->Read(static_cast<uint64_t>(off), size, &part);
+    fuse_reply_buf(req, part.data(), part.size());
+    return;
+  }
   if (!file->reader) {
     const std::string& data = file->data();
     const size_t from = std::min(static_cast<size_t>(off), data.size());

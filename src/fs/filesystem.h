@@ -8,7 +8,8 @@
 // kJobInodeStride numbers (room for every rank's stream) that is never
 // reused, so a stale inode of a
 // removed job can only ever fail with ENOENT. Small files are rendered when
-// opened and served from the handle; `next` is a stream whose reads the
+// opened and served from the handle (the manifest, from the catalog as it is
+// read: ManifestView); `next` is a stream whose reads the
 // JobManager answers asynchronously (a blocked read holds no thread).
 //
 // One Filesystem per process (interrupt callbacks find it through a global).
@@ -28,6 +29,7 @@
 
 #include "catalog/catalog.h"
 #include "common/ranked_mutex.h"
+#include "fs/render.h"
 #include "jobs/job_manager.h"
 
 namespace joaderfs {
@@ -102,6 +104,9 @@ class Filesystem {
   const gid_t gid_;
   const timespec mount_time_;
   std::atomic<uint64_t> next_read_token_{1};
+  // /dataset/manifest, made at its first open and read by every handle.
+  mutable std::once_flag manifest_once_;
+  mutable std::unique_ptr<ManifestView> manifest_;
 
   mutable Mutex mu_;
   std::map<std::string, fuse_ino_t> job_inodes_ GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 #include "fs/render.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/wrap.h"
@@ -412,18 +414,46 @@ std::string RenderMetrics(const MountStats& s, const std::string& mount) {
   return out;
 }
 
-std::string RenderManifest(const Catalog& catalog) {
-  std::string out;
-  out.reserve(catalog.size() * 40);
-  for (SampleId id = 0; id < catalog.size(); ++id) {
-    out += std::to_string(id);
-    out += '\t';
-    out += std::to_string(catalog.label(id));
-    out += '\t';
-    out += catalog.relpath(id);
-    out += '\n';
+ManifestView::ManifestView(const Catalog* catalog) : catalog_(catalog) {
+  const SampleId n = catalog->size();
+  block_start_.reserve(n / kBlock + 2);
+  uint64_t at = 0;
+  std::string line;
+  for (SampleId id = 0; id < n; ++id) {
+    if (id % kBlock == 0) block_start_.push_back(at);
+    line.clear();
+    AppendLine(id, &line);
+    at += line.size();
   }
-  return out;
+  block_start_.push_back(at);
+}
+
+void ManifestView::AppendLine(SampleId id, std::string* out) const {
+  *out += std::to_string(id);
+  *out += '\t';
+  *out += std::to_string(catalog_->label(id));
+  *out += '\t';
+  *out += catalog_->relpath(id);
+  *out += '\n';
+}
+
+void ManifestView::Read(uint64_t offset, size_t length, std::string* out) const {
+  if (offset >= size()) return;
+  const uint64_t end = std::min<uint64_t>(size(), offset + length);
+  // The block holding `offset`: the last one starting at or before it.
+  size_t block =
+      static_cast<size_t>(std::upper_bound(block_start_.begin(), block_start_.end() - 1, offset) -
+                          block_start_.begin() - 1);
+  std::string text;
+  for (; block + 1 < block_start_.size() && block_start_[block] < end; ++block) {
+    text.clear();
+    const SampleId first = static_cast<SampleId>(block) * kBlock;
+    const SampleId last = std::min<SampleId>(first + kBlock, catalog_->size());
+    for (SampleId id = first; id < last; ++id) AppendLine(id, &text);
+    const uint64_t from = std::max(offset, block_start_[block]) - block_start_[block];
+    const uint64_t to = std::min(end, block_start_[block + 1]) - block_start_[block];
+    out->append(text, from, to - from);
+  }
 }
 
 namespace {
