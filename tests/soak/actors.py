@@ -17,6 +17,11 @@ Roles:
   victims starts readers in child processes and kills them mid-record
           (SIGKILL), stops them (SIGSTOP) for a while before killing them,
           or lets them read slowly.
+  sweep   a sweep of SWEEP jobs of centre crops of distinct sizes, each read
+          epoch after epoch by a thread of its own at one of several paces,
+          a record a read; appends one JSON line per stream at the end: its
+          records and its longest wait for one (up to a remount that cuts
+          it; the wait for the mount to come back does not count).
 
 Every role waits while the mount is away (the test remounts it with
 SIGTERM and kill -9) and goes on when it is back; an epoch cut by a
@@ -249,4 +254,60 @@ def victims_role():
     report(kills=kills, stops=stops)
 
 
-{"epochs": epochs_role, "churn": churn_role, "victims": victims_role}[role]()
+SWEEP = 12
+PACES = [0.0, 0.005, 0.02, 0.1]
+
+
+def sweep_role():
+    # Sizes 26-48: no delivery above the victims' (the RSS bound's D).
+    sizes = [26 + 2 * i for i in range(SWEEP)]
+    records = [0] * SWEEP
+    longest = [0.0] * SWEEP
+    since = [None] * SWEEP  # the start of the wait for a record under way
+
+    def stream(i):
+        size = sizes[i]
+        record = 64 + (size * size * 3 + 63) // 64 * 64
+        while wait_for_mount():
+            fd = None
+            try:
+                job = make_job("w%d-%d" % (uid, i), "size=%d" % size)
+                fd = os.open(os.path.join(job, "next"), os.O_RDONLY)
+                since[i] = time.monotonic()
+                while time.monotonic() < deadline:
+                    if not os.read(fd, record):
+                        break  # the next epoch through a new reader
+                    now = time.monotonic()
+                    records[i] += 1
+                    longest[i] = max(longest[i], now - since[i])
+                    time.sleep(PACES[i % len(PACES)])
+                    since[i] = time.monotonic()
+            except OSError as e:
+                if e.errno not in GONE and e.errno != errno.EDQUOT:
+                    raise
+                if since[i] is not None:  # the wait a remount cut counts
+                    longest[i] = max(longest[i], time.monotonic() - since[i])
+                time.sleep(0.2)
+            finally:
+                since[i] = None
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+
+    threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(SWEEP)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 10)
+    now = time.monotonic()
+    for i in range(SWEEP):
+        waiting = now - since[i] if since[i] is not None and threads[i].is_alive() else 0.0
+        report(stream=i, size=sizes[i], pace=PACES[i % len(PACES)], records=records[i],
+               longest_wait=round(max(longest[i], waiting), 2))
+    os._exit(0)  # a stream still blocked in a read must not hold the exit
+
+
+{"epochs": epochs_role, "churn": churn_role, "victims": victims_role,
+ "sweep": sweep_role}[role]()

@@ -5,13 +5,16 @@ allow_other and a disk tier) act at once, each in processes of its own
 (tests/soak/actors.py): every uid reads epochs through two readers and
 checks each is exactly once (no id twice, delivered + skipped = the
 subset); 65534 also churns jobs with good and bad specs, and 65534 and 4242
-start readers that are killed mid-record, stopped then killed, or slow.
+start readers that are killed mid-record, stopped then killed, or slow;
+4242 also runs a sweep of 12 jobs of distinct sizes read at 4 paces, its
+allowance of unread deliveries full.
 Meanwhile root rewrites SOURCE files (truncated, then restored: skipped,
 then healed). Every round the daemon is stopped, by SIGTERM or by kill -9
 (then a lazy unmount), and mounted again over the same cache_dir; the users
 carry on. Checked at the end: no epoch broke exactly-once, every uid
-completed epochs, the daemon's RSS never passed the documented bound
-(README "Limits"), and no daemon is left.
+completed epochs, every stream of the sweep kept reading (none waited
+SWEEP_WAIT for a record), the daemon's RSS never passed the documented
+bound (README "Limits"), and no daemon is left.
 
 JOADERFS_SOAK_SECONDS sets the length (60 in CI; scripts/test.sh --soak
 MINUTES for a long run). Run: JOADERFS_BIN=build/joaderfs python3 -m
@@ -31,7 +34,11 @@ from harness import DatasetMixin, JoaderTestCase, is_mounted, proc_memory
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
 RAM_CACHE = 32 * MIB
-UNREAD = 64 * MIB  # max_unread_per_user
+# max_unread_per_user: small enough that uid 4242 (its sweep's 12 streams
+# of records up to 7 KiB, its victims and its epochs) reaches it, so that
+# its streams must share it. Seen failing when the first streams to ask
+# took the room: 4242 completed 9 epochs, a stream of its sweep waited 20 s.
+UNREAD = 256 * 1024
 THREADS = 2
 SIZE = 32
 D = 48 * 48 * 3  # the largest delivery: the victims' size=48
@@ -40,6 +47,9 @@ FIXED = 48 * MIB  # libraries, RocksDB, the catalog, heap slack
 BOUND = FIXED + RAM_CACHE * 5 // 4 + THREADS * D + USERS * (UNREAD + D + 1024 * 1024)
 SECONDS = float(os.environ.get("JOADERFS_SOAK_SECONDS", "60"))
 ROUNDS = max(2, int(SECONDS // 20))  # remounts: each round ~20 s or more
+# The longest a stream of the sweep may wait for a record: the drift
+# bound's hold (10 s at most) and a loaded machine, well under a round.
+SWEEP_WAIT = 15.0
 
 
 def as_uid(uid, args, env):
@@ -59,7 +69,7 @@ class SoakTest(DatasetMixin, JoaderTestCase):
         os.mkdir(cache_dir)
         options = {"allow_other": None, "ram_cache": "%dM" % (RAM_CACHE >> 20),
                    "threads": str(THREADS), "size": str(SIZE),
-                   "cache_dir": cache_dir, "max_unread_per_user": "%dM" % (UNREAD >> 20),
+                   "cache_dir": cache_dir, "max_unread_per_user": "%dK" % (UNREAD >> 10),
                    "retry_failed": "1"}
         m = self.mount(self.source, options)
         os.chmod(m.workdir, 0o755)
@@ -72,7 +82,7 @@ class SoakTest(DatasetMixin, JoaderTestCase):
         actors = []
         for i, (role, uid) in enumerate([("epochs", 0), ("epochs", 65534), ("epochs", 4242),
                                          ("churn", 65534), ("victims", 65534),
-                                         ("victims", 4242)]):
+                                         ("victims", 4242), ("sweep", 4242)]):
             actors.append(as_uid(uid, [sys.executable, "-c", script, role, str(i),
                                        str(SECONDS), out],
                                  dict(os.environ, JOADERFS_SOAK_MOUNT=m.mnt)))
@@ -129,18 +139,23 @@ class SoakTest(DatasetMixin, JoaderTestCase):
         per_uid = {uid: sum(1 for r in epochs if r["uid"] == uid) for uid in (0, 65534, 4242)}
         interrupted = sum(1 for r in reports if "interrupted" in r)
         skipped = sum(r["skipped"] for r in epochs)
-        others = [r for r in reports if r["role"] != "epochs"]
+        others = [r for r in reports if r["role"] not in ("epochs", "sweep")]
+        sweep = [r for r in reports if r["role"] == "sweep"]
+        waited = [r for r in sweep if r["records"] == 0 or r["longest_wait"] >= SWEEP_WAIT]
         alive = [p for p in pids if os.path.exists("/proc/%d" % p)]
         sys.stderr.write(
             "\n[soak] %.0f s, %d daemon lives (stopped by %d SIGTERM, %d kill -9): %d epochs "
             "checked %s, %d skips (rewritten files), %d cut by a remount, %d broken; %s; "
-            "peak RSS %d MiB (bound %d MiB)\n"
+            "sweep of %d streams: %s records, longest wait %.1f s; peak RSS %d MiB (bound %d MiB)\n"
             % (SECONDS, len(pids), stops.count("SIGTERM"), stops.count("kill -9"), len(epochs),
-               per_uid, skipped, interrupted, len(broken_epochs), others, peak >> 20,
-               BOUND >> 20))
+               per_uid, skipped, interrupted, len(broken_epochs), others, len(sweep),
+               [r["records"] for r in sweep], max([r["longest_wait"] for r in sweep] or [0]),
+               peak >> 20, BOUND >> 20))
         self.assertEqual(len(broken_epochs), 0, broken_epochs[:3])
         for uid, n in per_uid.items():
             self.assertGreater(n, 0, "uid %d completed no epoch" % uid)
+        self.assertEqual(len(sweep), 12, "the sweep did not report")
+        self.assertEqual(waited, [], "streams of the sweep that stopped reading")
         self.assertLess(peak, BOUND)
         self.assertEqual(alive, [], "daemons left behind")
 
