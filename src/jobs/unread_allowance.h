@@ -8,7 +8,8 @@
 // reader open, nothing in flight), in the order they were turned away, and
 // only then to streams that would plan further ahead: a stream that asks
 // first cannot keep the room while another one of the same owner waits
-// with nothing to read (docs/design.md 2.2 "The allowance's rule").
+// with nothing to read (docs/design.md 2.2, the rule that keeps a uid's
+// streams alive).
 //
 // Not thread-safe: Lanes owns one, guarded by the manager's lock
 // (jobs/lanes.h), and does the planning it asks for.
