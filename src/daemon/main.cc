@@ -12,15 +12,10 @@
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
-#include <paths.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +38,7 @@
 #include "common/memory_trim.h"
 #include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
+#include "daemon/log_sink.h"
 #include "daemon/options.h"
 #include "daemon/scrub_environ.h"
 #include "fs/filesystem.h"
@@ -59,88 +55,6 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "joaderfs: %s\n", message.c_str());
   return 1;
-}
-
-// Whether syslog(3) would deliver: glibc writes to the /dev/log socket and
-// drops messages silently when there is none (a container, a machine
-// without a syslog daemon). On false, `why` says what failed.
-bool SyslogReachable(std::string* why) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, _PATH_LOG, sizeof(address.sun_path) - 1);
-  for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
-    const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      *why = std::string("socket: ") + std::strerror(errno);
-      continue;
-    }
-    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-    const int error = errno;
-    close(fd);
-    if (ok) return true;
-    *why = std::string(_PATH_LOG) + ": " + std::strerror(error);
-  }
-  return false;
-}
-
-// The mountpoint as a file name: '/' between components becomes '-', and
-// each byte but [A-Za-z0-9_.] becomes %XX, so that no two mountpoints
-// share a name ("/mnt/a-b" is "mnt-a%2Db", "/mnt/a/b" is "mnt-a-b").
-std::string MountFileName(const std::string& mountpoint) {
-  std::string out;
-  size_t i = 0;
-  while (i < mountpoint.size() && mountpoint[i] == '/') ++i;
-  for (; i < mountpoint.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(mountpoint[i]);
-    if (c == '/') {
-      out += '-';
-    } else if (std::isalnum(c) || c == '_' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out.empty() ? "root" : out;
-}
-
-// Opens the log sink; a sink that cannot be opened is a start-up error.
-// Daemonized, the default sink is syslog; where syslog cannot be reached
-// the log goes to <cache_dir>/joaderfs.log (one daemon holds a cache_dir),
-// or with cache_dir=none to the default cache folder's
-// joaderfs-<mountpoint>.log (MountFileName: several daemons may use that
-// folder, each gets a log of its own), and `note` says so: the caller
-// tells the user once the mount is up, so that a start-up error stays one
-// line.
-Status MakeLogger(const DaemonOptions& o, std::shared_ptr<spdlog::logger>* out, std::string* note) {
-  std::string file = o.log == "syslog" ? "" : o.log;
-  std::string unreachable;
-  const bool syslog = o.log == "syslog" || (o.log.empty() && !o.foreground);
-  if (syslog && !SyslogReachable(&unreachable)) {
-    const std::string folder = o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir;
-    std::error_code ec;
-    std::filesystem::create_directories(folder, ec);
-    file = folder + (o.cache_dir.empty() ? "/joaderfs-" + MountFileName(o.mountpoint) + ".log"
-                                         : "/joaderfs.log");
-    *note = "syslog is not available (" + unreachable + "); logging to " + file;
-  }
-  try {
-    std::shared_ptr<spdlog::logger> logger;
-    if (syslog && unreachable.empty()) {
-      logger = spdlog::syslog_logger_mt("joaderfs", "joaderfs", LOG_PID, LOG_DAEMON);
-    } else if (!file.empty()) {
-      logger = spdlog::basic_logger_mt("joaderfs", file);
-    } else {
-      logger = spdlog::stderr_logger_mt("joaderfs");
-    }
-    logger->set_level(spdlog::level::from_str(o.log_level));
-    logger->flush_on(spdlog::level::info);
-    *out = std::move(logger);
-    return Status::Ok();
-  } catch (const spdlog::spdlog_ex& e) {
-    return Status::InvalidArgument("cannot open log " + file + ": " + e.what());
-  }
 }
 
 // Forks the daemon. Returns in the child, with the write end of a pipe on
@@ -205,14 +119,14 @@ uint64_t MeanImageBytes(const Catalog& catalog) {
 
 // What fuse_session_loop_mt() returned says how the mount ended: 0 when the
 // kernel reported the unmount (ENODEV), the number of the signal that asked
-// it to stop, or a failed read of /dev/fuse as -errno. ECONNABORTED is an
-// unmount too: a request the kernel dequeued for us just as the last file of
-// a lazily unmounted mount closed is failed with it instead of ENODEV
-// (libfuse 3.14 does not know this), as is an abort through
-// /sys/fs/fuse/connections, which an administrator uses to stop a mount.
+// it to stop (SIGTERM, SIGINT; SIGHUP reopens the log instead), or a failed read of /dev/fuse as
+// -errno. ECONNABORTED is an unmount too: a request the kernel dequeued for us just as the last
+// file of a lazily unmounted mount closed is failed with it instead of ENODEV (libfuse 3.14 does
+// not know this), as is an abort through /sys/fs/fuse/connections, which an administrator uses to
+// stop a mount.
 bool SessionEndedCleanly(int loop_result) {
   return loop_result == 0 || loop_result == SIGTERM || loop_result == SIGINT ||
-         loop_result == SIGHUP || loop_result == -ECONNABORTED;
+         loop_result == -ECONNABORTED;
 }
 
 // Calls JobManager::ReleaseIdleJobs() every second until stopped, and
@@ -285,11 +199,10 @@ int Run(int argc, char** argv) {
     return 0;
   }
   const int mounted_fd = o.foreground ? -1 : ForkDaemon();
-  std::shared_ptr<spdlog::logger> logger;
+  std::unique_ptr<LogSink> log;
   std::string log_note;
-  s = MakeLogger(o, &logger, &log_note);
+  s = LogSink::Open(o, &log, &log_note);
   if (!s.ok()) return Fail(s.message());
-  spdlog::set_default_logger(logger);
   std::string error;
   if (!InitDecoder(argv[0], &error)) return Fail("cannot start libvips: " + error);
   SetMaxPixels(o.max_pixels);
@@ -434,6 +347,7 @@ int Run(int argc, char** argv) {
     fuse_session_destroy(se);
     return Fail("cannot install signal handlers");
   }
+  log->ReopenOnSighup();  // in place of libfuse's: SIGHUP no longer unmounts
   if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
@@ -482,7 +396,7 @@ int Run(int argc, char** argv) {
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   if (disk) disk->Flush();
-  spdlog::shutdown();
+  log.reset();  // stops the SIGHUP reopener, flushes the log
   return SessionEndedCleanly(ret) ? 0 : 1;
 }
 

@@ -16,6 +16,7 @@ in for /var/cache.
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -137,6 +138,36 @@ def log_sink_scenario(workdir: str, source: str) -> Dict:
     finally:
         for path in reversed(hidden):
             doors.lazy_unmount(path)
+
+
+class LogRotationTest(harness.TierTestCase):
+    """logrotate's way: the log file renamed, then SIGHUP. The daemon goes
+    on serving (SIGHUP no longer unmounts) and writes a new file."""
+
+    def test_sighup_reopens_the_log_and_keeps_the_mount(self):
+        workdir = tempfile.mkdtemp(prefix="joaderfs-rotate-")
+        self.addCleanup(shutil.rmtree, workdir, True)
+        source = harness.make_imagefolder(os.path.join(workdir, "src"), LAYOUT)
+        m = self.mount(source)
+        rotated = m.log_path + ".1"
+        os.rename(m.log_path, rotated)
+        m.proc.send_signal(signal.SIGHUP)
+        self.assertTrue(harness.wait_for(lambda: os.path.exists(m.log_path), 10),
+                        "no new log after SIGHUP")
+        self.assertTrue(harness.is_mounted(m.mnt), "SIGHUP unmounted the dataset")
+        recs = harness.read_epoch(m.mkjob("after-hup"), 1, timeout=60)[0]
+        self.assertEqual(len(recs), sum(len(v) for v in LAYOUT.values()))
+        m.proc.send_signal(signal.SIGHUP)  # twice: nothing to rotate, same file
+        self.clean_unmount(m)
+        with open(m.log_path) as f:
+            new = f.read()
+        with open(rotated) as f:
+            old = f.read()
+        self.assertIn("reopened", new)
+        self.assertIn("job after-hup created", new)
+        self.assertIn("unmounting", new)
+        self.assertIn("started", old)
+        self.assertNotIn("after-hup", old)
 
 
 class LogSinkTest(unittest.TestCase):
