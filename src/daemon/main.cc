@@ -39,6 +39,7 @@
 #include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/log_sink.h"
+#include "daemon/mountpoint.h"
 #include "daemon/options.h"
 #include "daemon/scrub_environ.h"
 #include "fs/filesystem.h"
@@ -197,6 +198,14 @@ int Run(int argc, char** argv) {
   if (o.version) {
     std::printf("joaderfs %s (libfuse %s)\n", JOADERFS_VERSION, fuse_pkgversion());
     return 0;
+  }
+  // Before the fork, so that a refusal is the mount command's one line.
+  bool detached = false;
+  s = PrepareMountpoint(o.mountpoint, &detached);
+  if (!s.ok()) return Fail(s.message());
+  if (detached) {
+    std::fprintf(stderr, "joaderfs: %s was left by a joaderfs that died; detached it\n",
+                 o.mountpoint.c_str());
   }
   const int mounted_fd = o.foreground ? -1 : ForkDaemon();
   std::unique_ptr<LogSink> log;

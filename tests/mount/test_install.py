@@ -24,8 +24,10 @@ Nothing is installed on the machine itself; the namespace, its overlays and
 the mounts made in it end with the test.
 """
 
+import errno
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,6 +140,28 @@ def install_scenario(workdir: str, source: str, dest: str, s3_endpoint: str,
                     os.path.join(workdir, name + ".log")))
             out[name] = mount_cycle(["mount", "-T", fstab, mnt], mnt,
                                     workdir, name)
+        # A crash: the daemon killed with SIGKILL leaves a dead mount
+        # (ENOTCONN); mount -t detaches it and mounts again. Over a live
+        # mount it is refused.
+        name = "recover_after_kill9"
+        mnt = os.path.join(workdir, name)
+        os.mkdir(mnt)
+        argv = ["mount", "-t", "joaderfs", source, mnt, "-o",
+                "%s,log=%s" % (opts, os.path.join(workdir, name + ".log"))]
+        first = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        crash = {"first_rc": first.returncode}
+        again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        crash.update(live_rc=again.returncode, live_stderr=again.stderr)
+        for pid in doors.daemon_pids(INSTALLED_BIN, mnt):
+            os.kill(pid, signal.SIGKILL)
+            harness.DaemonProcess(pid).wait(15)
+        try:
+            os.stat(mnt)
+            crash["stale_errno"] = 0
+        except OSError as e:
+            crash["stale_errno"] = e.errno
+        out[name + "_crash"] = crash
+        out[name] = mount_cycle(argv, mnt, workdir, name)
         # An s3:// SOURCE the documented way: its credentials named in the
         # fstab line, mount(8) run with no environment to speak of.
         name = "fstab_s3"
@@ -269,6 +293,15 @@ class InstallTest(unittest.TestCase):
 
     def test_fstab_fuse_joaderfs(self):
         self.check_cycle("fstab_fuse_joaderfs", fstab=True)
+
+    def test_mount_t_recovers_after_kill_9(self):
+        crash = self.result.get("recover_after_kill9_crash", {})
+        what = self.what("recover_after_kill9") + "\n" + repr(crash)
+        self.assertEqual(crash.get("first_rc"), 0, what)
+        self.assertNotEqual(crash.get("live_rc"), 0, "a second mount over a live one: " + what)
+        self.assertIn("already mounted by a running joaderfs", crash.get("live_stderr", ""), what)
+        self.assertEqual(crash.get("stale_errno"), errno.ENOTCONN, what)
+        self.check_cycle("recover_after_kill9")
 
     def test_fstab_s3_with_credentials_file(self):
         self.check_cycle("fstab_s3", fstab=True)
