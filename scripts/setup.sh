@@ -16,6 +16,7 @@ packages=(
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
   clang-format  # formats the C++ (.clang-format)
+  libsystemd-dev  # sd_notify: Type=notify readiness and the watchdog (src/daemon/main.cc)
   libssl-dev openssl  # the remote tier: sealed values, TLS (src/cache/cluster_key.h); test certificates
   memcached  # the remote tier's servers in its tests and benchmarks
   libmemcached-tools  # memcstat, memccat: looking at the tier by hand

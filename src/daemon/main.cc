@@ -16,6 +16,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <systemd/sd-daemon.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,18 +131,22 @@ bool SessionEndedCleanly(int loop_result) {
          loop_result == -ECONNABORTED;
 }
 
-// Calls JobManager::ReleaseIdleJobs() every second until stopped, and
-// gives freed memory back (common/memory_trim.h).
+// Calls JobManager::ReleaseIdleJobs() every second until stopped, gives
+// freed memory back (common/memory_trim.h), and pets systemd's watchdog.
 class IdleReaper {
  public:
-  explicit IdleReaper(JobManager* jobs)
-      : thread_([this, jobs] {
+  // `watchdog`: systemd's WatchdogSec= is set; each round tells it the
+  // daemon lives (sd_notify WATCHDOG=1), so a round that never ends (a
+  // deadlock) gets the service restarted.
+  IdleReaper(JobManager* jobs, bool watchdog)
+      : thread_([this, jobs, watchdog] {
           MutexLock lock(mu_);
           while (!stop_) {
             wake_.wait_for(lock, std::chrono::seconds(1));
             lock.unlock();
             jobs->ReleaseIdleJobs();
             TrimFreeMemory(kKeepFreeBytes);
+            if (watchdog) sd_notify(0, "WATCHDOG=1");
             lock.lock();
           }
         }) {}
@@ -379,14 +384,21 @@ int Run(int argc, char** argv) {
       o.seed);
 
   pool->Start();
+  // systemd (Type=notify): the mount serves. Without NOTIFY_SOCKET these
+  // do nothing.
+  sd_notifyf(0, "READY=1\nSTATUS=serving %s at %s", catalog->source().c_str(),
+             o.mountpoint.c_str());
+  uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
   int ret;
   {
-    IdleReaper reaper(&jobs);
+    IdleReaper reaper(&jobs, watchdog);
     fuse_loop_config* config = fuse_loop_cfg_create();
     fuse_loop_cfg_set_clone_fd(config, 0);
     ret = fuse_session_loop_mt(se, config);
     fuse_loop_cfg_destroy(config);
   }
+  sd_notify(0, "STOPPING=1");
   if (SessionEndedCleanly(ret)) {
     spdlog::info("unmounting {}", o.mountpoint);
   } else {
