@@ -51,24 +51,47 @@ def make_job(mount: PathLike, job_id: str, spec: Spec | None = None,
     ``spec`` is a mapping such as ``{"subset": "classes:0-9", "epochs": 2}``
     or the spec text.  Raises ``RejectedWrite`` (a ValueError) with the
     daemon's reason if the daemon rejects the spec; the job made here is then
-    removed again (one that already existed, with ``exist_ok``, is kept).
+    removed again (one that already existed is kept).
+
+    A rerun of the same script finds its job: an existing job with the spec
+    given is returned as it is (its epoch goes on; ``resume`` starts one
+    again), and one with another spec raises ``RejectedWrite`` saying to
+    use a new job id or remove the old job.  Without a spec an existing job
+    raises ``FileExistsError`` unless ``exist_ok``.
     """
     path = job_dir(mount, job_id)
-    made = True
     try:
         path.mkdir()
     except FileExistsError:
-        if not exist_ok:
-            raise
-        made = False
+        if spec is None:
+            if not exist_ok:
+                raise
+            return path
+        _rerun(path, job_id, spec)
+        return path
     if spec is not None:
         try:
             write_spec(path, spec)
         except BaseException:
-            if made:
-                path.rmdir()
+            path.rmdir()
             raise
     return path
+
+
+def _rerun(path: Path, job_id: str, spec: Spec) -> None:
+    """An existing job asked for again with ``spec``: nothing when it has
+    that spec, else ``RejectedWrite`` naming the fix (its spec is left as it
+    was)."""
+    before = (path / "spec").read_text()
+    fix = (f"job {job_id} exists with another spec; use a new job id, or "
+           f"remove the old job first (os.rmdir({str(path)!r}))")
+    try:
+        write_spec(path, spec)  # a started job takes only the same spec again
+    except RejectedWrite as e:
+        raise RejectedWrite(f"{e} ({fix})", e.reason) from e.__cause__
+    if (path / "spec").read_text() != before:  # not started: it took a new spec
+        write_spec(path, before)
+        raise RejectedWrite(fix, None)
 
 
 # The errors of a write the daemon judged and refused, its reason left in

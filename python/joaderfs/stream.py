@@ -20,6 +20,10 @@ HEADER_SIZE = 64
 ALIGNMENT = 64  # records are padded to a multiple of this
 CHANNELS = 3
 DTYPE_UINT8 = 1
+# The header's flags (joaderfs-stream(5)).
+FLAG_FLIPPED = 1 << 0
+FLAG_CROP_BOX = 1 << 1  # crop_box holds where the sample was cut
+FLAG_REPEAT = 1 << 2  # the reader's previous record again, for a skipped sample
 
 # The record header of joaderfs-stream(5), the one definition of it in
 # Python: (field, struct code, numpy type), little-endian, in order.  HEADER
@@ -51,6 +55,8 @@ class RecordHeader(NamedTuple):
     width: int
     channels: int
     payload_bytes: int
+    flags: int = 0
+    crop_box: tuple[int, int, int, int] | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -63,12 +69,27 @@ class RecordHeader(NamedTuple):
 
 
 class Record(NamedTuple):
-    """One decoded sample: ``image`` is an (H, W, 3) uint8 RGB array."""
+    """One decoded sample: ``image`` is an (H, W, 3) uint8 RGB array.
+
+    ``flags`` are the header's (bit 0: flipped, bit 1: a crop box,
+    bit 2: a repeat standing in for a skipped sample; joaderfs-stream(5));
+    ``crop_box`` is where the sample was cut from its base image,
+    ``(x, y, width, height)``, or None when the header carries none."""
 
     image: np.ndarray
     label: int
     id: int
     epoch: int
+    flags: int = 0
+    crop_box: tuple[int, int, int, int] | None = None
+
+    @property
+    def flipped(self) -> bool:
+        return bool(self.flags & FLAG_FLIPPED)
+
+    @property
+    def repeat(self) -> bool:
+        return bool(self.flags & FLAG_REPEAT)
 
 
 def parse_header(data: bytes | bytearray | memoryview,
@@ -77,8 +98,8 @@ def parse_header(data: bytes | bytearray | memoryview,
 
     Raises StreamError naming the offset and the bad field.
     """
-    (magic, header_size, sample_id, label, epoch, _flags, height, width,
-     channels, dtype, payload_bytes, _crop_box) = HEADER.unpack(data)
+    (magic, header_size, sample_id, label, epoch, flags, height, width,
+     channels, dtype, payload_bytes, crop_box) = HEADER.unpack(data)
     where = f"record header at byte {offset}"
     if magic != MAGIC:
         raise StreamError(f"{where}: bad magic {bytes(magic)!r}, "
@@ -95,8 +116,11 @@ def parse_header(data: bytes | bytearray | memoryview,
     if payload_bytes != height * width * channels:
         raise StreamError(f"{where}: payload of {payload_bytes} bytes does "
                           f"not match {height}x{width}x{channels}")
+    box = None
+    if flags & FLAG_CROP_BOX:
+        box = tuple((crop_box >> shift) & 0xFFFF for shift in (0, 16, 32, 48))
     return RecordHeader(sample_id, label, epoch, height, width, channels,
-                        payload_bytes)
+                        payload_bytes, flags, box)
 
 
 class RecordStream:
@@ -208,7 +232,8 @@ def read_records(raw: BinaryIO, limit: int | None = None
         image = np.empty(header.shape, dtype=np.uint8)
         stream.read_payload(image)
         count += 1
-        yield Record(image, header.label, header.id, header.epoch)
+        yield Record(image, header.label, header.id, header.epoch, header.flags,
+                     header.crop_box)
     if count == limit:
         stream.read_padding()
 

@@ -142,6 +142,17 @@ class JobDataset(IterableDataset):
         self._yielded = 0
         self._total: int | None = None
 
+    def __len__(self) -> int:
+        """Samples of the epoch a pass reads now (batches, with
+        ``batch_size``), from the job's status: for progress bars and
+        Lightning's ETA. A pass of a ranked job's stream counts its share."""
+        length = epoch_length(self._path)
+        if self._batch_size is None:
+            return length
+        if self._drop_last:
+            return length // self._batch_size
+        return -(-length // self._batch_size)
+
     def __getstate__(self) -> dict[str, Any]:
         # A spawned worker gets the settings, not the buffers.
         return dict(self.__dict__, _pool=None)

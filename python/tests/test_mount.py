@@ -391,6 +391,48 @@ class MountTest(MountedCase):
                               exist_ok=True)
         self.assertIn("epochs=3", (job / "spec").read_text())
 
+    def test_a_rerun_finds_its_job_or_names_the_fix(self) -> None:
+        job = self.make_job("rerun", {"epochs": 2})
+        self.assertEqual(self.make_job("rerun", {"epochs": 2}), job)
+        # Not started: another spec would replace it silently; refused.
+        with self.assertRaisesRegex(joaderfs.RejectedWrite, "new job id"):
+            self.make_job("rerun", {"epochs": 3})
+        self.assertIn("epochs=2", (job / "spec").read_text())
+        next(joaderfs.JobReader(job).records())  # started
+        self.assertEqual(self.make_job("rerun", {"epochs": 2}), job)
+        with self.assertRaises(joaderfs.RejectedWrite) as caught:
+            self.make_job("rerun", {"epochs": 3})
+        self.assertIn("new job id", str(caught.exception))
+        self.assertIn("rmdir", caught.exception.reason)  # the daemon's own reason
+        with self.assertRaises(FileExistsError):
+            self.make_job("rerun")
+
+    def test_len_of_a_job_dataset(self) -> None:
+        job = self.make_job("len")
+        n = len(self.labels)
+        self.assertEqual(len(joaderfs.JobDataset(job)), n)
+        self.assertEqual(len(joaderfs.JobDataset(job, batch_size=7)), -(-n // 7))
+        self.assertEqual(len(joaderfs.JobDataset(job, batch_size=7, drop_last=True)), n // 7)
+        batches = list(joaderfs.JobDataset(job, batch_size=7))
+        self.assertEqual(len(batches), -(-n // 7), "len() differs from the epoch read")
+        subset = self.make_job("len-subset", {"subset": "classes:1-1"})
+        self.assertEqual(len(joaderfs.JobDataset(subset)), PER_CLASS)
+
+    def test_records_carry_flags_and_crop_box(self) -> None:
+        plain = list(joaderfs.JobReader(self.make_job("flags-plain")).records())
+        self.assertTrue(all(r.flags == 0 and r.crop_box is None and not r.flipped
+                            for r in plain))
+        cut = list(joaderfs.JobReader(self.make_job(
+            "flags-cut", {"crop": "random", "flip": 1})).records())
+        self.assertEqual(len(cut), len(self.labels))
+        for r in cut:
+            self.assertTrue(r.flipped, r.flags)
+            self.assertFalse(r.repeat)
+            self.assertIsNotNone(r.crop_box)
+            x, y, w, h = r.crop_box
+            self.assertGreater(w, 0)
+            self.assertGreater(h, 0)
+
     def test_error_file_names_each_rejected_write(self) -> None:
         job = self.make_job("errors")
         self.assertEqual((job / "error").read_text(), "")

@@ -209,7 +209,12 @@ Status JobManager::GetSpec(const std::string& name, std::string* text) const {
 Status JobManager::CheckWritableLocked(const Job* job, uint32_t uid, const Roaring* ids) const {
   if (Status s = CheckJobOwner(job->name, job->uid, uid); !s.ok()) return s;
   if (!job->started) return Status::Ok();
-  if (ids == nullptr) return Status::Busy("job " + job->name + " has started; its spec is fixed");
+  if (ids == nullptr) {
+    return Status::Busy("job " + job->name +
+                        " has started; its spec is fixed (a new spec wants a new job id, or rmdir "
+                        "jobs/" +
+                        job->name + " first)");
+  }
   // A rerun of the same script writes the same ids again: only an id
   // outside the subset tells that they differ before the whole list is in.
   Roaring outside = *ids - job->subset;
@@ -260,7 +265,9 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
     }
     return Status::Busy("job " + name +
                         " has started; its spec is fixed, and this spec differs from it (only the "
-                        "spec its spec file shows may be written again)");
+                        "spec its spec file shows may be written again; another spec wants a new "
+                        "job id, or rmdir jobs/" +
+                        name + " first)");
   }
   s = CheckRanksFit(spec, keeps_ids ? job->subset : subset);
   if (!s.ok()) return s;
