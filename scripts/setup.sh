@@ -16,6 +16,8 @@ packages=(
   gnuplot-nox
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
   clang-format  # formats the C++ (.clang-format)
+  libmicrohttpd-dev  # metrics_listen=: /metrics over HTTP (src/daemon/metrics_endpoint.h)
+  python3-prometheus-client  # the endpoint's test parses it with Prometheus's own parser
   libsystemd-dev  # sd_notify: Type=notify readiness and the watchdog (src/daemon/main.cc)
   libssl-dev openssl  # the remote tier: sealed values, TLS (src/cache/cluster_key.h); test certificates
   memcached  # the remote tier's servers in its tests and benchmarks

@@ -16,8 +16,8 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
-#include <systemd/sd-daemon.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,10 +40,12 @@
 #include "common/ranked_mutex.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/log_sink.h"
+#include "daemon/metrics_endpoint.h"
 #include "daemon/mountpoint.h"
 #include "daemon/options.h"
 #include "daemon/scrub_environ.h"
 #include "fs/filesystem.h"
+#include "fs/render.h"
 #include "jobs/job_manager.h"
 #include "jobs/job_store.h"
 #include "loader/decoder.h"
@@ -390,6 +392,13 @@ int Run(int argc, char** argv) {
              o.mountpoint.c_str());
   uint64_t watchdog_usec = 0;
   const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
+  std::unique_ptr<MetricsEndpoint> metrics;  // stopped before the jobs it renders go
+  if (!o.metrics_listen.empty()) {
+    s = MetricsEndpoint::Start(
+        o.metrics_listen, [&jobs, &o] { return RenderMetrics(jobs.Stats(), o.mountpoint); },
+        &metrics);
+    if (!s.ok()) spdlog::error("{}; no HTTP /metrics until the next mount", s.message());
+  }
   int ret;
   {
     IdleReaper reaper(&jobs, watchdog);
@@ -399,6 +408,7 @@ int Run(int argc, char** argv) {
     fuse_loop_cfg_destroy(config);
   }
   sd_notify(0, "STOPPING=1");
+  metrics.reset();
   if (SessionEndedCleanly(ret)) {
     spdlog::info("unmounting {}", o.mountpoint);
   } else {

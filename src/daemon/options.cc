@@ -25,6 +25,7 @@
 #include "common/parse.h"
 #include "common/rocksdb_support.h"
 #include "common/wrap.h"
+#include "daemon/metrics_endpoint.h"
 
 namespace joaderfs {
 namespace {
@@ -66,6 +67,7 @@ enum Key {
   kDriftBound,
   kLog,
   kLogLevel,
+  kMetricsListen,
   kForeground,
   kDebug,
   kHelp,
@@ -186,6 +188,9 @@ constexpr MountOptionRow kMountOptions[] = {
      {"log", "FILE|syslog", "stderr with -f, else syslog",
       "log sink (without a /dev/log, CACHE_DIR/joaderfs.log)"}},
     {kLogLevel, {"log_level", "LEVEL", "info", "trace, debug, info, warn, error, critical or off"}},
+    {kMetricsListen,
+     {"metrics_listen", "ADDR:PORT", "none",
+      "serve /metrics over HTTP there for Prometheus (GET /metrics only)"}},
 };
 
 // libfuse's view of our options: "name=%s" per row, then the flags.
@@ -403,6 +408,15 @@ bool Apply(ParseState* st, int key, const std::string& arg) {
       if (value.empty()) return bad("a file or syslog");
       o.log = value;
       break;
+    case kMetricsListen: {
+      std::string host;
+      uint16_t port = 0;
+      if (!ParseListen(value, &host, &port).ok()) {
+        return bad("ADDR:PORT, such as 127.0.0.1:9101 or [::1]:9101");
+      }
+      o.metrics_listen = value;
+      break;
+    }
     case kLogLevel:
       if (spdlog::level::from_str(value) == spdlog::level::off && value != "off") {
         return bad("trace, debug, info, warn, error, critical or off");

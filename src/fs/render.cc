@@ -1,6 +1,12 @@
 #include "fs/render.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -338,6 +344,39 @@ void Family(std::string* out, const char* name, const char* type, const std::str
   *out += std::string("# TYPE ") + name + " " + type + "\n";
 }
 
+// The process figures every Prometheus exporter gives, from /proc: resident
+// memory (statm's second field, in pages) and the start time (stat's 22nd
+// field, clock ticks after boot, plus /proc/stat's btime).
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+double StartTimeSeconds() {
+  static const double start = [] {
+    std::ifstream stat("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Fields after the command name, which ends at the last ')'.
+    std::istringstream after(text.substr(text.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && after >> field; ++i) {
+    }
+    const double ticks = std::strtod(field.c_str(), nullptr);
+    std::ifstream proc_stat("/proc/stat");
+    double boot = 0;
+    for (std::string key; proc_stat >> key;) {
+      if (key == "btime") {
+        proc_stat >> boot;
+        break;
+      }
+    }
+    return boot + ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }();
+  return start;
+}
+
 }  // namespace
 
 std::string RenderInfo(const Catalog& catalog, uint32_t default_size) {
@@ -381,6 +420,13 @@ std::string RenderStats(const MountStats& s) {
 std::string RenderMetrics(const MountStats& s, const std::string& mount) {
   std::string out;
   const std::string labels = "mount=\"" + LabelValue(mount) + "\"";
+  Family(&out, "joaderfs_build_info", "gauge", "The daemon's version; always 1.");
+  out += "joaderfs_build_info{" + labels + ",version=\"" JOADERFS_VERSION "\"} 1\n";
+  Family(&out, "process_resident_memory_bytes", "gauge", "Resident memory of the daemon.");
+  out += "process_resident_memory_bytes{" + labels + "} " + std::to_string(ResidentBytes()) + "\n";
+  Family(&out, "process_start_time_seconds", "gauge",
+         "When the daemon started, in seconds since the Unix epoch.");
+  out += "process_start_time_seconds{" + labels + "} " + Json(StartTimeSeconds()).dump() + "\n";
   // Numbers as /stats writes them (shortest round trip): both files agree.
   for (const MountFigure& f : kMountFigures) {
     Family(&out, f.metric, f.type, std::string(f.help) + " (/stats " + f.key + ")");

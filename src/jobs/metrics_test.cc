@@ -105,6 +105,8 @@ TEST(RenderMetrics, HasASeriesForEveryStatsFigure) {
   for (std::string line; std::getline(lines, line);) {
     if (line.starts_with("# HELP ")) {
       const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      // The process's figures, not /stats ones (RenderMetricsProcess).
+      if (name == "joaderfs_build_info" || name.starts_with("process_")) continue;
       const size_t at = line.find("(/stats ");
       ASSERT_NE(at, std::string::npos) << line;
       series[name] = line.substr(at + 8, line.find_first_of(";)", at) - at - 8);
@@ -130,6 +132,23 @@ TEST(RenderMetrics, HasASeriesForEveryStatsFigure) {
   EXPECT_EQ(figures["/jobs/j/total/decodes"], "24");
   EXPECT_EQ(figures["/jobs/j/decodes"], "24");    // the older name of total.decodes
   EXPECT_EQ(figures["/jobs/j/delivered"], "21");  // of this_epoch.delivered
+}
+
+TEST(RenderMetricsProcess, BuildInfoMemoryAndStartTime) {
+  const std::string text = RenderMetrics(MountStats{}, "/m");
+  EXPECT_NE(text.find("joaderfs_build_info{mount=\"/m\",version=\"" JOADERFS_VERSION "\"} 1\n"),
+            std::string::npos)
+      << text;
+  const auto value = [&](const std::string& name) {
+    const size_t at = text.find("\n" + name + "{");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(text.find("} ", at) + 2));
+  };
+  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
+  const double start = value("process_start_time_seconds");
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_GT(start, now - 3600) << "started within the hour";
+  EXPECT_LE(start, now + 1);
 }
 
 }  // namespace

@@ -4,9 +4,12 @@ and tier counts, and /metrics in Prometheus text format (docs/design.md 2.5).
 
 import os
 import re
+import socket
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import numpy as np
 from PIL import Image
@@ -297,6 +300,53 @@ class MetricsTest(DatasetMixin, JoaderTestCase):
                     "# HELP x h\n# TYPE x gauge\nx 1"):
             with self.assertRaises(AssertionError, msg=bad):
                 parse_metrics(bad)
+
+
+class MetricsEndpointTest(DatasetMixin, JoaderTestCase):
+    """metrics_listen=: Prometheus scrapes the daemon itself. What it
+    serves parses with Prometheus's own parser (prometheus_client), matches
+    the /metrics file, and nothing else of the mount is reachable."""
+
+    def test_scrape(self):
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError:
+            self.skipTest("prometheus_client is not installed (scripts/setup.sh)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        m = self.mount(self.source, {"metrics_listen": "127.0.0.1:%d" % port})
+        base = "http://127.0.0.1:%d" % port
+        recs = read_epoch(m.mkjob("scraped"), 1, timeout=60)[0]
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+            body = r.read().decode()
+            self.assertEqual(int(r.headers["Content-Length"]), len(body.encode()))
+        families = {f.name: f for f in text_string_to_metric_families(body)}
+        with open(m.path("metrics")) as f:
+            from_file = {f.name for f in text_string_to_metric_families(f.read())}
+        self.assertEqual(set(families), from_file, "HTTP and the /metrics file differ")
+        self.assertGreater(families["process_resident_memory_bytes"].samples[0].value, 1 << 20)
+        start = families["process_start_time_seconds"].samples[0].value
+        self.assertLess(abs(start - time.time()), 600)
+        info = families["joaderfs_build_info"].samples[0]
+        self.assertTrue(info.labels["version"])
+        # prometheus_client names a counter's family without its _total.
+        delivered = [s.value for s in families["joaderfs_job_delivered"].samples
+                     if s.labels.get("job") == "scraped"]
+        self.assertEqual(delivered, [len(recs)])
+        # Nothing else: no stream can be read, or consumed, over HTTP.
+        m.mkjob("victim")
+        for path in ("/jobs/victim/next", "/stats", "/", "/metrics/../jobs/victim/next"):
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(base + path, timeout=10)
+            self.assertEqual(e.exception.code, 404, path)
+        request = urllib.request.Request(base + "/metrics", data=b"x", method="POST")
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=10)
+        self.assertEqual(e.exception.code, 405)
+        self.assertEqual(m.status("victim")["delivered"], 0, "HTTP took from a stream")
 
 
 if __name__ == "__main__":
