@@ -276,6 +276,7 @@ class InstallTest(unittest.TestCase):
         local = os.path.join(self.dest, PREFIX.lstrip("/"))
         self.assertTrue(os.access(os.path.join(local, "bin", "joaderfs"),
                                   os.X_OK))
+        self.assertTrue(os.access(os.path.join(local, "bin", "joaderfs-top"), os.X_OK))
         unit = os.path.join(local, "lib/systemd/system/joaderfs@.service")
         with open(unit) as f:
             self.assertIn("\nExecStart=%s -f " % INSTALLED_BIN, f.read())
