@@ -260,6 +260,15 @@ int Run(int argc, char** argv) {
   go.seed = o.seed;
   go.dependent_sampling = o.dependent_sampling;
   PlanGroup group(go);
+  // Sizing warnings: logged, on the mount command's stderr and in /stats,
+  // where an admin looks.
+  std::vector<std::string> warnings;
+  if (o.ram_cache_cgroup_limit != 0) {
+    warnings.push_back(fmt::format(
+        "ram_cache: {} MiB, a quarter of this cgroup's memory limit ({} MiB), not of the "
+        "machine's RAM (set ram_cache, or raise the limit)",
+        o.ram_cache >> 20, o.ram_cache_cgroup_limit >> 20));
+  }
   std::unique_ptr<CacheDirLock> cache_dir_lock;  // held until exit
   std::unique_ptr<DiskCache> disk;
   if (!o.cache_dir.empty()) {
@@ -277,10 +286,10 @@ int Run(int argc, char** argv) {
           DefaultDiskCache(catalog->size(), o.base, CacheDirRoom(o.cache_dir));
       o.disk_cache = d.budget;
       if (d.decoded_estimate > d.budget) {
-        spdlog::warn(
+        warnings.push_back(fmt::format(
             "disk tier: {} MiB in {} of ~{} MiB of decoded samples; later epochs decode "
             "the rest (free space there or set disk_cache)",
-            d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20);
+            d.budget >> 20, o.cache_dir, d.decoded_estimate >> 20));
       }
     }
     s = DiskCache::Open(o.cache_dir, catalog.get(), &group, o.base, o.disk_cache, &disk);
@@ -373,6 +382,11 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "joaderfs: %s\n", log_note.c_str());
     spdlog::warn("{}", log_note);
   }
+  for (const std::string& w : warnings) {
+    std::fprintf(stderr, "joaderfs: warning: %s\n", w.c_str());
+    spdlog::warn("{}", w);
+  }
+  filesystem.SetMountWarnings(warnings);
   if (mounted_fd >= 0) ReportMounted(mounted_fd);
 
   std::string argline;

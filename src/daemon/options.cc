@@ -640,8 +640,10 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
   if (Status s = CheckRemoteOptions(o); !s.ok()) return s;
   const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (o.ram_cache == 0) {
-    o.ram_cache = DefaultRamCache(
-        ram, CgroupMemoryLimit(ReadSmallFile("/proc/self/cgroup").value_or(""), ReadSmallFile));
+    const std::optional<uint64_t> limit =
+        CgroupMemoryLimit(ReadSmallFile("/proc/self/cgroup").value_or(""), ReadSmallFile);
+    o.ram_cache = DefaultRamCache(ram, limit);
+    if (limit && *limit < ram) o.ram_cache_cgroup_limit = *limit;
   }
   if (o.ram_cache > ram) {
     return Status::InvalidArgument("ram_cache=" + std::to_string(o.ram_cache >> 20) +

@@ -24,6 +24,9 @@ struct DaemonOptions {
   std::string source;
   std::string mountpoint;
   uint64_t ram_cache = 0;
+  // The cgroup memory limit ram_cache's default was taken from, when it is
+  // below the machine's RAM; 0 otherwise.
+  uint64_t ram_cache_cgroup_limit = 0;
   std::string cache_dir;  // empty when the disk tier is off (cache_dir=none)
   // 0 until sized from the data and cache_dir's free space (DefaultDiskCache),
   // when not given.

@@ -521,7 +521,12 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 Status Filesystem::Render(OpenFile* file) const {
   switch (file->node) {
     case Node::kReadme: file->content = RenderReadme(*catalog_); break;
-    case Node::kStats: file->content = RenderStats(jobs_->Stats()); break;
+    case Node::kStats: {
+      MountStats stats = jobs_->Stats();
+      stats.warnings = warnings_;
+      file->content = RenderStats(stats);
+      break;
+    }
     case Node::kMetrics: file->content = RenderMetrics(jobs_->Stats(), mountpoint_); break;
     case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
     case Node::kManifest:

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "catalog/catalog.h"
 #include "common/ranked_mutex.h"
@@ -40,6 +41,10 @@ class Filesystem {
   Filesystem(const Catalog* catalog, JobManager* jobs, uint32_t default_size,
              std::string mountpoint);
   ~Filesystem();
+
+  // Sizing warnings of the mount, shown in /stats; set before the session
+  // runs.
+  void SetMountWarnings(std::vector<std::string> warnings) { warnings_ = std::move(warnings); }
 
   // The operations to pass to fuse_session_new(), with `this` as userdata.
   static const fuse_lowlevel_ops* Operations();
@@ -103,6 +108,7 @@ class Filesystem {
   const uid_t uid_;
   const gid_t gid_;
   const timespec mount_time_;
+  std::vector<std::string> warnings_;  // immutable once the session runs
   std::atomic<uint64_t> next_read_token_{1};
   // /dataset/manifest, made at its first open and read by every handle.
   mutable std::once_flag manifest_once_;

@@ -414,6 +414,7 @@ std::string RenderStats(const MountStats& s) {
   Json jobs = Json::object();
   for (const auto& [name, status] : s.jobs) jobs[name] = StatusJson(status);
   json["jobs"] = std::move(jobs);
+  json["warnings"] = s.warnings;
   return Dump(json);
 }
 

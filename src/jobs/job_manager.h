@@ -95,6 +95,8 @@ struct JobManagerOptions {
 
 // Everything `/stats` shows, taken at one moment per part.
 struct MountStats {
+  // What the mount warned of about its sizing (set by the FUSE layer).
+  std::vector<std::string> warnings;
   CacheStats cache;
   DiskCacheStats disk;
   RemoteTierStats remote;  // all 0 without remote_cache
