@@ -72,6 +72,23 @@ class JoaderTestCase(unittest.TestCase):
         os.chmod(launcher, 0o755)
         return launcher, cgroup
 
+    def set_env(self, values, remove=()):
+        """Sets the environment the daemons it starts inherit (variables
+        in `values`, and none of `remove`) until the test ends."""
+        names = set(values) | set(remove)
+        saved = {k: os.environ.get(k) for k in names}
+
+        def restore():
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.addCleanup(restore)
+        for k in remove:
+            os.environ.pop(k, None)
+        os.environ.update(values)
+
     def assertErrno(self, err, fn, *args, **kwargs):
         with self.assertRaises(OSError) as cm:
             fn(*args, **kwargs)

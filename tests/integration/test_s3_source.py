@@ -88,23 +88,6 @@ class S3SourceTest(JoaderTestCase):
         self.addCleanup(self.proxy.stop)
         self.set_env(self.s3.env())
 
-    def set_env(self, values, remove=()):
-        """Sets the daemon's environment (it inherits the test's) until the
-        test ends."""
-        names = set(values) | set(remove)
-        saved = {k: os.environ.get(k) for k in names}
-
-        def restore():
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        self.addCleanup(restore)
-        for k in remove:
-            os.environ.pop(k, None)
-        os.environ.update(values)
-
     def mount_s3(self, prefix, options=None, **kwargs):
         opts = {"s3_endpoint": self.proxy.endpoint, "retry_failed": "1"}
         opts.update(options or {})

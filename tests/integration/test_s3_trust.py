@@ -93,23 +93,6 @@ class S3TrustTest(JoaderTestCase):
         self.s3.put_tree("folder", self.folder)
         self.set_env(self.s3.env())
 
-    def set_env(self, values, remove=()):
-        """The daemon's environment (it inherits the test's) until the test
-        ends."""
-        names = set(values) | set(remove)
-        saved = {k: os.environ.get(k) for k in names}
-
-        def restore():
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        self.addCleanup(restore)
-        for k in remove:
-            os.environ.pop(k, None)
-        os.environ.update(values)
-
     def options(self, extra=None):
         opts = {"s3_endpoint": self.s3.endpoint, "retry_failed": "1", "threads": "2"}
         opts.update(extra or {})

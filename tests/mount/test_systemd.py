@@ -26,16 +26,8 @@ class NotifyTest(harness.TierTestCase):
         self.addCleanup(sock.close)
         sock.bind(path)
         sock.settimeout(30)
-        saved = {k: os.environ.get(k) for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-        os.environ.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="2000000")
-        try:
-            m = self.mount(source, foreground=True)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        self.set_env({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"})
+        m = self.mount(source, foreground=True)
         messages = []
 
         def until(word):
