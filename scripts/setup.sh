@@ -23,6 +23,7 @@ packages=(
   memcached  # the remote tier's servers in its tests and benchmarks
   libmemcached-tools  # memcstat, memccat: looking at the tier by hand
   iproute2  # tests/cluster: each memcached in a network namespace (as root)
+  prometheus  # promtool checks deploy/prometheus in tests
 )
 missing=()
 for p in "${packages[@]}"; do
