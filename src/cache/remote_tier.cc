@@ -134,7 +134,9 @@ Status RemoteTier::OpenValue(const ClusterKey& key, const ValueKey& k, std::stri
 Status RemoteTier::GetValue(const std::string& name, const ClusterKey& key, const ValueKey& k,
                             DecodedSample* out) {
   std::string value;
+  const auto started = Clock::now();
   const MemcachedClient::Result r = client_->Get(name, &value);
+  get_latency_.Observe(Clock::now() - started);
   if (r.kind == MemcachedClient::Result::Kind::kError) {
     CountError(r);
     return Status::IOError(r.error);
@@ -349,7 +351,9 @@ void RemoteTier::PublishLoop() {
 void RemoteTier::Set(SampleId id, const DecodedSample& s) {
   const ValueKey key = KeyOf(id);
   const std::string value = options_.key.Seal(key.material, s);
+  const auto started = Clock::now();
   const MemcachedClient::Result r = client_->Set(key.name, value, 0);
+  set_latency_.Observe(Clock::now() - started);
   if (!r.ok()) return CountError(r);
   MutexLock lock(mu_);
   ++stats_.published;
@@ -367,8 +371,14 @@ void RemoteTier::CountError(const MemcachedClient::Result& r) {
 }
 
 RemoteTierStats RemoteTier::Stats() const {
-  MutexLock lock(mu_);
-  return stats_;
+  RemoteTierStats stats;
+  {
+    MutexLock lock(mu_);
+    stats = stats_;
+  }
+  stats.get_latency = get_latency_.Take();
+  stats.set_latency = set_latency_.Take();
+  return stats;
 }
 
 }  // namespace joaderfs

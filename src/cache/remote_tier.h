@@ -55,6 +55,7 @@
 #include "cache/cluster_key.h"
 #include "cache/memcached_client.h"
 #include "catalog/catalog.h"
+#include "common/latency_histogram.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "loader/decoded_sample.h"
@@ -78,14 +79,16 @@ Status ParseRemoteCache(std::string_view uri, std::vector<std::string>* servers)
 struct RemoteTierStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
-  uint64_t rejected = 0;       // values that did not open with the cluster key: misses
-  uint64_t errors = 0;         // server calls that failed or timed out
-  uint64_t lease_waits = 0;    // lookups that found another daemon's lease
-  uint64_t lease_hits = 0;     // ... and got its value in time
-  uint64_t published = 0;      // values set
-  uint64_t publish_drops = 0;  // writes dropped: queue full, or publish_limit reached
-  uint64_t bytes_in = 0;       // value bytes fetched
-  uint64_t bytes_out = 0;      // value bytes published
+  uint64_t rejected = 0;                   // values that did not open with the cluster key: misses
+  uint64_t errors = 0;                     // server calls that failed or timed out
+  uint64_t lease_waits = 0;                // lookups that found another daemon's lease
+  uint64_t lease_hits = 0;                 // ... and got its value in time
+  uint64_t published = 0;                  // values set
+  uint64_t publish_drops = 0;              // writes dropped: queue full, or publish_limit reached
+  uint64_t bytes_in = 0;                   // value bytes fetched
+  uint64_t bytes_out = 0;                  // value bytes published
+  LatencyHistogram::Snapshot get_latency;  // each get of a value (hit or miss) or lease
+  LatencyHistogram::Snapshot set_latency;  // each value set
 };
 
 class RemoteTier {
@@ -171,6 +174,8 @@ class RemoteTier {
   bool writing_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   RemoteTierStats stats_ GUARDED_BY(mu_);
+  LatencyHistogram get_latency_;
+  LatencyHistogram set_latency_;
   // Samples whose lease this daemon holds: their value is set at once.
   std::unordered_set<SampleId> leased_ GUARDED_BY(mu_);
   // Samples another daemon holds the lease of: until when (Fetch sets it,

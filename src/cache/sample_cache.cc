@@ -190,7 +190,11 @@ void SampleCache::Decode(SampleId id, const FileRange& range, SourceReader::Resu
   o.status = std::move(read.status);
   o.as_scanned = read.as_scanned;
   o.stuck = read.stuck;
-  if (o.status.ok()) o.status = DecodeBaseFromBytes(range, *read.bytes, base_, o.loaded.get());
+  if (o.status.ok()) {
+    const auto started = std::chrono::steady_clock::now();
+    o.status = DecodeBaseFromBytes(range, *read.bytes, base_, o.loaded.get());
+    decode_latency_.Observe(std::chrono::steady_clock::now() - started);
+  }
   read.bytes.reset();  // no longer in flight
   Finish(id, std::move(o));
 }
@@ -304,8 +308,13 @@ void SampleCache::EvictLocked() {
 }
 
 CacheStats SampleCache::Stats() const {
-  MutexLock lock(mu_);
-  return stats_;
+  CacheStats stats;
+  {
+    MutexLock lock(mu_);
+    stats = stats_;
+  }
+  stats.decode_latency = decode_latency_.Take();
+  return stats;
 }
 
 }  // namespace joaderfs

@@ -62,6 +62,7 @@
 #include "cache/ref_counts.h"
 #include "cache/remote_tier.h"
 #include "catalog/catalog.h"
+#include "common/latency_histogram.h"
 #include "common/ranked_mutex.h"
 #include "loader/decoded_sample.h"
 #include "loader/loader_pool.h"
@@ -70,12 +71,13 @@
 namespace joaderfs {
 
 struct CacheStats {
-  uint64_t hits = 0;     // Acquire() found the sample ready or loading
-  uint64_t misses = 0;   // Acquire() started a load
-  uint64_t decoded = 0;  // successful decodes
-  uint64_t failed = 0;   // distinct samples now remembered as bad
-  uint64_t retries = 0;  // loads tried again of samples remembered as bad
-  uint64_t healed = 0;   // bad samples that later loaded
+  uint64_t hits = 0;                          // Acquire() found the sample ready or loading
+  uint64_t misses = 0;                        // Acquire() started a load
+  uint64_t decoded = 0;                       // successful decodes
+  uint64_t failed = 0;                        // distinct samples now remembered as bad
+  uint64_t retries = 0;                       // loads tried again of samples remembered as bad
+  LatencyHistogram::Snapshot decode_latency;  // each decode of a base image, failed ones too
+  uint64_t healed = 0;                        // bad samples that later loaded
   uint64_t evictions = 0;
   uint64_t bytes = 0;  // pixels of ready entries
   uint64_t pinned_bytes = 0;
@@ -224,6 +226,7 @@ class SampleCache {
   // nothing: they must not unpin a later load of the same key (a retry).
   std::unordered_map<SampleId, uint32_t> owed_releases_ GUARDED_BY(mu_);
   CacheStats stats_ GUARDED_BY(mu_);
+  LatencyHistogram decode_latency_;             // each decode of a base image from SOURCE's bytes
   uint64_t loading_bytes_ GUARDED_BY(mu_) = 0;  // the entries loading will hold
 };
 

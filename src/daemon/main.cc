@@ -409,8 +409,8 @@ int Run(int argc, char** argv) {
   std::unique_ptr<MetricsEndpoint> metrics;  // stopped before the jobs it renders go
   if (!o.metrics_listen.empty()) {
     s = MetricsEndpoint::Start(
-        o.metrics_listen, [&jobs, &o] { return RenderMetrics(jobs.Stats(), o.mountpoint); },
-        &metrics);
+        o.metrics_listen,
+        [&filesystem, &o] { return RenderMetrics(filesystem.Stats(), o.mountpoint); }, &metrics);
     if (!s.ok()) spdlog::error("{}; no HTTP /metrics until the next mount", s.message());
   }
   int ret;

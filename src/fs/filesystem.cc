@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -518,16 +519,18 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
+MountStats Filesystem::Stats() const {
+  MountStats stats = jobs_->Stats();
+  stats.warnings = warnings_;
+  stats.read_wait = read_wait_->Take();
+  return stats;
+}
+
 Status Filesystem::Render(OpenFile* file) const {
   switch (file->node) {
     case Node::kReadme: file->content = RenderReadme(*catalog_); break;
-    case Node::kStats: {
-      MountStats stats = jobs_->Stats();
-      stats.warnings = warnings_;
-      file->content = RenderStats(stats);
-      break;
-    }
-    case Node::kMetrics: file->content = RenderMetrics(jobs_->Stats(), mountpoint_); break;
+    case Node::kStats: file->content = RenderStats(Stats()); break;
+    case Node::kMetrics: file->content = RenderMetrics(Stats(), mountpoint_); break;
     case Node::kInfo: file->content = RenderInfo(*catalog_, default_size_); break;
     case Node::kManifest:
       std::call_once(manifest_once_,
@@ -592,22 +595,24 @@ void Filesystem::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_f
   // come from another thread at any moment, after which `req` is gone.
   const uint64_t token = next_read_token_++;
   fuse_req_interrupt_func(req, Ops::Interrupted, PackInterrupt(file->reader, token));
-  jobs_->Read(file->reader, size, token,
-              [req, position = file->position, reading = file->reading](
-                  const Status& s, std::span<const iovec> data) {
-                if (!s.ok()) {
-                  *reading = false;
-                  fuse_reply_err(req, ToErrno(s));
-                  return;
-                }
-                // Before the reply: the reader's next read comes at the new
-                // position.
-                uint64_t n = 0;
-                for (const iovec& v : data) n += v.iov_len;
-                *position += n;
-                *reading = false;
-                fuse_reply_iov(req, data.data(), static_cast<int>(data.size()));
-              });
+  jobs_->Read(
+      file->reader, size, token,
+      [req, position = file->position, reading = file->reading, wait = read_wait_,
+       started = std::chrono::steady_clock::now()](const Status& s, std::span<const iovec> data) {
+        wait->Observe(std::chrono::steady_clock::now() - started);
+        if (!s.ok()) {
+          *reading = false;
+          fuse_reply_err(req, ToErrno(s));
+          return;
+        }
+        // Before the reply: the reader's next read comes at the new
+        // position.
+        uint64_t n = 0;
+        for (const iovec& v : data) n += v.iov_len;
+        *position += n;
+        *reading = false;
+        fuse_reply_iov(req, data.data(), static_cast<int>(data.size()));
+      });
 }
 
 void Filesystem::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t,

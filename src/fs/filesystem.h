@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "common/latency_histogram.h"
 #include "common/ranked_mutex.h"
 #include "fs/render.h"
 #include "jobs/job_manager.h"
@@ -45,6 +46,10 @@ class Filesystem {
   // Sizing warnings of the mount, shown in /stats; set before the session
   // runs.
   void SetMountWarnings(std::vector<std::string> warnings) { warnings_ = std::move(warnings); }
+
+  // The job manager's figures with the FUSE layer's: the mount's warnings
+  // and how long stream reads wait. Thread-safe.
+  MountStats Stats() const;
 
   // The operations to pass to fuse_session_new(), with `this` as userdata.
   static const fuse_lowlevel_ops* Operations();
@@ -109,6 +114,8 @@ class Filesystem {
   const gid_t gid_;
   const timespec mount_time_;
   std::vector<std::string> warnings_;  // immutable once the session runs
+  // Shared with replies in flight, which may outlive a read's request.
+  std::shared_ptr<LatencyHistogram> read_wait_ = std::make_shared<LatencyHistogram>();
   std::atomic<uint64_t> next_read_token_{1};
   // /dataset/manifest, made at its first open and read by every handle.
   mutable std::once_flag manifest_once_;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -344,6 +345,13 @@ void Family(std::string* out, const char* name, const char* type, const std::str
   *out += std::string("# TYPE ") + name + " " + type + "\n";
 }
 
+// A bucket's bound as Prometheus's clients write it: 0.001, 2.5, 10.
+std::string Bound(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
+
 // The process figures every Prometheus exporter gives, from /proc: resident
 // memory (statm's second field, in pages) and the start time (stat's 22nd
 // field, clock ticks after boot, plus /proc/stat's btime).
@@ -428,6 +436,45 @@ std::string RenderMetrics(const MountStats& s, const std::string& mount) {
   Family(&out, "process_start_time_seconds", "gauge",
          "When the daemon started, in seconds since the Unix epoch.");
   out += "process_start_time_seconds{" + labels + "} " + Json(StartTimeSeconds()).dump() + "\n";
+  struct Latency {
+    const char* metric;
+    const char* help;
+    const LatencyHistogram::Snapshot& (*of)(const MountStats&);
+  };
+  static constexpr Latency kLatencies[] = {
+      {"joaderfs_source_read_latency_seconds",
+       "Each read of SOURCE (a local read, an object store's GET), to its end.",
+       [](const MountStats& m) -> const LatencyHistogram::Snapshot& {
+         return m.source.read_latency;
+       }},
+      {"joaderfs_decode_latency_seconds", "Each decode of a base image from SOURCE's bytes.",
+       [](const MountStats& m) -> const LatencyHistogram::Snapshot& {
+         return m.cache.decode_latency;
+       }},
+      {"joaderfs_remote_get_latency_seconds", "Each get of the remote tier (value or lease).",
+       [](const MountStats& m) -> const LatencyHistogram::Snapshot& {
+         return m.remote.get_latency;
+       }},
+      {"joaderfs_remote_set_latency_seconds", "Each value set in the remote tier.",
+       [](const MountStats& m) -> const LatencyHistogram::Snapshot& {
+         return m.remote.set_latency;
+       }},
+      {"joaderfs_stream_read_wait_seconds",
+       "Each read of a job stream, from its arrival to its reply: what a reader waits.",
+       [](const MountStats& m) -> const LatencyHistogram::Snapshot& { return m.read_wait; }},
+  };
+  for (const Latency& l : kLatencies) {
+    const LatencyHistogram::Snapshot& h = l.of(s);
+    Family(&out, l.metric, "histogram", l.help);
+    for (size_t i = 0; i < LatencyHistogram::kBounds.size(); ++i) {
+      out += std::string(l.metric) + "_bucket{" + labels + ",le=\"" +
+             Bound(LatencyHistogram::kBounds[i]) + "\"} " + std::to_string(h.at_or_under[i]) + "\n";
+    }
+    out += std::string(l.metric) + "_bucket{" + labels + ",le=\"+Inf\"} " +
+           std::to_string(h.count) + "\n";
+    out += std::string(l.metric) + "_sum{" + labels + "} " + Json(h.sum_seconds).dump() + "\n";
+    out += std::string(l.metric) + "_count{" + labels + "} " + std::to_string(h.count) + "\n";
+  }
   // Numbers as /stats writes them (shortest round trip): both files agree.
   for (const MountFigure& f : kMountFigures) {
     Family(&out, f.metric, f.type, std::string(f.help) + " (/stats " + f.key + ")");

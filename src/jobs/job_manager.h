@@ -117,6 +117,9 @@ struct MountStats {
   std::vector<std::pair<std::string, JobStatus>> jobs;  // by name
   SourceReaderStats source;                             // reads of SOURCE (loader/source_reader.h)
   SourceStoreStats source_store;  // its store's requests (catalog/source_store.h)
+  // Each read of a stream, from its arrival to its reply (set by the FUSE
+  // layer).
+  LatencyHistogram::Snapshot read_wait;
 };
 
 class JobManager {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/latency_histogram.h"
 #include "fs/render.h"
 #include "jobs/stream_figures.h"
 
@@ -105,8 +106,12 @@ TEST(RenderMetrics, HasASeriesForEveryStatsFigure) {
   for (std::string line; std::getline(lines, line);) {
     if (line.starts_with("# HELP ")) {
       const std::string name = line.substr(7, line.find(' ', 7) - 7);
-      // The process's figures, not /stats ones (RenderMetricsProcess).
-      if (name == "joaderfs_build_info" || name.starts_with("process_")) continue;
+      // The process's figures and the latency histograms are not /stats
+      // ones (RenderMetricsProcess, RenderMetricsLatency).
+      if (name == "joaderfs_build_info" || name.starts_with("process_") ||
+          text.find("# TYPE " + name + " histogram") != std::string::npos) {
+        continue;
+      }
       const size_t at = line.find("(/stats ");
       ASSERT_NE(at, std::string::npos) << line;
       series[name] = line.substr(at + 8, line.find_first_of(";)", at) - at - 8);
@@ -149,6 +154,28 @@ TEST(RenderMetricsProcess, BuildInfoMemoryAndStartTime) {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_GT(start, now - 3600) << "started within the hour";
   EXPECT_LE(start, now + 1);
+}
+
+TEST(RenderMetricsLatency, HistogramsAreCumulativeWithTheirCountAndSum) {
+  LatencyHistogram h;
+  for (const double seconds : {0.00005, 0.002, 0.002, 0.3, 20.0}) h.Observe(seconds);
+  MountStats stats;
+  stats.cache.decode_latency = h.Take();
+  const std::string text = RenderMetrics(stats, "/m");
+  const auto series = [&](const std::string& line_start) {
+    const size_t at = text.find("\n" + line_start);
+    EXPECT_NE(at, std::string::npos) << line_start;
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(text.find("} ", at) + 2));
+  };
+  EXPECT_NE(text.find("# TYPE joaderfs_decode_latency_seconds histogram"), std::string::npos);
+  EXPECT_EQ(series("joaderfs_decode_latency_seconds_bucket{mount=\"/m\",le=\"0.0001\"}"), 1);
+  EXPECT_EQ(series("joaderfs_decode_latency_seconds_bucket{mount=\"/m\",le=\"0.0025\"}"), 3);
+  EXPECT_EQ(series("joaderfs_decode_latency_seconds_bucket{mount=\"/m\",le=\"0.5\"}"), 4);
+  EXPECT_EQ(series("joaderfs_decode_latency_seconds_bucket{mount=\"/m\",le=\"10\"}"), 4);
+  EXPECT_EQ(series("joaderfs_decode_latency_seconds_bucket{mount=\"/m\",le=\"+Inf\"}"), 5);
+  EXPECT_EQ(series("joaderfs_decode_latency_seconds_count{mount=\"/m\"}"), 5);
+  EXPECT_NEAR(series("joaderfs_decode_latency_seconds_sum{mount=\"/m\"}"), 20.30405, 1e-6);
+  EXPECT_EQ(series("joaderfs_stream_read_wait_seconds_count{mount=\"/m\"}"), 0);
 }
 
 }  // namespace

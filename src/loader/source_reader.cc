@@ -77,6 +77,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
   uint64_t in_flight GUARDED_BY(mu) = 0;
   bool stopping GUARDED_BY(mu) = false;
   SourceReaderStats stats GUARDED_BY(mu);
+  LatencyHistogram read_latency;  // each read's time (a timed-out one's: its deadline)
 
   void StartThread() REQUIRES(mu) {
     ++live;
@@ -278,6 +279,9 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
       }
       stats.wait_seconds += Seconds(Clock::now() - b->started) * b->members.size();
       stats.reads += b->members.size();
+      for (size_t i = 0; i < b->members.size(); ++i) {
+        read_latency.Observe(Clock::now() - b->started);
+      }
       in_flight -= b->charged;
       std::vector<Result> results = Results(*b, status, std::move(parts), as_scanned);
       work.notify_one();
@@ -312,6 +316,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
         stats.timed_out += b->members.size();
         stats.reads += b->members.size();
         stats.wait_seconds += Seconds(options.timeout) * b->members.size();
+        for (size_t i = 0; i < b->members.size(); ++i) read_latency.Observe(options.timeout);
         in_flight -= b->charged;
         for (const auto& r : b->members) {
           Result result;
@@ -393,6 +398,7 @@ SourceReaderStats SourceReader::Stats() const {
   st.max_bytes_in_flight = state_->options.max_bytes_in_flight;
   st.queued = state_->queue.size();
   st.running = state_->running.size();
+  st.read_latency = state_->read_latency.Take();
   return st;
 }
 

@@ -41,6 +41,7 @@
 
 #include "catalog/source_store.h"
 #include "common/file_range.h"
+#include "common/latency_histogram.h"
 #include "common/status.h"
 
 namespace joaderfs {
@@ -75,9 +76,10 @@ struct SourceReaderStats {
   uint64_t stuck_threads = 0;  // threads whose read passed its deadline and has not returned
   uint64_t threads = 0;        // I/O threads now, stuck ones included
   uint64_t bytes_in_flight = 0;
-  uint64_t max_bytes_in_flight = 0;  // the bound: SourceReaderOptions::max_bytes_in_flight
-  uint64_t queued = 0;               // reads waiting for a thread or for room in flight
-  uint64_t running = 0;              // requests running now (a coalesced range is one)
+  uint64_t max_bytes_in_flight = 0;         // the bound: SourceReaderOptions::max_bytes_in_flight
+  uint64_t queued = 0;                      // reads waiting for a thread or for room in flight
+  uint64_t running = 0;                     // requests running now (a coalesced range is one)
+  LatencyHistogram::Snapshot read_latency;  // each read's time: a local read, an S3 GET
 };
 
 class SourceReader {

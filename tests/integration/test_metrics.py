@@ -35,12 +35,20 @@ def parse_metrics(text: str) -> dict:
             helps.add(name)
         elif line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge"), line
+            assert kind in ("counter", "gauge", "histogram"), line
             types[name] = kind
         else:
             m = SAMPLE.match(line)
             assert m, "not a sample line: %r" % line
             name, labels, value = m.groups()
+            family = re.sub(r"_(bucket|sum|count)$", "", name)
+            if types.get(family) == "histogram":
+                name = family + name[len(family):]  # its series, under its family's HELP
+                assert family in helps, "no HELP: " + family
+                key = (name, tuple(LABEL.findall(labels or "")))
+                assert key not in samples, "duplicate series %r" % (key,)
+                samples[key] = float(value)
+                continue
             assert name in helps and name in types, "no HELP/TYPE: " + name
             if types[name] == "counter":
                 assert name.endswith("_total"), name
@@ -55,9 +63,14 @@ def stats_keys(text: str) -> dict:
     /stats key(s) of their figure: "(/stats a.b)" or
     "(/stats jobs.ID.x = jobs.ID.y; ...)"."""
     named = {}
+    # The process's figures and the latency histograms have no /stats key.
+    own = set(re.findall(r"^# TYPE (\S+) histogram$", text, re.M))
+    own |= {"joaderfs_build_info", "process_resident_memory_bytes", "process_start_time_seconds"}
     for line in text.splitlines():
         if line.startswith("# HELP "):
             name = line.split(" ")[2]
+            if name in own:
+                continue
             m = re.search(r"\(/stats ([^;)]*)", line)
             assert m, "HELP names no /stats key: " + line
             for key in m.group(1).split(" = "):
@@ -330,6 +343,15 @@ class MetricsEndpointTest(DatasetMixin, JoaderTestCase):
         self.assertGreater(families["process_resident_memory_bytes"].samples[0].value, 1 << 20)
         start = families["process_start_time_seconds"].samples[0].value
         self.assertLess(abs(start - time.time()), 600)
+        # The latency histograms: an epoch decoded, each read of SOURCE and
+        # of the stream observed.
+        def count(family):
+            self.assertEqual(families[family].type, "histogram")
+            return [x.value for x in families[family].samples if x.name == family + "_count"][0]
+        self.assertGreaterEqual(count("joaderfs_decode_latency_seconds"), len(recs))
+        self.assertGreaterEqual(count("joaderfs_source_read_latency_seconds"), len(recs))
+        self.assertGreater(count("joaderfs_stream_read_wait_seconds"), 0)
+        self.assertEqual(count("joaderfs_remote_get_latency_seconds"), 0)  # no remote tier
         info = families["joaderfs_build_info"].samples[0]
         self.assertTrue(info.labels["version"])
         # prometheus_client names a counter's family without its _total.
