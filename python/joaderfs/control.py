@@ -56,17 +56,21 @@ def make_job(mount: PathLike, job_id: str, spec: Spec | None = None,
     A rerun of the same script finds its job: an existing job with the spec
     given is returned as it is (its epoch goes on; ``resume`` starts one
     again), and one with another spec raises ``RejectedWrite`` saying to
-    use a new job id or remove the old job.  Without a spec an existing job
-    raises ``FileExistsError`` unless ``exist_ok``.
+    use a new job id or remove the old job.  With ``exist_ok`` an existing
+    job's spec is written instead (the daemon judges it: a started job takes
+    only its own again).  Without a spec an existing job raises
+    ``FileExistsError`` unless ``exist_ok``.
     """
     path = job_dir(mount, job_id)
     try:
         path.mkdir()
     except FileExistsError:
-        if spec is None:
-            if not exist_ok:
-                raise
+        if exist_ok:
+            if spec is not None:
+                write_spec(path, spec)
             return path
+        if spec is None:
+            raise
         _rerun(path, job_id, spec)
         return path
     if spec is not None:

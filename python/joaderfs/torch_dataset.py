@@ -146,7 +146,12 @@ class JobDataset(IterableDataset):
         """Samples of the epoch a pass reads now (batches, with
         ``batch_size``), from the job's status: for progress bars and
         Lightning's ETA. A pass of a ranked job's stream counts its share."""
-        length = epoch_length(self._path)
+        try:
+            length = epoch_length(self._path)
+        except (OSError, ValueError, KeyError) as e:
+            # No status to tell (a copy of a stream, an old daemon): no
+            # length, which list() and DataLoader take as unknown.
+            raise TypeError(f"the epoch's length is unknown: {e}") from e
         if self._batch_size is None:
             return length
         if self._drop_last:
