@@ -76,6 +76,22 @@ int64_t ParseValueLine(std::string_view line, size_t max_value) {
   return static_cast<int64_t>(*size);
 }
 
+namespace {
+
+// The size a "VA" reply declares, or false and why (another kind of reply,
+// or a size past the largest value): the server failed that call.
+bool ValueSize(std::string_view line, size_t max_value, size_t* size, std::string* error) {
+  const int64_t n = ParseValueLine(line, max_value);
+  if (n >= 0) {
+    *size = static_cast<size_t>(n);
+    return true;
+  }
+  *error = n == -2 ? "a value larger than any image declared" : "an unexpected reply";
+  return false;
+}
+
+}  // namespace
+
 struct MemcachedClient::Server {
   std::string name;  // host:port
   std::string host;
@@ -444,19 +460,16 @@ MemcachedClient::Result MemcachedClient::Get(std::string_view key, std::string* 
   if (!s) return {Result::Kind::kError, {}, "no server is up"};
   const Deadline deadline = Clock::now() + options_.timeout;
   bool hit = false;
-  Result r = Call(
-      s, "mg " + std::string(key) + " v\r\n", deadline, [&](Connection* c, std::string* error) {
-        std::string line;
-        if (!c->ReadLine(&line, deadline, error)) return false;
-        if (line == "EN") return true;
-        const int64_t size = ParseValueLine(line, options_.max_value);
-        if (size < 0) {
-          *error = size == -2 ? "a value larger than any image declared" : "an unexpected reply";
-          return false;
-        }
-        hit = true;
-        return c->ReadBlock(static_cast<size_t>(size), value, deadline, error);
-      });
+  Result r = Call(s, "mg " + std::string(key) + " v\r\n", deadline,
+                  [&](Connection* c, std::string* error) {
+                    std::string line;
+                    if (!c->ReadLine(&line, deadline, error)) return false;
+                    if (line == "EN") return true;
+                    size_t size = 0;
+                    if (!ValueSize(line, options_.max_value, &size, error)) return false;
+                    hit = true;
+                    return c->ReadBlock(size, value, deadline, error);
+                  });
   if (r.ok() && !hit) r.kind = Result::Kind::kMiss;
   return r;
 }
@@ -485,11 +498,8 @@ std::vector<MemcachedClient::Result> MemcachedClient::GetMany(
         std::string line;
         if (!c->ReadLine(&line, deadline, error)) return false;
         if (line == "MN") return true;
-        const int64_t size = ParseValueLine(line, options_.max_value);
-        if (size < 0) {
-          *error = size == -2 ? "a value larger than any image declared" : "an unexpected reply";
-          return false;
-        }
+        size_t size = 0;
+        if (!ValueSize(line, options_.max_value, &size, error)) return false;
         // The key comes back as the flag "k<key>"; one we did not ask for
         // is a server error, not a value.
         const size_t k = line.find(" k");
@@ -503,7 +513,7 @@ std::vector<MemcachedClient::Result> MemcachedClient::GetMany(
           return false;
         }
         std::string value;
-        if (!c->ReadBlock(static_cast<size_t>(size), &value, deadline, error)) return false;
+        if (!c->ReadBlock(size, &value, deadline, error)) return false;
         found(at->second, std::move(value), s->name);
       }
     });
