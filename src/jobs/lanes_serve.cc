@@ -68,10 +68,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       h.flags = next->sample->record_flags;
       h.crop_box = next->sample->record_box;
       const JobSpec& spec = lane->job->spec;
-      // A TFRecord's checksum reads the pixels once (about 10 us for
-      // 224 x 224 x 3 with SSE4.2), here under the lock.
-      auto frame = std::make_shared<const RecordFrame>(
-          FrameRecord(spec.format, h, next->sample->pixels.get(), spec.augment.flip > 0));
+      auto frame = FrameRecord(spec.format, h, spec.augment.flip > 0);
       const uint64_t record_bytes = frame->bytes(h.payload_bytes());
       if (bytes > 0 && bytes + record_bytes > r->max_bytes) break;
       bytes += record_bytes;
@@ -110,7 +107,10 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
              actions);
   EndStall(r);
   r->waiting = false;
-  actions->Add([reply = std::move(r->reply), data] { reply(Status::Ok(), data->iov); });
+  actions->Add([reply = std::move(r->reply), data] {
+    data->FinishChecksums();  // reads every pixel: outside the lock
+    reply(Status::Ok(), data->iov);
+  });
   return true;
 }
 
@@ -140,8 +140,7 @@ void Lanes::PadSkipped(Reader* r, Actions* actions) {
   }
   RecordHeader h = r->last_header;
   h.flags |= kRecordRepeat;
-  auto frame = std::make_shared<const RecordFrame>(
-      FrameRecord(RecordFormat::kPlain, h, r->last_sample->pixels.get(), false));
+  auto frame = FrameRecord(RecordFormat::kPlain, h, false);
   spdlog::debug("job {}: reader {} pads epoch {} with {} repeated records (skipped samples)",
                 r->lane->job->name, r->id, r->epoch, r->skipped);
   for (; r->skipped > 0; --r->skipped) {

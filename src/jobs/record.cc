@@ -78,7 +78,7 @@ void PutLe32(std::string* out, uint32_t v) {
   out->append(b, 4);
 }
 
-RecordFrame FrameTfRecord(const RecordHeader& h, const uint8_t* pixels, bool flip_feature) {
+std::shared_ptr<const RecordFrame> FrameTfRecord(const RecordHeader& h, bool flip_feature) {
   // Every feature but the pixels, then the pixels' entry last, so that the
   // pixels end the Example and need no copy.
   std::string features;
@@ -114,26 +114,37 @@ RecordFrame FrameTfRecord(const RecordHeader& h, const uint8_t* pixels, bool fli
   example += features;
   const uint64_t length = example.size() + n;
 
-  RecordFrame frame;
+  std::string head;
   char length_bytes[8];
   std::memcpy(length_bytes, &length, 8);
-  frame.head.append(length_bytes, 8);
-  PutLe32(&frame.head, MaskedCrc(Crc32c(length_bytes, 8)));
-  frame.head += example;
-  PutLe32(&frame.tail, MaskedCrc(Crc32cExtend(Crc32c(example.data(), example.size()), pixels, n)));
-  return frame;
+  head.append(length_bytes, 8);
+  PutLe32(&head, MaskedCrc(Crc32c(length_bytes, 8)));
+  head += example;
+  const uint32_t example_crc = Crc32c(example.data(), example.size());
+  return std::make_shared<const RecordFrame>(std::move(head), std::string(4, '\0'), example_crc);
 }
 
 }  // namespace
 
-RecordFrame FrameRecord(RecordFormat format, const RecordHeader& h, const uint8_t* pixels,
-                        bool flip_feature) {
-  if (format == RecordFormat::kTfRecord) return FrameTfRecord(h, pixels, flip_feature);
-  RecordFrame frame;
+RecordFrame::RecordFrame(std::string head, std::string tail, std::optional<uint32_t> example_crc)
+    : head_(std::move(head)), tail_(std::move(tail)), example_crc_(example_crc) {}
+
+void RecordFrame::FinishChecksum(const uint8_t* pixels, uint64_t n) const {
+  if (!example_crc_) return;
+  std::call_once(checksummed_, [&] {
+    std::string checksum;
+    PutLe32(&checksum, MaskedCrc(Crc32cExtend(*example_crc_, pixels, n)));
+    std::memcpy(tail_.data(), checksum.data(), checksum.size());
+  });
+}
+
+std::shared_ptr<const RecordFrame> FrameRecord(RecordFormat format, const RecordHeader& h,
+                                               bool flip_feature) {
+  if (format == RecordFormat::kTfRecord) return FrameTfRecord(h, flip_feature);
   const auto header = EncodeRecordHeader(h);
-  frame.head.assign(reinterpret_cast<const char*>(header.data()), header.size());
-  frame.tail.assign(h.record_bytes() - kRecordHeaderSize - h.payload_bytes(), '\0');
-  return frame;
+  return std::make_shared<const RecordFrame>(
+      std::string(reinterpret_cast<const char*>(header.data()), header.size()),
+      std::string(h.record_bytes() - kRecordHeaderSize - h.payload_bytes(), '\0'), std::nullopt);
 }
 
 std::array<uint8_t, kRecordHeaderSize> EncodeRecordHeader(const RecordHeader& h) {

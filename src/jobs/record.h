@@ -8,6 +8,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -64,25 +66,46 @@ enum class RecordFormat : uint8_t {
 };
 
 // The bytes of one record around its payload: `head`, the payload's pixels
-// (never copied), then `tail`. Immutable once made: queues and replies share
-// it.
-struct RecordFrame {
-  std::string head;
-  std::string tail;
-  uint64_t bytes(uint64_t payload) const { return head.size() + payload + tail.size(); }
+// (never copied), then the tail. A TFRecord's tail is its Example's
+// checksum, which reads every pixel (about 30 ms for a 268 MB record), so
+// FrameRecord leaves it to FinishChecksum: the reply runs it outside the job
+// manager's lock, before the tail is sent. The tail's size is fixed from the
+// start, so a reply may point into it first.
+//
+// Shared by queues and replies; thread-safe.
+class RecordFrame {
+ public:
+  RecordFrame(std::string head, std::string tail, std::optional<uint32_t> example_crc);
+
+  const std::string& head() const { return head_; }
+  // The tail's bytes: the padding, or the checksum once FinishChecksum ran.
+  const char* tail_data() const { return tail_.data(); }
+  size_t tail_size() const { return tail_.size(); }
+  uint64_t bytes(uint64_t payload) const { return head_.size() + payload + tail_.size(); }
+
+  bool checksum_pending() const { return example_crc_.has_value(); }
+  // Writes the checksum of the Example ending in `pixels` (the payload, all
+  // of it) into the tail, once; nothing for a frame without one.
+  void FinishChecksum(const uint8_t* pixels, uint64_t n) const;
+
+ private:
+  const std::string head_;
+  mutable std::string tail_;
+  // The CRC-32C of the Example's bytes before the pixels (kTfRecord).
+  const std::optional<uint32_t> example_crc_;
+  mutable std::once_flag checksummed_;
 };
 
-// The frame of a record of `h` whose payload is `pixels` (h.payload_bytes()
-// of them; read only for kTfRecord's checksum). kPlain: the 64-byte header
-// and the zero padding. kTfRecord: the TFRecord length and its masked
-// CRC-32C, the Example's bytes up to its last field's pixels, and the
-// masked CRC-32C of the Example. The Example's features: image/encoded (the
+// The frame of a record of `h`. kPlain: the 64-byte header and the zero
+// padding. kTfRecord: the TFRecord length and its masked CRC-32C, the
+// Example's bytes up to its last field's pixels, and the masked CRC-32C of
+// the Example (FinishChecksum). The Example's features: image/encoded (the
 // pixels), image/format "raw", image/height, image/width, image/channels,
 // image/class/label, image/id, image/epoch; image/crop/{x,y,width,height}
 // where `h` holds a crop box; image/flipped (0 or 1) where `flip_feature`
 // (the job may flip).
-RecordFrame FrameRecord(RecordFormat format, const RecordHeader& h, const uint8_t* pixels,
-                        bool flip_feature);
+std::shared_ptr<const RecordFrame> FrameRecord(RecordFormat format, const RecordHeader& h,
+                                               bool flip_feature);
 
 }  // namespace joaderfs
 

@@ -6,9 +6,7 @@
 namespace joaderfs {
 
 void RecordQueue::Push(SamplePtr sample, const RecordHeader& header) {
-  auto frame = std::make_shared<const RecordFrame>(
-      FrameRecord(RecordFormat::kPlain, header, sample->pixels.get(), false));
-  Push(std::move(sample), std::move(frame));
+  Push(std::move(sample), FrameRecord(RecordFormat::kPlain, header, false));
 }
 
 void RecordQueue::Push(SamplePtr sample, std::shared_ptr<const RecordFrame> frame) {
@@ -36,12 +34,15 @@ std::shared_ptr<RecordQueue::Reply> RecordQueue::Take(uint64_t max_bytes) {
 }
 
 void RecordQueue::Append(const Piece& piece, uint64_t from, uint64_t n, Reply* reply) {
-  const std::string& head = piece.frame->head;
-  const std::string& tail = piece.frame->tail;
+  const RecordFrame& frame = *piece.frame;
+  const std::string& head = frame.head();
   const uint64_t payload = piece.sample->bytes();
   const uint64_t header_end = head.size(), payload_end = header_end + payload;
   const uint64_t to = from + n;
-  if (from < header_end || to > payload_end) reply->frames.push_back(piece.frame);
+  if (from < header_end || to > payload_end) {
+    reply->frames.push_back(piece.frame);
+    if (frame.checksum_pending()) reply->unfinished.emplace_back(piece.frame, piece.sample);
+  }
   if (from < header_end) {
     reply->iov.push_back({const_cast<char*>(head.data()) + from, std::min(to, header_end) - from});
   }
@@ -52,8 +53,13 @@ void RecordQueue::Append(const Piece& piece, uint64_t from, uint64_t n, Reply* r
   }
   if (to > payload_end) {
     const uint64_t a = std::max(from, payload_end);
-    reply->iov.push_back({const_cast<char*>(tail.data()) + (a - payload_end), to - a});
+    reply->iov.push_back({const_cast<char*>(frame.tail_data()) + (a - payload_end), to - a});
   }
+}
+
+void RecordQueue::Reply::FinishChecksums() const {
+  for (const auto& [frame, sample] : unfinished)
+    frame->FinishChecksum(sample->pixels.get(), sample->bytes());
 }
 
 }  // namespace joaderfs

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "jobs/record.h"
@@ -25,11 +26,17 @@ namespace joaderfs {
 
 class RecordQueue {
  public:
-  // The bytes of one reply, alive as long as this object.
+  // The bytes of one reply, alive as long as this object. Its frames'
+  // checksums are written by FinishChecksums, which the owner calls outside
+  // its lock before sending `iov`.
   struct Reply {
     std::vector<SamplePtr> samples;
     std::vector<std::shared_ptr<const RecordFrame>> frames;
     std::vector<iovec> iov;
+    // Frames whose checksum is still to be written, with their samples.
+    std::vector<std::pair<std::shared_ptr<const RecordFrame>, SamplePtr>> unfinished;
+
+    void FinishChecksums() const;
   };
 
   // Appends a whole JSF1 record of `sample` under `header`.

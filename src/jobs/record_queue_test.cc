@@ -79,5 +79,42 @@ TEST(RecordQueue, RepliesKeepTheirBytesAlive) {
   EXPECT_EQ(Bytes(*reply)[64], 5);
 }
 
+// A TFRecord's checksum is written by FinishChecksums, outside the owner's
+// lock, even into a reply holding only the tail: the reply keeps the pixels
+// the checksum reads alive after the queue dropped them.
+TEST(RecordQueue, TfRecordChecksumsAreFinishedByTheReply) {
+  std::vector<uint8_t> whole;
+  {
+    const SamplePtr a = Pixels(5, 7, 3);
+    RecordQueue q;
+    q.Push(a, FrameRecord(RecordFormat::kTfRecord, Header(a, 4), false));
+    const auto reply = q.Take(1 << 20);
+    reply->FinishChecksums();
+    whole = Bytes(*reply);
+  }
+  for (uint64_t slice : {1, 13, 200}) {
+    std::vector<uint8_t> got;
+    std::vector<std::shared_ptr<RecordQueue::Reply>> replies;
+    {
+      const SamplePtr a = Pixels(5, 7, 3);
+      RecordQueue q;
+      q.Push(a, FrameRecord(RecordFormat::kTfRecord, Header(a, 4), false));
+      while (!q.empty()) replies.push_back(q.Take(slice));
+    }
+    for (const auto& reply : replies) {
+      reply->FinishChecksums();
+      const auto part = Bytes(*reply);
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(got, whole) << "slices of " << slice;
+  }
+  // Unfinished, the tail is no checksum: the test above would catch a reply
+  // that skipped FinishChecksums.
+  const SamplePtr a = Pixels(5, 7, 3);
+  RecordQueue q;
+  q.Push(a, FrameRecord(RecordFormat::kTfRecord, Header(a, 4), false));
+  EXPECT_NE(Bytes(*q.Take(1 << 20)), whole);
+}
+
 }  // namespace
 }  // namespace joaderfs

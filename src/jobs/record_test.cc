@@ -214,9 +214,12 @@ TEST(RecordTest, TfRecordFraming) {
   h.crop_box = 1 | uint64_t{2} << 16 | uint64_t{30} << 32 | uint64_t{40} << 48;
   std::vector<uint8_t> pixels(h.payload_bytes());
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 11);
-  const RecordFrame frame = FrameRecord(RecordFormat::kTfRecord, h, pixels.data(), true);
-  std::string record = frame.head + std::string(pixels.begin(), pixels.end()) + frame.tail;
-  ASSERT_EQ(record.size(), frame.bytes(pixels.size()));
+  const auto frame = FrameRecord(RecordFormat::kTfRecord, h, true);
+  ASSERT_TRUE(frame->checksum_pending());
+  frame->FinishChecksum(pixels.data(), pixels.size());
+  std::string record = frame->head() + std::string(pixels.begin(), pixels.end()) +
+                       std::string(frame->tail_data(), frame->tail_size());
+  ASSERT_EQ(record.size(), frame->bytes(pixels.size()));
   const auto* b = reinterpret_cast<const uint8_t*>(record.data());
   const uint64_t length = U64At(b, 0);
   ASSERT_EQ(record.size(), 8 + 4 + length + 4);
@@ -232,14 +235,16 @@ TEST(RecordTest, TfRecordFraming) {
   }
   // No crop box, no flip: no such features.
   h.flags = 0;
-  const RecordFrame plain = FrameRecord(RecordFormat::kTfRecord, h, pixels.data(), false);
-  EXPECT_EQ(plain.head.find("image/crop"), std::string::npos);
-  EXPECT_EQ(plain.head.find("image/flipped"), std::string::npos);
-  // JSF1: the header and the zero padding.
-  const RecordFrame jsf1 = FrameRecord(RecordFormat::kPlain, h, pixels.data(), false);
-  EXPECT_EQ(jsf1.head.size(), kRecordHeaderSize);
-  EXPECT_EQ(jsf1.bytes(pixels.size()), h.record_bytes());
-  EXPECT_EQ(jsf1.tail, std::string(jsf1.tail.size(), '\0'));
+  const auto plain = FrameRecord(RecordFormat::kTfRecord, h, false);
+  EXPECT_EQ(plain->head().find("image/crop"), std::string::npos);
+  EXPECT_EQ(plain->head().find("image/flipped"), std::string::npos);
+  // JSF1: the header and the zero padding, nothing left to finish.
+  const auto jsf1 = FrameRecord(RecordFormat::kPlain, h, false);
+  EXPECT_FALSE(jsf1->checksum_pending());
+  EXPECT_EQ(jsf1->head().size(), kRecordHeaderSize);
+  EXPECT_EQ(jsf1->bytes(pixels.size()), h.record_bytes());
+  EXPECT_EQ(std::string(jsf1->tail_data(), jsf1->tail_size()),
+            std::string(jsf1->tail_size(), '\0'));
 }
 
 }  // namespace
