@@ -122,6 +122,10 @@ struct Filesystem::OpenFile {
   std::string content;                   // rendered files
   std::unique_ptr<ControlFile> control;  // spec, ids, resume
   JobManager::ReaderId reader = 0;       // next, next.R
+  // What a rendered file's handle holds, charged to its opener in the job
+  // manager's open_file_bytes() (a control file charges its own).
+  uint64_t charged = 0;
+  uint32_t opener = 0;
   // The reader's position: the bytes it has read. Its one valid offset
   // (docs/design.md 2.4 "File semantics"); shared with replies in flight.
   std::shared_ptr<std::atomic<uint64_t>> position = std::make_shared<std::atomic<uint64_t>>(0);
@@ -501,11 +505,13 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     s = Status::Permission("read-only file");
   } else {
     s = Render(file.get());
+    if (s.ok()) s = ChargeRendered(file.get(), uid);
   }
   if (!s.ok()) {
-    if (s.code() == Status::Code::kTooMany) {
-      Warnings().Warn("reader limit, uid " + std::to_string(uid), "open jobs/{} by uid {}: {}",
-                      Printable(file->job), uid, s.message());
+    if (s.code() == Status::Code::kTooMany || s.code() == Status::Code::kQuota) {
+      Warnings().Warn("open limit, uid " + std::to_string(uid), "open of {} by uid {}: {}",
+                      file->job.empty() ? std::string(kind.name) : "jobs/" + Printable(file->job),
+                      uid, s.message());
     }
     fuse_reply_err(req, ToErrno(s));
     return;
@@ -514,9 +520,11 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = reinterpret_cast<uint64_t>(file.get());
   if (fuse_reply_open(req, fi) == 0) {
     file.release();
-  } else if (file->reader) {
-    jobs_->CloseReader(file->reader);  // the opener went away
+    return;
   }
+  // The opener went away.
+  if (file->reader) jobs_->CloseReader(file->reader);
+  jobs_->open_file_bytes().Release(file->opener, file->charged);
 }
 
 MountStats Filesystem::Stats() const {
@@ -524,6 +532,16 @@ MountStats Filesystem::Stats() const {
   stats.warnings = warnings_;
   stats.read_wait = read_wait_->Take();
   return stats;
+}
+
+Status Filesystem::ChargeRendered(OpenFile* file, uint32_t uid) const {
+  const uint64_t bytes = kOpenFileBytes + file->content.capacity();
+  Status s = jobs_->open_file_bytes().Charge(uid, bytes);
+  if (s.ok()) {
+    file->charged = bytes;
+    file->opener = uid;
+  }
+  return s;
 }
 
 Status Filesystem::Render(OpenFile* file) const {
@@ -637,6 +655,7 @@ void Filesystem::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void Filesystem::Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   std::unique_ptr<OpenFile> file(reinterpret_cast<OpenFile*>(fi->fh));
   if (file->reader) jobs_->CloseReader(file->reader);
+  jobs_->open_file_bytes().Release(file->opener, file->charged);
   fuse_reply_err(req, 0);
 }
 

@@ -90,6 +90,8 @@ class Filesystem {
   bool Attr(fuse_ino_t ino, struct stat* st) const;
   // Renders a read-only file's content when it is opened.
   Status Render(OpenFile* file) const;
+  // Charges what the rendered `file` holds to `uid` (open_file_bytes()).
+  Status ChargeRendered(OpenFile* file, uint32_t uid) const;
 
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
   // With an open stream file (`fi`, as for lseek's SEEK_END), the size is

@@ -14,7 +14,8 @@ namespace {
 
 class SpecFile : public ControlFile {
  public:
-  SpecFile(JobManager* jobs, std::string job) : ControlFile(Kind::kSpec, jobs, std::move(job)) {}
+  SpecFile(JobManager* jobs, std::string job, uint32_t opener)
+      : ControlFile(Kind::kSpec, jobs, std::move(job), opener) {}
 
  private:
   Status DoWrite(uint32_t uid, std::string_view data) override {
@@ -27,7 +28,8 @@ class SpecFile : public ControlFile {
 
 class IdsFile : public ControlFile {
  public:
-  IdsFile(JobManager* jobs, std::string job) : ControlFile(Kind::kIds, jobs, std::move(job)) {}
+  IdsFile(JobManager* jobs, std::string job, uint32_t opener)
+      : ControlFile(Kind::kIds, jobs, std::move(job), opener) {}
 
  private:
   // content_ holds a partial last line; ids_ the complete lines so far,
@@ -63,14 +65,16 @@ class IdsFile : public ControlFile {
     return jobs_->SetIdSubset(job_, uid, ids_ | last);
   }
 
+  uint64_t ParsedBytes() const override { return ids_.getSizeInBytes(); }
+
   Roaring ids_;
   size_t lines_ = 0;
 };
 
 class ResumeFile : public ControlFile {
  public:
-  ResumeFile(JobManager* jobs, std::string job)
-      : ControlFile(Kind::kResume, jobs, std::move(job)) {}
+  ResumeFile(JobManager* jobs, std::string job, uint32_t opener)
+      : ControlFile(Kind::kResume, jobs, std::move(job), opener) {}
 
  private:
   // content_ holds a partial last line (a line is at most kMaxIdsLine
@@ -103,6 +107,8 @@ class ResumeFile : public ControlFile {
     return jobs_->Resume(job_, uid, &text_);
   }
 
+  uint64_t ParsedBytes() const override { return text_.ids().getSizeInBytes(); }
+
   ResumeText text_{jobs_->catalog()};
   size_t written_ = 0;
 };
@@ -124,7 +130,7 @@ Status ControlFile::Open(Kind kind, JobManager* jobs, const std::string& job, ui
   Status s;
   switch (kind) {
     case Kind::kSpec:
-      file->reset(new SpecFile(jobs, job));
+      file->reset(new SpecFile(jobs, job, uid));
       // A writer starts from nothing (its writes are the new spec), or from
       // the current spec when appending.
       // A started job's spec may be written again unchanged (a rerun of
@@ -133,16 +139,33 @@ Status ControlFile::Open(Kind kind, JobManager* jobs, const std::string& job, ui
       if (s.ok() && (!writing || (flags & O_APPEND))) s = jobs->GetSpec(job, &(*file)->content_);
       break;
     case Kind::kIds:
-      file->reset(new IdsFile(jobs, job));
+      file->reset(new IdsFile(jobs, job, uid));
       s = writing ? jobs->CheckOwner(job, uid) : Status::Permission("ids is write-only");
       break;
     case Kind::kResume:
-      file->reset(new ResumeFile(jobs, job));
+      file->reset(new ResumeFile(jobs, job, uid));
       s = writing ? jobs->CheckOwner(job, uid) : Status::Permission("resume is write-only");
       break;
   }
+  if (s.ok()) s = (*file)->Charge(kOpenFileBytes + (*file)->content_.capacity());
   if (!s.ok()) file->reset();
   return s;
+}
+
+ControlFile::~ControlFile() { jobs_->open_file_bytes().Release(opener_, charged_); }
+
+Status ControlFile::Charge(uint64_t bytes) {
+  Status s = jobs_->open_file_bytes().Charge(opener_, bytes);
+  if (s.ok()) charged_ += bytes;
+  return s;
+}
+
+Status ControlFile::Settle() {
+  const uint64_t held = kOpenFileBytes + content_.capacity() + ParsedBytes();
+  if (held > charged_) return Charge(held - charged_);
+  jobs_->open_file_bytes().Release(opener_, charged_ - held);
+  charged_ = held;
+  return Status::Ok();
 }
 
 Status ControlFile::CheckTruncate(Kind kind, JobManager* jobs, const std::string& job,
@@ -161,7 +184,13 @@ Status ControlFile::Write(uint32_t uid, std::string_view data) {
     Reject(uid, s);
     return s;
   }
-  Status s = DoWrite(uid, data);
+  // A spec grows by what is written, charged first; parsed ids may grow by
+  // more (a container per line at worst), charged after the write and
+  // before a flush applies them.
+  Status s = Charge(data.size() + 64);
+  if (s.ok()) s = DoWrite(uid, data);
+  const Status settled = Settle();
+  if (s.ok()) s = settled;
   if (!s.ok()) {
     rejected_ = true;
     jobs_->NoteWrite(job_, Name(kind_), s);

@@ -19,6 +19,12 @@
 // Once the job has started, spec and ids may still be written with what
 // the job has (a rerun of the same script); a write that differs is Busy.
 //
+// What a handle holds (its bytes, parsed ids, and a fixed cost for the
+// handle itself) is charged to the uid that opened it in the job manager's
+// open_file_bytes(): an open, or a write, that would take that uid past it
+// fails with Quota (EDQUOT), so no user's handles grow the daemon without
+// bound.
+//
 // A rejected write or flush leaves the job as it was, and the handle
 // changes nothing any more. Its reason becomes the job's error (its `error`
 // file and status; JobManager::NoteWrite) until a good write to the same
@@ -62,7 +68,7 @@ class ControlFile {
   // The file's name in the job's folder.
   static const char* Name(Kind kind);
 
-  virtual ~ControlFile() = default;
+  virtual ~ControlFile();
 
   Status Write(uint32_t uid, std::string_view data);
   Status Flush(uint32_t uid);
@@ -71,10 +77,12 @@ class ControlFile {
   const std::string& content() const { return content_; }
 
  protected:
-  ControlFile(Kind kind, JobManager* jobs, std::string job)
-      : kind_(kind), jobs_(jobs), job_(std::move(job)) {}
+  ControlFile(Kind kind, JobManager* jobs, std::string job, uint32_t opener)
+      : kind_(kind), jobs_(jobs), job_(std::move(job)), opener_(opener) {}
 
   virtual Status DoWrite(uint32_t uid, std::string_view data) = 0;
+  // Bytes the handle holds beside content_ (parsed ids).
+  virtual uint64_t ParsedBytes() const { return 0; }
   // Called once per flush that follows a write.
   virtual Status DoFlush(uint32_t /*uid*/) { return Status::Ok(); }
 
@@ -86,7 +94,15 @@ class ControlFile {
  private:
   // Logs the rejection of a write or flush by `uid`, rate-limited.
   void Reject(uint32_t uid, const Status& s);
+  // Charges `bytes` more to the opener: Quota, charging nothing, past its
+  // open_file_bytes() limit.
+  Status Charge(uint64_t bytes);
+  // Brings the charge to what the handle holds now: Quota where that is
+  // more than was charged and past the limit.
+  Status Settle();
 
+  const uint32_t opener_;
+  uint64_t charged_ = 0;
   bool wrote_ = false;     // since the last flush
   bool rejected_ = false;  // a write failed: the handle changes nothing any more
 };

@@ -21,6 +21,7 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
       pool_(pool),
       group_(group),
       options_(options),
+      open_file_bytes_(options.limits.max_unread / 8, options.limits.limit_root),
       default_spec_([&] {
         JobSpec spec;
         spec.size = options.default_size;

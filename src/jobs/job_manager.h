@@ -53,6 +53,7 @@
 
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/open_file_budget.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
 #include "jobs/job_store.h"
@@ -78,7 +79,9 @@ struct UserLimits {
   uint32_t max_streams = 1024;  // `next` or `next.R`: a job with ranks=W has W
   uint32_t max_readers = 256;
   // Bytes of deliveries planned or handed out and not yet read (Lanes'
-  // UnreadLimit): past it a uid's streams wait instead of failing.
+  // UnreadLimit): past it a uid's streams wait instead of failing. An
+  // eighth of it more bounds what the uid's open control and rendered
+  // files hold (open_file_bytes()).
   uint64_t max_unread = uint64_t{2} << 30;
   bool limit_root = false;
 };
@@ -150,6 +153,9 @@ class JobManager {
   // Permission unless `uid` may change or consume the job (MayUseJob).
   Status CheckOwner(const std::string& name, uint32_t uid) const;
   const Catalog& catalog() const { return *catalog_; }
+  // What each uid's open handles of control and rendered files hold
+  // (ControlFile, fs/): at most max_unread / 8 per uid. Thread-safe.
+  OpenFileBudget& open_file_bytes() { return open_file_bytes_; }
 
   Status GetSpec(const std::string& name, std::string* text) const;
   // Replaces the spec with `text` parsed over the defaults (a subset set
@@ -270,6 +276,7 @@ class JobManager {
   LoaderPool* pool_;
   PlanGroup* group_;
   const JobManagerOptions options_;
+  OpenFileBudget open_file_bytes_;
   const JobSpec default_spec_;
   JobStore* const store_;
   Lanes lanes_;  // its mu guards what follows

@@ -38,6 +38,7 @@ class ResumeText {
   std::optional<uint64_t> epoch() const { return epoch_; }
   std::optional<uint64_t> rank() const { return rank_; }
   Roaring& ids() { return ids_; }
+  const Roaring& ids() const { return ids_; }
 
  private:
   // Judges one line of the head (epoch=, rank=); false when `line` is the
