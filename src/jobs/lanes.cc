@@ -285,7 +285,7 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
 void Lanes::ReleasePins(Lane* lane, Actions* actions) {
   if (!lane->stream) return;
   const uint64_t charged = InFlight(*lane);
-  ReleaseIds(lane->stream->ReleasePins(), actions);
+  ReleaseIds(*lane, lane->stream->ReleasePins(), actions);
   // Their renders are dropped: a pick is charged again when fetched again.
   if (charged > 0 && PicksCharged(*lane)) {
     AddUnread(lane->job->uid, -static_cast<int64_t>(charged * lane->pick_bytes), actions);
@@ -298,7 +298,7 @@ void Lanes::AfterDone(Lane* lane, Actions* actions) {
   if (PicksCharged(*lane)) {
     AddUnread(lane->job->uid, -static_cast<int64_t>(ids.size() * lane->pick_bytes), actions);
   }
-  ReleaseIds(std::move(ids), actions);
+  ReleaseIds(*lane, std::move(ids), actions);
   if (!lane->running()) {
     ForgetWaiter(lane, actions);  // nothing to wait for until its next epoch
     // Waiting readers get EOF from the caller's ServeWaiters().

@@ -202,7 +202,7 @@ class Lanes {
   // the position is done or its pins are given back.
   void RequestPosition(Lane* lane, uint64_t position, Actions* actions) REQUIRES(mu);
   // Gives back the pins (cache and shared renders) of `ids`, after the lock.
-  void ReleaseIds(std::vector<SampleId> ids, Actions* actions);
+  void ReleaseIds(const Lane& lane, std::vector<SampleId> ids, Actions* actions) REQUIRES(mu);
   // Renders the job's delivery of a loaded base image, then OnLoaded().
   // Runs on a loader thread, without the lock.
   void Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,

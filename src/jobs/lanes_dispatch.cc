@@ -9,10 +9,9 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   if (lane->released) return;  // requested again when a reader comes back
   lane->stream->MarkRequested(position);
   const SampleId id = lane->stream->IdAt(position);
-  shared_renders_.Hold(id);  // dropped with the pin
   const JobSpec& spec = lane->job->spec;
-  // A size-0 evaluation job takes the base image as it is.
-  const bool render = spec.size > 0 || spec.augment.augmented();
+  const bool render = spec.renders();
+  shared_renders_.Hold(id, SharedRenders::ShareKey(spec.augment, spec.size, render));
   actions->Add([this, id, render, augment = spec.augment, size = spec.size, serial = lane->serial,
                 epoch = lane->epoch(), position] {
     cache_->AcquireWithTier(id, [=, this](const SamplePtr& base, Tier tier) {
@@ -40,12 +39,14 @@ void Lanes::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, u
            shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_), tier);
 }
 
-void Lanes::ReleaseIds(std::vector<SampleId> ids, Actions* actions) {
+void Lanes::ReleaseIds(const Lane& lane, std::vector<SampleId> ids, Actions* actions) {
   if (ids.empty()) return;
-  actions->Add([this, ids = std::move(ids)] {
+  const JobSpec& spec = lane.job->spec;
+  const uint32_t key = SharedRenders::ShareKey(spec.augment, spec.size, spec.renders());
+  actions->Add([this, key, ids = std::move(ids)] {
     for (SampleId id : ids) {
       cache_->Release(id);
-      shared_renders_.Drop(id);
+      shared_renders_.Drop(id, key);
     }
   });
 }

@@ -4,37 +4,70 @@
 
 namespace joaderfs {
 
-void SharedRenders::Hold(uint64_t id) {
+void SharedRenders::Hold(uint64_t id, uint32_t key) {
   std::vector<Variant> gone;  // freed after the lock is dropped
   MutexLock lock(mu_);
   Held& held = held_[id];
-  if (++held.holders > 1) return;
+  ++held.holders;
+  if (key == kSharesNothing) return;
+  auto size = std::find_if(held.by_size.begin(), held.by_size.end(),
+                           [&](const auto& entry) { return entry.first == key; });
+  if (size != held.by_size.end()) {
+    ++size->second;
+    return;
+  }
+  held.by_size.emplace_back(key, 1);
+  // The first holder of its size takes back that size's kept renders.
   auto it = kept_.find(id);
   if (it == kept_.end()) return;
-  held.variants = std::move(it->second.variants);  // a peer's renders, kept for it
-  Forget(it, &gone);
+  Kept& kept = it->second;
+  for (auto v = kept.variants.begin(); v != kept.variants.end();) {
+    if (v->size != key) {
+      ++v;
+      continue;
+    }
+    kept.bytes -= v->render->bytes();
+    kept_bytes_ -= v->render->bytes();
+    held.variants.push_back(std::move(*v));
+    v = kept.variants.erase(v);
+  }
+  if (kept.variants.empty()) Forget(it, &gone);
 }
 
-void SharedRenders::Drop(uint64_t id) {
-  std::vector<Variant> gone;  // freed after the lock is dropped
+void SharedRenders::Drop(uint64_t id, uint32_t key) {
+  std::vector<Variant> released;  // kept or freed after the lock is dropped
   {
     MutexLock lock(mu_);
     auto it = held_.find(id);
-    if (it == held_.end() || --it->second.holders > 0) return;
-    gone = std::move(it->second.variants);
-    held_.erase(it);
+    if (it == held_.end()) return;
+    Held& held = it->second;
+    auto size = std::find_if(held.by_size.begin(), held.by_size.end(),
+                             [&](const auto& entry) { return entry.first == key; });
+    if (size != held.by_size.end() && --size->second == 0) {
+      // No holder left could take renders of this size.
+      held.by_size.erase(size);
+      for (auto v = held.variants.begin(); v != held.variants.end();) {
+        if (v->size == key) {
+          released.push_back(std::move(*v));
+          v = held.variants.erase(v);
+        } else {
+          ++v;
+        }
+      }
+    }
+    if (--held.holders == 0) held_.erase(it);
   }
-  std::erase_if(gone, [](const Variant& v) { return !v.render || v.base.expired(); });
-  if (gone.empty() || !needs_ || keep_bytes_ == 0) return;
+  // A picture still being cut is not kept, and neither is one of a base
+  // evicted since (a reload is another object, never matched).
+  std::erase_if(released, [](const Variant& v) { return !v.render || v.base.expired(); });
+  if (released.empty() || !needs_ || keep_bytes_ == 0) return;
   const auto sample = static_cast<SampleId>(id);
   uint32_t needed = 0;
   needs_->Counts({&sample, 1}, {&needed, 1});
   if (needed == 0) return;
   std::vector<Variant> pushed_out;  // freed after the lock is dropped
   MutexLock lock(mu_);
-  // Held again meanwhile: that holder makes its own (rare).
-  if (held_.contains(id)) return;
-  Keep(id, std::move(gone), &pushed_out);
+  Keep(id, std::move(released), &pushed_out);
 }
 
 void SharedRenders::Trim() {
@@ -56,13 +89,16 @@ void SharedRenders::Trim() {
 }
 
 void SharedRenders::Keep(uint64_t id, std::vector<Variant> variants, std::vector<Variant>* gone) {
-  // Two last drops of one id in a row (a Hold between them) both keep.
-  if (auto it = kept_.find(id); it != kept_.end()) Forget(it, gone);
-  uint64_t bytes = 0;
-  for (const Variant& v : variants) bytes += v.render->bytes();
+  auto [it, fresh] = kept_.try_emplace(id);
+  Kept& kept = it->second;
+  if (!fresh) kept_order_.erase(kept.age);
+  for (Variant& v : variants) {
+    kept.bytes += v.render->bytes();
+    kept_bytes_ += v.render->bytes();
+    kept.variants.push_back(std::move(v));
+  }
   kept_order_.push_back(id);
-  kept_bytes_ += bytes;
-  kept_[id] = Kept{std::move(variants), bytes, std::prev(kept_order_.end())};
+  kept.age = std::prev(kept_order_.end());
   while (kept_bytes_ > keep_bytes_) Forget(kept_.find(kept_order_.front()), gone);
 }
 
@@ -116,7 +152,13 @@ SamplePtr SharedRenders::Render(const SamplePtr& base, const AugmentSpec& spec, 
     it = held_.find(id);
     if (it == held_.end()) break;
   }
-  if (it != held_.end()) {  // claim it; a variant of an older base gives way
+  const auto holds_size = [&](const Held& held) {
+    return std::any_of(held.by_size.begin(), held.by_size.end(),
+                       [&](const auto& entry) { return entry.first == size; });
+  };
+  // Claim it, where a holder could take it; a variant of an older base
+  // gives way.
+  if (it != held_.end() && holds_size(it->second)) {
     auto& variants = it->second.variants;
     std::erase_if(variants,
                   [&](const Variant& v) { return v.size == size && v.flipped == flipped; });

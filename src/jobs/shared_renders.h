@@ -5,10 +5,12 @@
 // whether it is flipped (loader/augment.h), so jobs with the evaluation
 // transform at one size, or whose flips agree, would render identical
 // pictures: without sharing, N identical jobs resample every image N times.
-// A render is kept while some job still holds its sample id planned
-// (Hold/Drop pair with the job manager's pins in the RAM tier), so the
-// jobs that planned an id together, as dependent sampling makes identical
-// jobs do, render it once. Jobs drift apart, though: a reader the scheduler
+// A render is kept while some job that could take it (one whose centre
+// crops have its size) still holds its sample id planned (Hold/Drop pair
+// with the job manager's pins in the RAM tier), so the jobs that planned an
+// id together, as dependent sampling makes identical jobs do, render it
+// once; a sweep of many sizes keeps no job's render for the others, which
+// could never take it. Jobs drift apart, though: a reader the scheduler
 // holds back, or a batch read later, puts a peer more than its planned
 // queue behind, and it plans the id only after the leader is done with it.
 // So once the last holder is done, the renders are kept on while the
@@ -36,6 +38,7 @@
 #include <list>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/ref_counts.h"
@@ -53,10 +56,18 @@ class SharedRenders {
   explicit SharedRenders(const RefCounts* needs = nullptr, uint64_t keep_bytes = 0)
       : needs_(needs), keep_bytes_(keep_bytes) {}
 
-  // A job planned `id` (Hold) or is done with it (Drop): each Hold is
-  // matched by one Drop.
-  void Hold(uint64_t id);
-  void Drop(uint64_t id);
+  // What a job's renders could be shared by: jobs whose centre crops have
+  // its size. Random crops, and size-0 jobs that take the base image as it
+  // is, share nothing.
+  static constexpr uint32_t kSharesNothing = UINT32_MAX;
+  static uint32_t ShareKey(const AugmentSpec& spec, uint32_t size, bool renders) {
+    return renders && spec.crop != AugmentSpec::Crop::kRandom ? size : kSharesNothing;
+  }
+
+  // A job whose renders have ShareKey `key` planned `id` (Hold) or is done
+  // with it (Drop): each Hold is matched by one Drop with the same key.
+  void Hold(uint64_t id, uint32_t key);
+  void Drop(uint64_t id, uint32_t key);
   // Frees the kept renders of ids no job needs any more (their jobs took
   // them, ended their epoch or went): called once a second.
   void Trim();
@@ -84,7 +95,9 @@ class SharedRenders {
   };
   struct Held {
     uint32_t holders = 0;
-    std::vector<Variant> variants;  // a few: one per size and flip in use
+    // Holders by share key (kSharesNothing left out): a few.
+    std::vector<std::pair<uint32_t, uint32_t>> by_size;
+    std::vector<Variant> variants;  // one per size held and flip
   };
   struct Kept {
     std::vector<Variant> variants;  // each with its render
@@ -92,8 +105,9 @@ class SharedRenders {
     std::list<uint64_t>::iterator age;  // in kept_order_
   };
 
-  // Keeps `variants` of `id`, which nobody holds, pushing the oldest kept
-  // out past keep_bytes_ into `gone` (freed by the caller after the lock).
+  // Keeps `variants` of `id`, which no job of their size holds, beside any
+  // kept already, pushing the oldest kept out past keep_bytes_ into `gone`
+  // (freed by the caller after the lock).
   void Keep(uint64_t id, std::vector<Variant> variants, std::vector<Variant>* gone) REQUIRES(mu_);
   void Forget(std::unordered_map<uint64_t, Kept>::iterator it, std::vector<Variant>* gone)
       REQUIRES(mu_);

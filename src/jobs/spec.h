@@ -55,6 +55,10 @@ struct JobSpec {
   // The spec as the `spec` file shows it: one key=value per line, which
   // parses back to the same spec (but for kIds subsets).
   std::string ToString() const;
+
+  // Whether its deliveries are cut from the base image; else (size 0, no
+  // augmentation) they are the base image as it is.
+  bool renders() const { return size > 0 || augment.augmented(); }
 };
 
 inline constexpr uint32_t kMaxSize = 8192;
