@@ -1,12 +1,10 @@
 #include "catalog/catalog.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "catalog/manifest.h"
+#include "catalog/names.h"
 #include "catalog/s3_client.h"
 #include "catalog/tar_index.h"
 #include "common/hash.h"
@@ -26,37 +25,6 @@ namespace joaderfs {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The extensions torchvision's ImageFolder accepts.
-bool IsImageName(const std::string& name) {
-  static const char* const kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
-                                            ".pgm", ".tif",  ".tiff", ".webp"};
-  std::string lower = name;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* ext : kExtensions) {
-    if (lower.ends_with(ext)) return true;
-  }
-  return false;
-}
-
-bool IsTarName(const std::string& name) {
-  return name.size() > 4 && name.compare(name.size() - 4, 4, ".tar") == 0;
-}
-
-// Component-wise comparison, so that "a/x.jpg" sorts before "a-b/y.jpg" as
-// the class "a" sorts before "a-b".
-bool PathLess(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const size_t ie = std::min(a.find('/', i), a.size());
-    const size_t je = std::min(b.find('/', j), b.size());
-    const int c = a.compare(i, ie - i, b, j, je - j);
-    if (c != 0) return c < 0;
-    i = ie + 1;
-    j = je + 1;
-  }
-  return a.size() - std::min(i, a.size()) < b.size() - std::min(j, b.size());
-}
 
 // What the error for a SOURCE without samples names.
 constexpr char kLayouts[] =
@@ -85,6 +53,7 @@ Status Catalog::Open(const std::string& source, const CatalogOptions& options,
     *out = std::move(c);
     return Status::Ok();
   }
+  c->scan_timeout_ = options.read_timeout;
   std::error_code ec;
   c->source_ = fs::absolute(source, ec).lexically_normal().string();
   if (c->source_.size() > 1 && c->source_.ends_with('/')) c->source_.pop_back();
@@ -187,147 +156,6 @@ bool Catalog::Unprintable(std::string_view name) {
   return true;
 }
 
-namespace {
-
-// One entry of a folder: its name and its type as readdir() tells it
-// (DT_UNKNOWN where the filesystem does not).
-struct FolderEntry {
-  std::string name;
-  unsigned char type;
-};
-
-// The entries of `path` but "." and "..", sorted by name so that which of two
-// links to one folder is entered first does not depend on the filesystem.
-// `*dir` gets the open folder, which answers fstatat() for them; the caller
-// closes it (it may be set when listing fails half-way).
-bool ListFolder(const std::string& path, DIR** dir, std::vector<FolderEntry>* out) {
-  out->clear();
-  *dir = ::opendir(path.c_str());
-  if (!*dir) return false;
-  errno = 0;
-  while (const dirent* e = ::readdir(*dir)) {
-    const std::string_view name = e->d_name;
-    if (name != "." && name != "..") out->push_back({std::string(name), e->d_type});
-  }
-  if (errno != 0) return false;
-  std::sort(out->begin(), out->end(),
-            [](const FolderEntry& a, const FolderEntry& b) { return a.name < b.name; });
-  return true;
-}
-
-// What an entry is once symlinks are followed.
-enum class EntryKind { kFolder, kFile, kSpecial, kLoop, kBroken, kUnreadable };
-
-EntryKind Examine(DIR* dir, const FolderEntry& e, struct stat* st) {
-  // Plain files need no stat: they are most entries of a dataset.
-  if (e.type == DT_REG) return EntryKind::kFile;
-  if (e.type != DT_DIR && e.type != DT_LNK && e.type != DT_UNKNOWN) return EntryKind::kSpecial;
-  if (::fstatat(::dirfd(dir), e.name.c_str(), st, 0) != 0) {
-    if (errno == ELOOP) return EntryKind::kLoop;
-    if (errno == ENOENT) return EntryKind::kBroken;
-    return EntryKind::kUnreadable;
-  }
-  if (S_ISDIR(st->st_mode)) return EntryKind::kFolder;
-  return S_ISREG(st->st_mode) ? EntryKind::kFile : EntryKind::kSpecial;
-}
-
-}  // namespace
-
-Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
-  root_ = source_;
-  std::set<std::pair<dev_t, ino_t>> visited;
-  struct stat st {};
-  if (::stat(root_.c_str(), &st) != 0) return Status::IOError("cannot examine " + root_);
-  visited.emplace(st.st_dev, st.st_ino);
-  DIR* dir = nullptr;
-  std::vector<FolderEntry> top;
-  const bool listed = ListFolder(root_, &dir, &top);
-  const int error = errno;
-  std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> classes;
-  if (listed) {
-    for (const FolderEntry& e : top) {
-      if (e.name[0] == '.' || Unprintable(e.name)) continue;
-      switch (Examine(dir, e, &st)) {
-        case EntryKind::kFolder: classes.push_back({e.name, {st.st_dev, st.st_ino}}); break;
-        case EntryKind::kFile:
-          flat_images_ += IsImageName(e.name);
-          if (IsTarName(e.name)) shards->push_back(e.name);
-          break;
-        case EntryKind::kLoop: ++scan_skips_.link_loops; break;
-        case EntryKind::kBroken: ++scan_skips_.broken_links; break;
-        case EntryKind::kUnreadable: ++scan_skips_.unreadable; break;
-        case EntryKind::kSpecial: break;
-      }
-    }
-  }
-  if (dir) ::closedir(dir);
-  if (!listed) return Status::IOError("cannot list " + root_ + ": " + std::strerror(error));
-  num_classes_ = static_cast<uint32_t>(classes.size());
-  // Class folders are claimed before any walk, so that a link from one
-  // class into another adds nothing to the first. A class folder that is a
-  // second link to another keeps its label (torchvision's class indices)
-  // but adds no sample.
-  std::vector<bool> claimed(classes.size());
-  for (size_t label = 0; label < classes.size(); ++label) {
-    claimed[label] = visited.insert(classes[label].second).second;
-    scan_skips_.revisits += !claimed[label];
-  }
-  std::vector<std::string> files;
-  for (size_t label = 0; label < classes.size(); ++label) {
-    if (!claimed[label]) continue;
-    files.clear();
-    WalkClass(classes[label].first, &visited, &files);
-    std::sort(files.begin(), files.end(), PathLess);
-    for (auto& f : files) entries_.push_back({std::move(f), static_cast<int64_t>(label)});
-  }
-  return Status::Ok();
-}
-
-void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
-                        std::vector<std::string>* files) {
-  // Depth first with a stack of relative paths, children in name order, so
-  // that the first of two links to one folder in path order is the one
-  // entered. Every folder pushed is new to `visited`: the walk lists each
-  // distinct folder once, whatever the links.
-  std::vector<std::string> pending{cls};
-  std::vector<FolderEntry> entries;
-  std::vector<std::string> subfolders;
-  struct stat st {};
-  while (!pending.empty()) {
-    const std::string rel = std::move(pending.back());
-    pending.pop_back();
-    DIR* dir = nullptr;
-    if (!ListFolder(root_ + "/" + rel, &dir, &entries)) {
-      ++scan_skips_.unreadable;
-      entries.clear();
-    }
-    subfolders.clear();
-    for (const FolderEntry& e : entries) {
-      if (e.name[0] == '.' || Unprintable(rel + "/" + e.name)) continue;
-      const bool image = IsImageName(e.name);
-      switch (Examine(dir, e, &st)) {
-        case EntryKind::kFolder:
-          if (visited->insert({st.st_dev, st.st_ino}).second) {
-            subfolders.push_back(rel + "/" + e.name);
-          } else {
-            ++scan_skips_.revisits;
-          }
-          break;
-        case EntryKind::kFile:
-          if (image) files->push_back(rel + "/" + e.name);
-          break;
-        case EntryKind::kSpecial: special_files_ += image; break;
-        case EntryKind::kLoop: image ? ++special_files_ : ++scan_skips_.link_loops; break;
-        case EntryKind::kBroken: image ? ++special_files_ : ++scan_skips_.broken_links; break;
-        case EntryKind::kUnreadable: ++scan_skips_.unreadable; break;
-      }
-    }
-    if (dir) ::closedir(dir);
-    pending.insert(pending.end(), std::make_move_iterator(subfolders.rbegin()),
-                   std::make_move_iterator(subfolders.rend()));
-  }
-}
-
 Status Catalog::ReadManifest() {
   root_ = fs::path(source_).parent_path().string();
   std::ifstream in(source_, std::ios::binary);
@@ -363,32 +191,25 @@ Status Catalog::ReadManifest() {
 
 void Catalog::Index() {
   uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
+  // A local file's identity is its stat, which a hung filesystem may never
+  // answer: those are left out. An object's is its listing's size and
+  // ETag digest (OpenS3).
+  std::vector<uint8_t> kinds;
+  if (!is_object_store()) StatLocalFiles(&kinds);
   size_t kept = 0;
-  const bool objects = is_object_store();
-  for (Entry& e : entries_) {
-    struct stat st {};
-    if (objects) {
-      // The listing's size and ETag digest (OpenS3): the object's identity.
-      st.st_size = static_cast<off_t>(e.size);
-      st.st_ino = static_cast<ino_t>(e.inode);
-    } else {
-      const std::string p = root_ + "/" + e.relpath;
-      if (::stat(p.c_str(), &st) != 0) {
-        st = {};  // missing now: kept, its decode fails and is counted then
-      } else if (!S_ISREG(st.st_mode)) {
-        ++special_files_;
-        continue;
-      }
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    if (!kinds.empty()) {
+      if (kinds[i] == kSpecial) ++special_files_;
+      if (kinds[i] == kSpecial || kinds[i] == kStuck) continue;
+      // Missing now: kept, its decode fails and is counted then.
+      if (kinds[i] == kMissing) e.size = e.mtime_ns = e.inode = 0;
     }
-    const uint64_t parts[] = {static_cast<uint64_t>(e.label), static_cast<uint64_t>(st.st_size),
-                              static_cast<uint64_t>(st.st_mtim.tv_sec),
-                              static_cast<uint64_t>(st.st_mtim.tv_nsec),
-                              static_cast<uint64_t>(st.st_ino)};
+    const uint64_t parts[] = {static_cast<uint64_t>(e.label), e.size,
+                              static_cast<uint64_t>(e.mtime_ns / 1'000'000'000),
+                              static_cast<uint64_t>(e.mtime_ns % 1'000'000'000), e.inode};
     e.fingerprint =
         Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts, sizeof parts);
-    e.size = static_cast<uint64_t>(st.st_size);
-    e.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
-    e.inode = st.st_ino;
     h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
     if (&entries_[kept] != &e) entries_[kept] = std::move(e);
     ++kept;
@@ -396,36 +217,6 @@ void Catalog::Index() {
   entries_.resize(kept);
   for (SampleId id = 0; id < entries_.size(); ++id) by_relpath_.emplace(entries_[id].relpath, id);
   identity_ = h;
-}
-
-Status Catalog::ScanShards(std::vector<std::string> names, const std::string& label_key) {
-  std::sort(names.begin(), names.end());
-  int64_t max_label = -1;
-  ShardCounts counts;
-  for (std::string& name : names) {
-    const std::string path = root_ + "/" + name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    struct stat st {};
-    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      if (fd >= 0) ::close(fd);
-      ++shard_skips_.unreadable_shards;
-      continue;
-    }
-    Shard shard;
-    shard.name = std::move(name);
-    shard.size = static_cast<uint64_t>(st.st_size);
-    shard.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
-    shard.inode = st.st_ino;
-    AddShard(
-        std::move(shard),
-        [&](uint64_t size, const ShardSampleFn& emit) {
-          return ScanShard(fd, size, label_key, &counts, emit);
-        },
-        &counts, &max_label);
-    ::close(fd);
-  }
-  FinishShards(counts, max_label);
-  return Status::Ok();
 }
 
 void Catalog::AddShard(Shard shard,

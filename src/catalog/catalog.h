@@ -72,9 +72,10 @@ struct ScanSkips {
   uint64_t unreadable = 0;    // entries that could not be examined, folders not listed
   uint64_t unprintable = 0;   // names holding a control character, any layout
   uint64_t stray_keys = 0;    // s3://: listed keys outside PREFIX/, repeated or out of order
+  uint64_t stuck = 0;         // files and shards whose stat or read did not return in read_timeout
 
   uint64_t total() const {
-    return link_loops + broken_links + revisits + unreadable + unprintable + stray_keys;
+    return link_loops + broken_links + revisits + unreadable + unprintable + stray_keys + stuck;
   }
 };
 
@@ -91,7 +92,9 @@ struct CatalogOptions {
   std::string s3_region;
   std::string s3_credentials;
   std::string s3_profile;
-  // s3://: the bound on one read of an image, its retries included.
+  // s3://: the bound on one read of an image, its retries included. A
+  // local SOURCE's scan: how long a stat or a read may go without an answer
+  // before its file or shard is left out.
   std::chrono::milliseconds read_timeout{30'000};
 };
 
@@ -229,6 +232,11 @@ class Catalog {
   // For an object store, the entries carry their sizes and ETag digests
   // from the listing and nothing is looked at.
   void Index();
+  // What a stat says of each local entry, under the scan's deadline.
+  enum EntryStat : uint8_t { kMissing, kRegular, kSpecial, kStuck };
+  void StatLocalFiles(std::vector<uint8_t>* kinds);
+  // Counts and logs `count` entries given up at the deadline.
+  void NoteStuck(uint64_t count, const std::string& first);
   // One warning per cause of what the scan left out.
   void LogSkips() const;
   // Whether `name` (a relpath or a part of one) holds a control character:
@@ -246,6 +254,7 @@ class Catalog {
   uint64_t special_files_ = 0;
   uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
   ScanSkips scan_skips_;
+  std::chrono::milliseconds scan_timeout_{30'000};
   std::string first_unprintable_;  // Printable(), for the warning
   uint64_t rejected_paths_ = 0;
   std::unordered_map<std::string_view, SampleId> by_relpath_;

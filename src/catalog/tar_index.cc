@@ -17,7 +17,6 @@ namespace joaderfs {
 namespace {
 
 constexpr uint64_t kBlock = 512;
-constexpr uint64_t kWindow = 64 << 10;
 // Label members and .json members larger than this are not read.
 constexpr uint64_t kMaxLabelBytes = 64 << 10;
 
@@ -148,16 +147,20 @@ struct Group {
 
 }  // namespace
 
+int64_t ReadShardAt(int fd, uint64_t offset, char* buffer, uint64_t n) {
+  for (;;) {
+    const ssize_t r = ::pread(fd, buffer, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    return r < 0 ? -errno : r;
+  }
+}
+
 Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts* counts,
                  const ShardSampleFn& emit) {
-  const ShardReadFn read = [fd](uint64_t offset, char* buffer, uint64_t n) -> int64_t {
-    for (;;) {
-      const ssize_t r = ::pread(fd, buffer, n, static_cast<off_t>(offset));
-      if (r < 0 && errno == EINTR) continue;
-      return r < 0 ? -errno : r;
-    }
+  const ShardReadFn read = [fd](uint64_t offset, char* buffer, uint64_t n) {
+    return ReadShardAt(fd, offset, buffer, n);
   };
-  return ScanShard(read, size, kWindow, label_key, counts, emit);
+  return ScanShard(read, size, kLocalShardWindow, label_key, counts, emit);
 }
 
 Status ScanShard(const ShardReadFn& read, uint64_t size, uint64_t window,

@@ -34,6 +34,13 @@ struct ShardCounts {
   uint64_t no_image = 0;   // keys with no image member
   uint64_t unlabeled = 0;  // samples kept with label -1
   uint64_t too_large = 0;  // image members the index cannot address (over 4 GiB)
+
+  void Add(const ShardCounts& other) {
+    damaged += other.damaged;
+    no_image += other.no_image;
+    unlabeled += other.unlabeled;
+    too_large += other.too_large;
+  }
 };
 
 // One sample: the image member's full name, where its bytes lie, its label.
@@ -48,6 +55,9 @@ Status ScanShard(int fd, uint64_t size, std::string_view label_key, ShardCounts*
 // Reads up to `n` bytes at `offset` into `buffer`: the count read (0 at the
 // end), or -errno.
 using ShardReadFn = std::function<int64_t(uint64_t offset, char* buffer, uint64_t n)>;
+// That for a local file open at `fd` (pread), and the window its scans read.
+int64_t ReadShardAt(int fd, uint64_t offset, char* buffer, uint64_t n);
+inline constexpr uint64_t kLocalShardWindow = 64 << 10;
 // The same through `read` (an object store's ranged GETs), `window` bytes a
 // call at most (at least 64 KiB are used): fewer, larger reads where each
 // costs a round trip.

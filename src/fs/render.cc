@@ -139,6 +139,10 @@ const MountFigure kMountFigures[] = {
     {"scan_skips.stray_keys", "joaderfs_scan_skips_stray_keys", "gauge",
      "Keys an s3:// listing held outside PREFIX/, repeated or out of order, left out.",
      [](const MountStats& s) { return Json(s.scan_skips.stray_keys); }},
+    {"scan_skips.stuck", "joaderfs_scan_skips_stuck", "gauge",
+     "SOURCE files and shards whose stat or read did not return within read_timeout at the "
+     "scan, left out.",
+     [](const MountStats& s) { return Json(s.scan_skips.stuck); }},
     {"shard_skips.damaged", "joaderfs_shard_skips_damaged", "gauge",
      "Bad tar headers and samples of cut-short shards, left out.",
      [](const MountStats& s) { return Json(s.shard_skips.damaged); }},

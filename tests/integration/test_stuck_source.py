@@ -9,9 +9,11 @@ blocked, and a new mount on the same cache_dir starts.
 Run: JOADERFS_BIN=build/joaderfs JOADERFS_STUCK_FS=build/joaderfs-stuck-fs
 python3 -m unittest -v test_stuck_source (from tests/integration)."""
 
+import io
 import os
 import signal
 import subprocess
+import tarfile
 import threading
 import time
 import unittest
@@ -30,39 +32,41 @@ def close_quietly(fd):
         pass
 
 
+def start_stuck_fs(case, root, names):
+    """Mounts joaderfs-stuck-fs over `root` with `names` (its STUCK) stuck,
+    unmounted when `case` ends; returns its mountpoint."""
+    if not os.access(STUCK_FS, os.X_OK):
+        raise AssertionError("JOADERFS_STUCK_FS=%r is not an executable" % STUCK_FS)
+    mnt = os.path.join(case.tempdir(), "stuck")
+    os.mkdir(mnt)
+    proc = subprocess.Popen([STUCK_FS, root, names, mnt, "-f"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop():
+        """Killing it fails whatever calls still block on it."""
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if is_mounted(mnt):
+            subprocess.run([FUSERMOUNT, "-u", "-z", mnt], capture_output=True)
+    # Added after tempdir's removal, so it runs before it.
+    case.addCleanup(stop)
+    deadline = time.monotonic() + 10
+    while not is_mounted(mnt):
+        case.assertIsNone(proc.poll(), "joaderfs-stuck-fs exited")
+        case.assertLess(time.monotonic(), deadline, "no stuck_fs mount")
+        time.sleep(0.05)
+    return mnt
+
+
 class StuckSourceTest(DatasetMixin, JoaderTestCase):
 
     STUCK = (3, 14)  # ids whose files' reads never return
 
     def setUp(self):
-        if not os.access(STUCK_FS, os.X_OK):
-            raise AssertionError("JOADERFS_STUCK_FS=%r is not an executable"
-                                 % STUCK_FS)
-        work = self.tempdir()
-        self.stuck_mnt = os.path.join(work, "stuck")
-        os.mkdir(self.stuck_mnt)
         names = ",".join(self.order[i][0] for i in self.STUCK)
-        self.stuck_fs = subprocess.Popen(
-            [STUCK_FS, self.source, names, self.stuck_mnt, "-f"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        # Added after tempdir's removal, so it runs before it.
-        self.addCleanup(self.stop_stuck_fs)
-        deadline = time.monotonic() + 10
-        while not is_mounted(self.stuck_mnt):
-            self.assertIsNone(self.stuck_fs.poll(), "joaderfs-stuck-fs exited")
-            self.assertLess(time.monotonic(), deadline, "no stuck_fs mount")
-            time.sleep(0.05)
-        self.cache_dir = os.path.join(work, "cache")
-
-    def stop_stuck_fs(self):
-        """Killing it fails whatever reads still block on it."""
-        if self.stuck_fs.poll() is None:
-            self.stuck_fs.kill()
-        self.stuck_fs.wait()
-        if is_mounted(self.stuck_mnt):
-            subprocess.run([FUSERMOUNT, "-u", "-z", self.stuck_mnt],
-                           capture_output=True)
+        self.stuck_mnt = start_stuck_fs(self, self.source, names)
+        self.cache_dir = os.path.join(self.tempdir(), "cache")
 
     def mount_stuck(self):
         return self.mount(self.stuck_mnt, {
@@ -133,6 +137,56 @@ class StuckSourceTest(DatasetMixin, JoaderTestCase):
         except subprocess.TimeoutExpired:
             self.fail("the daemon did not exit within 10 s of SIGTERM")
         self.assertLess(time.monotonic() - start, 5)
+
+
+class StuckScanTest(DatasetMixin, JoaderTestCase):
+    """A file whose stat never returns, and a shard whose read never
+    returns, at scan time: the scan gives each up at read_timeout, counts
+    it in scan_skips.stuck and logs it, and the mount comes up with the
+    rest. Before, the daemon never mounted (it waited in the kernel for an
+    answer that never came)."""
+
+    def mount_within(self, source, seconds):
+        start = time.monotonic()
+        m = self.mount(source, {"read_timeout": "2"})
+        took = time.monotonic() - start
+        self.assertLess(took, seconds, "the mount took %.1f s" % took)
+        return m
+
+    def assert_logged(self, m):
+        with open(m.log_path, errors="replace") as f:
+            self.assertIn("did not return within 2 s (read_timeout)", f.read())
+
+    def test_a_file_whose_stat_hangs_is_left_out(self):
+        stuck = self.order[5][0]
+        mnt = start_stuck_fs(self, self.source, "stat:" + stuck)
+        m = self.mount_within(mnt, 15)
+        self.assertEqual(m.info()["samples"], self.N - 1)
+        self.assertEqual(m.stats()["scan_skips"]["stuck"], 1)
+        self.assertNotIn(stuck, [rel for _, _, rel in m.manifest()])
+        self.assert_logged(m)
+        ids = ids_of(read_epoch(m.mkjob("all"), timeout=30))
+        self.assertEqual(len(ids), self.N - 1)
+
+    def test_a_shard_whose_read_hangs_is_left_out(self):
+        shards = os.path.join(self.tempdir(), "shards")
+        os.mkdir(shards)
+        for k in range(3):
+            with tarfile.open(os.path.join(shards, "shard-%d.tar" % k), "w") as tar:
+                for i in range(k * 4, k * 4 + 4):
+                    rel, label = self.order[i]
+                    tar.add(os.path.join(self.source, rel), "s%03d.jpg" % i)
+                    data = b"%d" % label
+                    info = tarfile.TarInfo("s%03d.cls" % i)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        mnt = start_stuck_fs(self, shards, "shard-1.tar")
+        m = self.mount_within(mnt, 15)
+        self.assertEqual(m.info()["samples"], 8)
+        self.assertEqual(m.stats()["scan_skips"]["stuck"], 1)
+        self.assert_logged(m)
+        ids = ids_of(read_epoch(m.mkjob("all"), timeout=30))
+        self.assertEqual(len(ids), 8)
 
 
 if __name__ == "__main__":

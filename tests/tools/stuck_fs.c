@@ -6,9 +6,10 @@
 //
 //   joaderfs-stuck-fs ROOT STUCK[,STUCK...] MOUNTPOINT [FUSE options]
 //
-// STUCK names a file by its path relative to ROOT. Read-only. libfuse runs
-// the handlers on several threads; they share only the two strings set in
-// main() before the loop starts.
+// STUCK names a file by its path relative to ROOT; with a "stat:" in front,
+// its stat (getattr) never returns instead. Read-only. libfuse runs the
+// handlers on several threads; they share only the strings set in main()
+// before the loop starts.
 
 #define FUSE_USE_VERSION 35
 
@@ -24,7 +25,7 @@
 #include <unistd.h>
 
 static const char* root;
-static char stuck[4096];  // ",a,b," for a quick substring test
+static char stuck[4096];  // ",a,stat:b," for a quick substring test
 
 static void RealPath(const char* path, char* out) { snprintf(out, PATH_MAX, "%s%s", root, path); }
 
@@ -34,8 +35,21 @@ static int IsStuck(const char* path) {
   return strstr(stuck, key) != NULL;
 }
 
+static int IsStuckStat(const char* path) {
+  char key[PATH_MAX + 8];
+  snprintf(key, sizeof key, ",stat:%s,", path + 1);
+  return strstr(stuck, key) != NULL;
+}
+
+// Blocks until the kernel interrupts the request (its caller was killed).
+static int Hang(void) {
+  while (!fuse_interrupted()) usleep(20000);
+  return -EINTR;
+}
+
 static int GetAttr(const char* path, struct stat* st, struct fuse_file_info* fi) {
   (void)fi;
+  if (IsStuckStat(path)) return Hang();
   char real[PATH_MAX];
   RealPath(path, real);
   return lstat(real, st) == 0 ? 0 : -errno;
@@ -72,10 +86,7 @@ static int Open(const char* path, struct fuse_file_info* fi) {
 }
 
 static int Read(const char* path, char* buf, size_t size, off_t offset, struct fuse_file_info* fi) {
-  if (IsStuck(path)) {
-    while (!fuse_interrupted()) usleep(20000);
-    return -EINTR;
-  }
+  if (IsStuck(path)) return Hang();
   const ssize_t n = pread((int)fi->fh, buf, size, offset);
   return n < 0 ? -errno : (int)n;
 }
