@@ -31,7 +31,7 @@ uint8 pixels, 2 workers or threads:
                 size=224 crop=random flip=0.5, DataLoader(JobDataset(job,
                 batch_size=64), batch_size=None, num_workers=2);
   joaderfs-w0   the same with num_workers=0: the training process reads the
-                batches itself, as the README advises for joaderfs (its 2
+                batches itself, as the user guide advises for joaderfs (its 2
                 decode threads are the daemon's; a worker would only copy).
 
 Scenarios: one job reading 2 epochs (epoch 1 and epoch 2 timed apart) and 4

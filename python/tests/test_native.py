@@ -77,7 +77,7 @@ def parse_fixed(records) -> list[tuple[int, int, int, bytes]]:
 
 
 def native_pipeline(paths, batch_size: int):
-    """The documented pure TensorFlow pipeline (README, tf_data.py)."""
+    """The documented pure TensorFlow pipeline (docs/user-guide.md, tf_data.py)."""
     def parse(serialized):
         example = tf.io.parse_single_example(serialized, {
             "image/encoded": tf.io.FixedLenFeature([], tf.string),

@@ -1,8 +1,8 @@
 // The documents list the mount options and spec keys of the tables in code
 // (daemon/options.h MountOptionTable, jobs/spec_keys.h kSpecKeys), no more
 // and no fewer, each with the table's default: the option and spec tables
-// of README.md and docs/design.md, and the OPTIONS and JOB SPEC sections of
-// man/joaderfs.8. --help and the mount's /README are made from the tables.
+// of docs/reference.md and docs/design.md, and the OPTIONS and JOB SPEC
+// sections of man/joaderfs.8. --help and the mount's /README are made from the tables.
 
 #include <gtest/gtest.h>
 
@@ -195,7 +195,8 @@ void ExpectSameKeys(const std::string& doc, const std::map<std::string, std::str
 }
 
 TEST(DocTables, MountOptions) {
-  ExpectSameKeys("README.md", MarkdownTable(ReadDoc("README.md"), "option"), MountOptions());
+  ExpectSameKeys("docs/reference.md", MarkdownTable(ReadDoc("docs/reference.md"), "option"),
+                 MountOptions());
   ExpectSameKeys("docs/design.md", MarkdownTable(ReadDoc("docs/design.md"), "option"),
                  MountOptions());
   ExpectSameKeys("man/joaderfs.8 OPTIONS", ManSection(ReadDoc("man/joaderfs.8"), "OPTIONS"),
@@ -203,7 +204,8 @@ TEST(DocTables, MountOptions) {
 }
 
 TEST(DocTables, SpecKeys) {
-  ExpectSameKeys("README.md", MarkdownTable(ReadDoc("README.md"), "key"), SpecKeys());
+  ExpectSameKeys("docs/reference.md", MarkdownTable(ReadDoc("docs/reference.md"), "key"),
+                 SpecKeys());
   ExpectSameKeys("docs/design.md", MarkdownTable(ReadDoc("docs/design.md"), "key"), SpecKeys());
   ExpectSameKeys("man/joaderfs.8 JOB SPEC", ManSection(ReadDoc("man/joaderfs.8"), "JOB SPEC"),
                  SpecKeys());

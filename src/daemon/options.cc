@@ -99,7 +99,7 @@ constexpr MountOptionRow kMountOptions[] = {
     {kRemoteCache,
      {"remote_cache", "memcached://HOST:PORT[+HOST:PORT...]|none", "none",
       "the remote tier: decoded images shared by a cluster's daemons through these memcached "
-      "servers (see README, Cluster)"}},
+      "servers (see docs/admin-guide.md, Cluster)"}},
     {kRemotePublish,
      {"remote_publish", "SIZE", "no limit",
       "the most image bytes this daemon publishes to the remote tier per mount"}},

@@ -60,7 +60,7 @@ struct DaemonOptions {
   // DefaultSourceInFlight.
   uint64_t source_in_flight = 0;
   uint64_t max_pixels = kDefaultMaxPixels;
-  // Per-user limits (jobs/job_manager.h UserLimits; README "Limits").
+  // Per-user limits (jobs/job_manager.h UserLimits; docs/admin-guide.md "Limits").
   uint32_t max_jobs_per_user = 64;
   uint32_t max_streams_per_user = 1024;
   uint32_t max_readers_per_user = 256;
@@ -83,7 +83,7 @@ struct DaemonOptions {
 
 // One of our -o options: the one description of it, from which --help
 // (UsageText) and libfuse's option list are made, and to which
-// doc_tables_test holds the option tables of README.md and docs/design.md
+// doc_tables_test holds the option tables of docs/reference.md and docs/design.md
 // and the OPTIONS of joaderfs(8), name for name and default for default.
 //
 // Adding an option: a field in DaemonOptions, a Key and a row in
@@ -165,7 +165,7 @@ DiskCacheSizing DefaultDiskCache(uint64_t samples, uint32_t base, uint64_t room)
 uint64_t DecodedSampleEstimate(uint32_t base);
 
 // The default of max_unread_per_user: half of ram_cache, at most 2 GiB, so
-// that the daemon's bound (README "Limits") follows the memory it may use:
+// that the daemon's bound (docs/admin-guide.md "Limits") follows the memory it may use:
 // a 300 MiB cgroup gets ram_cache 75 MiB and an allowance of 37.5 MiB a
 // user, where a fixed 2 GiB let one user's readers get it OOM-killed.
 uint64_t DefaultUnreadPerUser(uint64_t ram_cache);

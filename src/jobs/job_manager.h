@@ -73,7 +73,7 @@ inline constexpr size_t kMaxSpecBytes = 64 << 10;
 // limit, CreateJob and a spec that adds streams fail with Quota (EDQUOT),
 // OpenReader with TooMany (EMFILE). Jobs and streams count against the
 // job's owner, readers against the uid that opened them. Root (uid 0) is
-// exempt unless `limit_root`. The defaults are the mount options' (README).
+// exempt unless `limit_root`. The defaults are the mount options' (docs/reference.md).
 struct UserLimits {
   uint32_t max_jobs = 64;
   uint32_t max_streams = 1024;  // `next` or `next.R`: a job with ranks=W has W

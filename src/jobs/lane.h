@@ -73,7 +73,7 @@ struct Lane {
   PlanGroup* group = nullptr;  // set at the first epoch, with the stream
   // A `group=` job's own planning group (else null): an independent
   // shuffle seeded by (group, seed) alone, so that the same job on any
-  // daemon gets the same order (README "Cluster"). New at every first epoch
+  // daemon gets the same order (docs/admin-guide.md "Cluster"). New at every first epoch
   // (after a restart or a resume too), where it resumes the order at the
   // job's epoch less what was handed out (PlanGroup::ResumeJob).
   std::unique_ptr<PlanGroup> own_group;

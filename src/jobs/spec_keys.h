@@ -1,13 +1,13 @@
 // The job spec's keys (docs/design.md 2.3), the one list of them: the
 // mount's /README prints it (fs/render.cc), and doc_tables_test holds
-// README.md, joaderfs(8) and docs/design.md to it, key for key and default
-// for default. ParseJobSpec (jobs/spec.h) parses the values; spec_test
+// docs/reference.md, joaderfs(8) and docs/design.md to it, key for key and
+// default for default. ParseJobSpec (jobs/spec.h) parses the values; spec_test
 // checks that it takes every key here and that JobSpec::ToString() writes
 // no other.
 //
 // Adding a key: a row below, its case in ParseJobSpec (and ToString() if
-// the spec file shows it), and its entry in the spec tables of README.md
-// and docs/design.md and the JOB SPEC section of man/joaderfs.8 with the
+// the spec file shows it), and its entry in the spec tables of
+// docs/reference.md and docs/design.md and the JOB SPEC section of man/joaderfs.8 with the
 // same default: doc_tables_test names any document that lacks it.
 
 #ifndef JOADERFS_JOBS_SPEC_KEYS_H_

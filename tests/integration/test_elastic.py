@@ -47,7 +47,7 @@ rank, world = int(rank), int(world)
 dist.init_process_group("gloo", init_method=init, rank=rank,
                         world_size=world,
                         timeout=datetime.timedelta(seconds=60))
-# Persistent workers, as the README has them: forked once, before any
+# Persistent workers, as the user guide has them: forked once, before any
 # collective runs (a fork of a process whose gloo threads are busy can
 # deadlock the child, test_ranks_torch.py).
 loader = DataLoader(JobDataset(job, batch_size=%d), batch_size=None,

@@ -375,7 +375,7 @@ class MemoryBoundTest(DatasetMixin, JoaderTestCase):
                 p.wait()
         sys.stderr.write("\n[memory] daemon peak RSS %.0f MiB in a 300 MiB cgroup "
                          "(ram_cache %d MiB)\n" % (hwm_mib, ram_cache >> 20))
-        # README "Limits": fixed + 1.25 x ram_cache + threads x D + one
+        # docs/admin-guide.md "Limits": fixed + 1.25 x ram_cache + threads x D + one
         # user's (allowance + D + streams): well inside the cgroup.
         self.assertLess(hwm_mib, 250)
 

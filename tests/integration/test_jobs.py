@@ -484,7 +484,7 @@ print(json.dumps(out))
         self.assertNotIn("\0", text)
         for word in ("mkdir", "jobs", "next", "spec"):
             self.assertIn(word, text)
-        # What train.py gets, as README.md says: the job folder.
+        # What train.py gets, as docs/user-guide.md says: the job folder.
         self.assertIn("python train.py --data jobs/myjob ", text)
         self.assertNotIn("--data jobs/myjob/next", text)
 

@@ -1,4 +1,5 @@
-"""Per-user limits (issue 20 failure 1, README "Limits", joaderfs(8)).
+"""Per-user limits (issue 20 failure 1, docs/admin-guide.md "Limits",
+joaderfs(8)).
 
 The two attacks of the issue, by uid 65534 through `setpriv` on root's
 mount with allow_other and ram_cache=64M:

@@ -243,20 +243,21 @@ class RanksTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(os.listdir(m2.path("jobs")), [])
 
 
-class ReadmeDdpSnippetTest(unittest.TestCase):
-    """The README's DDP example, which users copy: with forkserver workers
-    (its own advice) it must guard its main code, or every rank hangs."""
+class GuideDdpSnippetTest(unittest.TestCase):
+    """The user guide's DDP example, which users copy: with forkserver
+    workers (its own advice) it must guard its main code, or every rank
+    hangs."""
 
     def test_snippet_guards_main_and_sets_a_timeout(self):
-        readme = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                              "..", "..", "README.md")
-        with open(readme) as f:
+        guide = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "..", "..", "docs", "user-guide.md")
+        with open(guide) as f:
             text = f.read()
         blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
         ddp = [b for b in blocks if "torchrun" in b]
         self.assertEqual(len(ddp), 1, "one DDP example")
         code = ddp[0]
-        compile(code, "README DDP example", "exec")
+        compile(code, "user guide DDP example", "exec")
         self.assertIn('if __name__ == "__main__":', code)
         self.assertIn("timeout=", code)
         self.assertIn('multiprocessing_context="forkserver"', code)

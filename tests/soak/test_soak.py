@@ -14,7 +14,7 @@ then healed). Every round the daemon is stopped, by SIGTERM or by kill -9
 carry on. Checked at the end: no epoch broke exactly-once, every uid
 completed epochs, every stream of the sweep kept reading (none waited
 SWEEP_WAIT for a record), the daemon's RSS never passed the documented
-bound (README "Limits"), and no daemon is left.
+bound (docs/admin-guide.md "Limits"), and no daemon is left.
 
 JOADERFS_SOAK_SECONDS sets the length (60 in CI; scripts/test.sh --soak
 MINUTES for a long run). Run: JOADERFS_BIN=build/joaderfs python3 -m
