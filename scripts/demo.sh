@@ -3,36 +3,39 @@
 # share the decoding: prints each job's samples/s and the mount's /stats.
 #
 # usage: scripts/demo.sh [--no-setup]
-#   --no-setup  skip scripts/setup.sh (packages and build already there)
-# BUILD_DIR names another build folder than build/.
+#   --no-setup  skip `scripts/setup.sh --demo` (the daemon's packages, and
+#               joaderfs and joaderfs-gendata built into build-demo/)
+# With --no-setup, BUILD_DIR may name another build folder than build-demo/
+# (build/ of scripts/setup.sh, say).
 #
-# The data set (2000 synthetic JPEGs in 10 classes, plus 4 corrupt files that
+# The data set (1000 synthetic JPEGs in 10 classes, plus 4 corrupt files that
 # the daemon skips) is made once under ${XDG_CACHE_HOME:-~/.cache}/joaderfs-demo.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 if [[ ${1:-} != --no-setup ]]; then
-  "$repo/scripts/setup.sh"
+  "$repo/scripts/setup.sh" --demo
 fi
 
-build=${BUILD_DIR:-$repo/build}
+build=${BUILD_DIR:-$repo/build-demo}
 # The jobs use the client of this checkout, installed or not.
 export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
 joaderfs=$build/joaderfs
 gendata=$build/joaderfs-gendata
 for binary in "$joaderfs" "$gendata"; do
   if [[ ! -x $binary ]]; then
-    echo "demo.sh: $binary is not built (run scripts/setup.sh)" >&2
+    echo "demo.sh: $binary is not built (run scripts/setup.sh --demo)" >&2
     exit 1
   fi
 done
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/joaderfs-demo
-data=$cache/images-2000
+images=1000
+data=$cache/images-$images
 mkdir -p "$cache"
 if [[ ! -e $data.complete ]]; then
   rm -rf "$data"
-  "$gendata" "$data" --images 2000 --classes 10 --seed 1 --corrupt 4
+  "$gendata" "$data" --images "$images" --classes 10 --seed 1 --corrupt 4
   touch "$data.complete"
 fi
 

@@ -1,30 +1,53 @@
 #!/usr/bin/env bash
-# Installs the Debian packages joaderfs needs (only those missing), the Python
-# test environment (.venv-test, pinned pip packages), and builds
-# it into build/. Idempotent: a second run installs nothing and rebuilds only
-# what changed.
+# Installs the Debian packages joaderfs needs (only those missing) and builds.
+#
+# usage: scripts/setup.sh [--demo]
+#   (none)  every package, the Python test environment (.venv-test, pinned
+#           pip packages) and every target into build/: what scripts/test.sh
+#           runs.
+#   --demo  the daemon's packages only, no venv, and only joaderfs and
+#           joaderfs-gendata into build-demo/: what scripts/demo.sh runs.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(
-  build-essential cmake pkg-config git
-  libfuse3-dev fuse3 autofs libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
-  libjpeg62-turbo-dev libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev
+case ${1:-} in
+  "") demo=false ;;
+  --demo) demo=true ;;
+  *) echo "usage: scripts/setup.sh [--demo]" >&2; exit 2 ;;
+esac
+
+# What builds and runs the daemon and joaderfs-gendata, and the client under
+# Debian's /usr/bin/python3 with its torch: all that scripts/demo.sh needs.
+daemon_packages=(
+  build-essential cmake pkg-config
+  libfuse3-dev fuse3 libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
+  libjpeg62-turbo-dev zlib1g-dev nlohmann-json3-dev
   libcurl4-openssl-dev libxml2-dev  # s3:// SOURCEs: signed requests, listings
-  python3-torch python3-torchvision python3-numpy python3-pil
+  libmicrohttpd-dev  # metrics_listen=: /metrics over HTTP (src/daemon/metrics_endpoint.h)
+  libsystemd-dev  # sd_notify: Type=notify readiness and the watchdog (src/daemon/main.cc)
+  libssl-dev  # the remote tier: sealed values, TLS (src/cache/cluster_key.h)
+  python3-torch python3-numpy  # the client (python/joaderfs) and its DataLoader
+)
+# The rest: what the tests, benchmarks and fuzzers of scripts/test.sh need.
+test_packages=(
+  git  # ctest client_pip_install checks that the work tree stays clean
+  autofs  # tests/mount/test_autofs
+  libgtest-dev libbenchmark-dev
+  python3-torchvision python3-pil
   python3-venv  # the client's test venvs (.venv-test, ctest client_pip_install)
-  gnuplot-nox
+  gnuplot-nox  # plots of bench/ and scripts/sim-appendix.sh
   clang libclang-rt-dev  # the fuzz targets (libFuzzer) in scripts/test.sh
   clang-format  # formats the C++ (.clang-format)
-  libmicrohttpd-dev  # metrics_listen=: /metrics over HTTP (src/daemon/metrics_endpoint.h)
   python3-prometheus-client  # the endpoint's test parses it with Prometheus's own parser
-  libsystemd-dev  # sd_notify: Type=notify readiness and the watchdog (src/daemon/main.cc)
-  libssl-dev openssl  # the remote tier: sealed values, TLS (src/cache/cluster_key.h); test certificates
+  openssl  # test certificates of the remote tier
   memcached  # the remote tier's servers in its tests and benchmarks
   libmemcached-tools  # memcstat, memccat: looking at the tier by hand
   iproute2  # tests/cluster: each memcached in a network namespace (as root)
   prometheus  # promtool checks deploy/prometheus in tests
 )
+packages=("${daemon_packages[@]}")
+$demo || packages+=("${test_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,6 +59,20 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+if $demo; then
+  # A folder of its own, so that build/ keeps the configuration that
+  # scripts/test.sh builds. No debug info, and a unity build (one compile for
+  # each batch of 8 sources of a target, so their file-local names must
+  # differ): 2-3 CPU minutes for the two programs against 7 as build/ makes
+  # them. gcc's -Wsubobject-linkage would take a batched .cc's own types in
+  # an anonymous namespace for a header's.
+  cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG -Wno-subobject-linkage" -DCMAKE_UNITY_BUILD=ON \
+    -DJOADERFS_BUILD_TESTS=OFF -DJOADERFS_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-demo -j"$(nproc)" --target joaderfs joaderfs-gendata
+  exit 0
 fi
 
 # The Python client's test environment, .venv-test: torch 2.x, TensorFlow and
