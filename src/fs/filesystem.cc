@@ -283,7 +283,8 @@ bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
   st->st_uid = uid_;
   st->st_gid = gid_;
   st->st_atim = st->st_mtim = st->st_ctim = mount_time_;
-  // Rendered files report size 0; all are read with direct_io. A stream
+  // A rendered or control file reports the size of what its latest open
+  // gave the reader (0 before one); all are read with direct_io. A stream
   // reports the bytes a reader opened now could read, where its records have
   // one size, so that readers that size a file first (TensorFlow's, numpy's)
   // read one epoch.
@@ -292,6 +293,10 @@ bool Filesystem::Attr(fuse_ino_t ino, struct stat* st) const {
     const std::optional<uint64_t> size =
         jobs_->StreamSize(job, node == Node::kRankNext ? std::optional(rank) : std::nullopt);
     st->st_size = static_cast<off_t>(size.value_or(0));
+  } else if (S_ISREG(st->st_mode)) {
+    MutexLock lock(mu_);
+    const auto it = opened_size_.find(ino);
+    if (it != opened_size_.end()) st->st_size = static_cast<off_t>(it->second);
   }
   st->st_nlink = S_ISDIR(st->st_mode) ? 2 : 1;
   st->st_blksize = 1 << 20;
@@ -339,7 +344,9 @@ void Filesystem::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     return;
   }
   e.ino = ino;
-  e.attr_timeout = e.entry_timeout = dynamic ? 0 : kStaticTimeout;
+  e.entry_timeout = dynamic ? 0 : kStaticTimeout;
+  // A file's size changes with each open (Attr): never cached.
+  e.attr_timeout = dynamic || S_ISREG(e.attr.st_mode) ? 0 : kStaticTimeout;
   fuse_reply_entry(req, &e);
 }
 
@@ -471,6 +478,9 @@ void Filesystem::Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
     MutexLock lock(mu_);
     auto it = job_inodes_.find(name);
     if (it != job_inodes_.end()) {
+      for (fuse_ino_t ino = it->second; ino < it->second + kRankOffset; ++ino) {
+        opened_size_.erase(ino);
+      }
       job_names_.erase(it->second);
       job_inodes_.erase(it);
     }
@@ -515,6 +525,10 @@ void Filesystem::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fuse_reply_err(req, ToErrno(s));
     return;
+  }
+  if (!file->reader && file->node != Node::kManifest && !writing) {
+    MutexLock lock(mu_);
+    opened_size_[ino] = file->data().size();
   }
   fi->direct_io = 1;
   fi->fh = reinterpret_cast<uint64_t>(file.get());

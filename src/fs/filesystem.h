@@ -127,6 +127,11 @@ class Filesystem {
   std::map<std::string, fuse_ino_t> job_inodes_ GUARDED_BY(mu_);
   std::unordered_map<fuse_ino_t, std::string> job_names_ GUARDED_BY(mu_);  // by dir inode
   fuse_ino_t next_job_inode_ GUARDED_BY(mu_);
+  // The size of what the latest open of each rendered or control file gave
+  // its reader: what stat says of it, so that cp, file servers and the
+  // textfile collector see the bytes an open reads (fstat reaches the
+  // daemon without the handle).
+  std::unordered_map<fuse_ino_t, uint64_t> opened_size_ GUARDED_BY(mu_);
 };
 
 }  // namespace joaderfs

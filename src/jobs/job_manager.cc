@@ -534,8 +534,11 @@ void JobManager::CloseReader(ReaderId id) {
       lanes_.LastReaderClosed(lane, actions);
     }
     if (!r->pending.empty()) {
-      spdlog::warn("job {}: a reader closed with {} records unread; they are lost for epoch {}",
-                   lane->job->name, r->pending.records(), r->epoch);
+      // Rate-limited per job: a reader killed in a loop would flood the log.
+      Warnings().Warn("lost records, job " + lane->job->name,
+                      "job {}: a reader closed with {} records unread; they are lost for epoch {} "
+                      "(to read the whole epoch again: echo epoch={} > jobs/{}/resume)",
+                      lane->job->name, r->pending.records(), r->epoch, r->epoch, lane->job->name);
     }
   }
   lanes_.NoteQueued(*r, -static_cast<int64_t>(r->pending.held_bytes()), actions);

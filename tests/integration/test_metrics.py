@@ -4,6 +4,7 @@ and tier counts, and /metrics in Prometheus text format (docs/design.md 2.5).
 
 import os
 import re
+import shutil
 import socket
 import threading
 import time
@@ -303,6 +304,28 @@ class MetricsTest(DatasetMixin, JoaderTestCase):
         self.assertEqual(t["delivered"], 1, st)
         self.assertEqual(t["ram_hits"] + t["disk_hits"] + t["decodes"], 1, st)
         self.assertGreater(m.stats()["decoded"], 1)  # picks were loaded
+
+    def test_rendered_files_stat_the_size_an_open_reads(self):
+        """fstat after open gives the bytes that open reads, for every
+        rendered and control file, and cp (shutil.copyfile: sendfile) copies
+        them whole; the size follows each open (a job's status grows as it
+        reads). Before, they all said 0."""
+        m = self.mount(self.source)
+        m.mkjob("j", spec="size=32")
+        paths = ["README", "stats", "metrics", "dataset/info", "jobs/j/status",
+                 "jobs/j/error", "jobs/j/spec"]
+        out = os.path.join(self.tempdir(), "copy")
+        for rel in paths + ["stats", "jobs/j/status"]:
+            path = m.path(*rel.split("/"))
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                data = f.read()
+            self.assertEqual(size, len(data), rel)
+            self.assertEqual(os.stat(path).st_size, len(data), rel)
+            shutil.copyfile(path, out)
+            self.assertGreaterEqual(os.path.getsize(out), 1 if rel != "jobs/j/error" else 0, rel)
+            if rel == "jobs/j/status":
+                read_epoch(m.path("jobs", "j", "next"))
 
     def test_parser_is_strict(self):
         good = "# HELP x_total h\n# TYPE x_total counter\nx_total{a=\"q\\\"\"} 1\n"
