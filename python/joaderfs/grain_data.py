@@ -45,6 +45,9 @@ given.
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -62,7 +65,7 @@ from .stream import PathLike, next_path, open_next, read_records
 # The key that marks this module's states inside a pipeline's state.
 _MARK = "joaderfs"
 # How often a worker that read its share checks whether the others have
-# taken theirs.
+# taken theirs, or whether the training process is closing the pipeline.
 _EPOCH_END_POLL_S = 0.005
 
 
@@ -105,8 +108,10 @@ class JobIterDataset(grain.IterDataset):
         # Set by set_slice in a worker of mp_prefetch: worker k of K.
         self.worker, self.workers = 0, 1
         # Set on the copy that mp_prefetch sends to its workers, whose ids
-        # the training process records (_TrackedIterator).
+        # the training process records (_TrackedIterator), with the file
+        # whose existence tells them that it closes the pipeline.
         self.tracked_elsewhere = False
+        self.stop_flag: str | None = None
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """Grain's mp_prefetch in each worker: this copy is worker
@@ -130,7 +135,7 @@ class JobIterDataset(grain.IterDataset):
         inner = grain.IterDataset.mp_prefetch(workers, options,
                                               worker_init_fn,
                                               sequential_slice)
-        return _TrackedIterDataset(inner, self)
+        return _TrackedIterDataset(inner, self, workers)
 
     def __iter__(self) -> "_JobIterator":
         return _JobIterator(self)
@@ -164,6 +169,13 @@ class _JobIterator(grain.DatasetIterator):
         # This iterator's own account of the ids handed out in the epoch
         # (_consumed_epoch), unless the training process keeps it.
         self._tracking = not dataset.tracked_elsewhere and dataset.workers == 1
+        if dataset.workers > 1 and not dataset.tracked_elsewhere and \
+                dataset.epochs != 1:
+            # Between epochs a worker waits for the others to take their
+            # shares, which only a closing _TrackedIterator can cut short.
+            raise ValueError("a joaderfs.grain_dataset of several epochs "
+                             "needs mp_prefetch called on it itself (map "
+                             "after it)")
         self._consumed: list[int] = []
         self._consumed_epoch: int | None = None
 
@@ -257,6 +269,11 @@ class _JobIterator(grain.DatasetIterator):
             status = stream_status(self._ds.stream)
             if status["epoch"] > self._epoch or status["remaining"] == 0:
                 break
+            # The others take their shares only while the training process
+            # takes elements: once it closes the pipeline, end here.
+            if os.path.exists(self._ds.stop_flag):
+                self._ended = True
+                raise StopIteration
             time.sleep(_EPOCH_END_POLL_S)
         self._start = end
         self._next = _first_position(end, self._ds.worker, self._ds.workers)
@@ -330,13 +347,18 @@ class _TrackedIterDataset(grain.IterDataset):
     """``mp_prefetch``'s output, tracked: the ids of the elements this
     process takes, for states that resume exactly."""
 
-    def __init__(self, parent: grain.IterDataset, source: JobIterDataset
-                 ) -> None:
+    def __init__(self, parent: grain.IterDataset, source: JobIterDataset,
+                 workers: JobIterDataset) -> None:
         super().__init__(parent)
         self._source = source
+        self._workers = workers  # the copy the workers unpickle
 
     def __iter__(self) -> "_TrackedIterator":
-        return _TrackedIterator(self._parent.__iter__(), self._source)
+        # The workers of this iterator, started by its first next, take the
+        # flag with the rest of the dataset.
+        folder = tempfile.mkdtemp(prefix="joaderfs-grain-")
+        self._workers.stop_flag = os.path.join(folder, "stop")
+        return _TrackedIterator(self._parent.__iter__(), self._source, folder)
 
     def __str__(self) -> str:
         return f"_TrackedIterDataset({self._source})"
@@ -349,10 +371,11 @@ class _TrackedIterator(grain.DatasetIterator):
     it (the workers' turns are Grain's interleave, restored with the rest of
     the state)."""
 
-    def __init__(self, parent: grain.DatasetIterator, source: JobIterDataset
-                 ) -> None:
+    def __init__(self, parent: grain.DatasetIterator, source: JobIterDataset,
+                 folder: str) -> None:
         super().__init__(parent)
         self._source = source
+        self._folder = folder  # holds the workers' stop flag
         self._epoch: int | None = None
         self._consumed: list[int] = []
         self._taken = 0  # elements, i.e. the position due next
@@ -383,6 +406,14 @@ class _TrackedIterator(grain.DatasetIterator):
         self._epoch, self._consumed = state["epoch"], list(state["consumed"])
         self._taken, self._until = state["position"], state["until"]
         self._parent.set_state(_with_restart(state["pipeline"], restart))
+
+    def close(self) -> None:
+        # Grain's close waits for each worker's element under way; a worker
+        # waiting for the others at an epoch's end sees the flag and ends.
+        if not self._closed:
+            open(os.path.join(self._folder, "stop"), "w").close()
+            super().close()
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def _with_restart(state: Any, restart: dict[str, Any]) -> Any:

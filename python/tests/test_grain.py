@@ -8,8 +8,14 @@ names it (ctest sets it for the venv).
 
 from __future__ import annotations
 
+import copy
 import json
+import shutil
+import tempfile
+import threading
+import time
 import unittest
+from pathlib import Path
 
 import numpy as np
 
@@ -26,6 +32,11 @@ def workers(count: int):
 
 @unittest.skipIf(grain is None, "grain is not installed")
 class GrainTest(MountedCase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.folder = Path(tempfile.mkdtemp(prefix="joaderfs-grain-test-"))
+        self.addCleanup(shutil.rmtree, self.folder, True)
 
     def check_elements(self, elements, epochs: list[int]) -> None:
         """Every id once per epoch, the epochs in order, labels and
@@ -118,6 +129,30 @@ class GrainTest(MountedCase):
         status = joaderfs.job_status(job)
         self.assertEqual((status["epoch"], status["remaining"],
                           status["readers"]), (1, 0, 0))
+
+    def test_worker_waiting_at_an_epoch_end_ends_on_close(self) -> None:
+        # Worker 0 of 2, in this process: its share of epoch 0 is batches 0
+        # and 2 of 3; then it waits for worker 1 to take batch 1, as long as
+        # the training process takes elements, which ends when it closes
+        # the pipeline (the flag a _TrackedIterator's close makes).
+        job = self.make_job("waiting")
+        worker = copy.copy(joaderfs.grain_dataset(job, batch_size=50,
+                                                  epochs=2))
+        worker.set_slice(slice(0, None, 2))
+        worker.tracked_elsewhere = True
+        worker.stop_flag = str(self.folder / "stop")
+        iterator = iter(worker)
+        self.assertEqual([len(next(iterator)["id"]) for _ in range(2)],
+                         [50, 50])
+        flag = threading.Timer(1.0, Path(worker.stop_flag).touch)
+        flag.start()
+        self.addCleanup(flag.cancel)
+        started = time.monotonic()
+        with self.assertRaises(StopIteration):
+            next(iterator)
+        self.assertGreater(time.monotonic() - started, 0.9)
+        status = joaderfs.job_status(job)
+        self.assertEqual((status["remaining"], status["readers"]), (50, 0))
 
     def test_map_before_mp_prefetch_cannot_resume(self) -> None:
         # Each worker then knows only its own ids: a restore would deliver
