@@ -111,20 +111,22 @@ class GrainTest(MountedCase):
         self.check_elements(first + list(restored), [0, 1, 2])
 
     def test_mp_prefetch_and_its_state(self) -> None:
-        # Two workers, in turns: batches of 10 of 150 samples, 15 an epoch.
+        # Two workers, in turns: batches of 35 of 150 samples, 5 an epoch,
+        # the last one short; the next epoch's turns go on from there.
         job = self.make_job("mp")
-        dataset = joaderfs.grain_dataset(job, batch_size=10, epochs=2)
+        dataset = joaderfs.grain_dataset(job, batch_size=35, epochs=2)
         iterator = iter(dataset.mp_prefetch(workers(2)))
-        before = [next(iterator) for _ in range(5)]
+        before = [next(iterator) for _ in range(2)]
         state = json.loads(json.dumps(iterator.get_state()))
-        [next(iterator) for _ in range(3)]  # the workers read further still
+        [next(iterator) for _ in range(2)]  # the workers read further still
         iterator.close()
-        restored = iter(joaderfs.grain_dataset(job, batch_size=10, epochs=2)
+        restored = iter(joaderfs.grain_dataset(job, batch_size=35, epochs=2)
                         .mp_prefetch(workers(2)))
         restored.set_state(state)
         rest = list(restored)
         restored.close()
-        self.assertEqual([len(b["id"]) for b in before + rest], [10] * 30)
+        self.assertEqual([len(b["id"]) for b in before + rest],
+                         [35, 35] + [35, 35, 10] + [35, 35, 35, 35, 10])
         self.check_elements(before + rest, [0, 1])
         status = joaderfs.job_status(job)
         self.assertEqual((status["epoch"], status["remaining"],
