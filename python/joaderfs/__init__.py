@@ -13,6 +13,10 @@ to EOF reads one epoch; opening it again reads the next epoch.
 - ``jax_batches(job, batch_size)``: batches put on a JAX device ahead of
   the training step; ``jax_rank`` picks a process's stream from
   ``jax.process_index()`` (imports JAX).
+- ``grain_dataset(job, batch_size=B)``: a Grain ``IterDataset`` of dicts
+  (``image``, ``label``, ``id``, ``epoch``); its iterators' states, Grain's
+  checkpoints, resume the job exactly, also under ``mp_prefetch`` (imports
+  grain).
 - ``JobDataset(job, batch_size=B)``: a torch IterableDataset of whole
   batches for ``DataLoader(..., batch_size=None)``; without ``batch_size``,
   of single samples (imports torch on first use).  DataLoader workers take
@@ -30,8 +34,8 @@ to EOF reads one epoch; opening it again reads the next epoch.
 - ``rank=`` (``JobDataset``, ``StreamState``) defaults to torch.distributed's
   rank when a process group exists and the job has ``ranks=W``.
 
-Only numpy is needed, apart from ``JobDataset``, ``tf_dataset`` and
-``jax_batches``.
+Only numpy is needed, apart from ``JobDataset``, ``tf_dataset``,
+``jax_batches`` and ``grain_dataset``.
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ __all__ = [
     "HEADER_DTYPE", "Batch", "BatchStream", "JobDataset", "JobReader",
     "ManifestEntry", "Record", "RecordHeader", "RecordStream",
     "RejectedWrite", "StreamError", "StreamState", "dataset_info",
-    "default_rank", "format_spec", "iter_batches", "jax_batches",
-    "jax_rank", "job_dir", "job_status", "make_job", "merge_states",
+    "default_rank", "format_spec", "grain_dataset", "iter_batches",
+    "jax_batches", "jax_rank", "job_dir", "job_status", "make_job",
+    "merge_states",
     "next_path", "open_next", "parse_header", "read_manifest",
     "read_records", "read_stats", "remove_job", "tf_dataset", "write_ids",
     "write_resume", "write_spec",
@@ -65,7 +70,7 @@ __all__ = [
 
 # Imported on first use: torch, TensorFlow and JAX are heavy and optional.
 _LAZY = {"JobDataset": "torch_dataset", "tf_dataset": "tf_data",
-         "jax_batches": "jax_data"}
+         "jax_batches": "jax_data", "grain_dataset": "grain_data"}
 
 
 def __getattr__(name: str) -> Any:

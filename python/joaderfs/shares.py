@@ -32,19 +32,36 @@ from pathlib import Path
 from typing import Iterator
 
 
-def epoch_length(stream: Path) -> int:
-    """The number of samples of the epoch that a reader which has just
-    opened ``stream`` (a job's ``next`` or ``next.R``) reads, from the
-    job's ``status``."""
+def stream_status(stream: Path) -> dict:
+    """The ``status`` of ``stream`` (a job's ``next`` or ``next.R``): the
+    job's, or rank R's entry of it."""
     status = json.loads((stream.parent / "status").read_bytes())
     _, dot, rank = stream.name.partition(".")
     if dot:
         status = status["ranks"][int(rank)]
+    return status
+
+
+def next_epoch(status: dict) -> tuple[int, int]:
+    """(epoch, samples) of the epoch that a reader which has just opened
+    the stream of ``status`` (``stream_status``) reads."""
     if status["running"]:
-        return status["delivered"] + status["skipped"] + status["remaining"]
-    # Between epochs `remaining` is 0 and the next epoch is a full one;
-    # before a resumed epoch it is what is left of it.
-    return status["remaining"] or status["subset_size"]
+        return status["epoch"], (status["delivered"] + status["skipped"] +
+                                 status["remaining"])
+    # Opening alone starts nothing.  Between epochs `remaining` is 0, the
+    # epoch shown is the one that ended and the next is a full one; before
+    # the first epoch or a resumed one it is the one to read, and
+    # `remaining` what is left of it.
+    if status["remaining"]:
+        return status["epoch"], status["remaining"]
+    return status["epoch"] + 1, status["subset_size"]
+
+
+def epoch_length(stream: Path) -> int:
+    """The number of samples of the epoch that a reader which has just
+    opened ``stream`` (a job's ``next`` or ``next.R``) reads, from the
+    job's ``status``."""
+    return next_epoch(stream_status(stream))[1]
 
 
 def batch_sizes(length: int, batch_size: int, worker: int,

@@ -11,7 +11,6 @@ the test venv, where every one is installed): then its tests fail.
 from __future__ import annotations
 
 import ast
-import importlib
 import os
 import pkgutil
 import re
@@ -23,23 +22,10 @@ from pathlib import Path
 import numpy as np
 
 import joaderfs
+from frameworks import framework
 from test_mount import CLASSES, PER_CLASS, SIZE, MountedCase
 
-REQUIRED = set(filter(None, os.environ.get(
-    "JOADERFS_REQUIRE_FRAMEWORKS", "").split(",")))
 SAMPLES = len(CLASSES) * PER_CLASS
-
-
-def framework(name: str):
-    """The module, or None (the test skips) where it is not installed and
-    not required."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        if name in REQUIRED:
-            raise
-        return None
-
 
 torch = framework("torch")
 tf = framework("tensorflow")
@@ -237,7 +223,8 @@ class FrameworkTest(MountedCase):
         self.assertGreaterEqual(len(examples), 8)
         for n, (where, code) in enumerate(examples):
             with self.subTest(example=where):
-                needs = {m for m in ("torch", "tensorflow", "keras", "jax")
+                needs = {m for m in ("torch", "tensorflow", "keras", "jax",
+                                     "grain")
                          if re.search(rf"\b(import|from) {m}\b", code)}
                 missing = [m for m in needs
                            if framework("tensorflow" if m == "keras" else m)

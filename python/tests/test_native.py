@@ -28,7 +28,7 @@ from PIL import Image
 import harness
 import joaderfs
 from harness.records import REPEAT
-from test_frameworks import framework
+from frameworks import framework
 from test_mount import SIZE, MountedCase, unmount_cleanly
 
 tf = framework("tensorflow")
