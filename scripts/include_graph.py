@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """The include graph between the folders of src/ (tests left out): each
 arrow with its file count, then any cycle and any arrow that runs up the
-layers below (a part may include only parts under it).
+layers below (a part may include only parts under it). Then how many of
+the project's headers the widest ones reach, and any header that reaches
+RocksDB's: only common/rocksdb_support.h may include them, so that RocksDB
+stays behind the .cc files that use it (the rest hold rocksdb::DB through
+forward declarations).
 
-    python3 scripts/include_graph.py [REPO]    # exit 1 on a cycle or an upward arrow
+    python3 scripts/include_graph.py [REPO]    # exit 1 on a cycle, an upward
+                                               # arrow or RocksDB in a header
 """
 import pathlib
 import re
@@ -12,6 +17,10 @@ import sys
 # Lowest first: each part may include only those before it.
 LAYERS = ["common", "catalog", "loader", "cache", "sampling", "jobs", "fs", "daemon"]
 SUPPORT = {"testing"}  # test helpers, above everything they include
+# The one header that may include RocksDB's, and the headers whose reach is
+# shown (the FUSE layer and the job manager sit on top of everything else).
+ROCKSDB_HEADER = "common/rocksdb_support.h"
+REACH_SHOWN = ["jobs/job_manager.h", "fs/filesystem.h"]
 
 
 def edges(src: pathlib.Path) -> dict:
@@ -24,6 +33,32 @@ def edges(src: pathlib.Path) -> dict:
             if m.group(1) != part:
                 out.setdefault((part, m.group(1)), set()).add(f)
     return out
+
+
+def header_includes(src: pathlib.Path) -> tuple:
+    """Per project header (test support left out): the project headers it
+    includes, and whether it includes a RocksDB header itself."""
+    includes, rocksdb = {}, set()
+    for f in src.rglob("*.h"):
+        name = str(f.relative_to(src))
+        if name.split("/")[0] in SUPPORT:
+            continue
+        text = f.read_text()
+        includes[name] = set(re.findall(r'#include "([a-z_]+/[a-z_0-9]+\.h)"', text))
+        if re.search(r"#include <rocksdb/", text):
+            rocksdb.add(name)
+    return includes, rocksdb
+
+
+def reach(includes: dict, header: str) -> set:
+    """The project headers `header` includes, directly or through others."""
+    seen, todo = set(), [header]
+    while todo:
+        for h in includes.get(todo.pop(), ()):
+            if h not in seen:
+                seen.add(h)
+                todo.append(h)
+    return seen
 
 
 def main() -> int:
@@ -44,7 +79,14 @@ def main() -> int:
               and a in LAYERS and b in LAYERS and LAYERS.index(b) > LAYERS.index(a)]
     print("cycles:", cycles or "none")
     print("upward:", sorted(upward) or "none")
-    return 1 if cycles or upward else 0
+
+    includes, direct = header_includes(root / "src")
+    for header in REACH_SHOWN:
+        print(f"{header} reaches {len(reach(includes, header))} of {len(includes)} headers")
+    rocksdb = sorted(h for h in includes if h != ROCKSDB_HEADER and
+                     (h in direct or (direct & reach(includes, h))))
+    print("headers reaching RocksDB's besides", ROCKSDB_HEADER + ":", rocksdb or "none")
+    return 1 if cycles or upward or rocksdb else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
 #     whose planner code the property tests that do run cover;
 #   - every libFuzzer target of fuzz/ for FUZZ_SECONDS (default 25) from its
 #     checked-in seeds, nproc at a time (skip: FUZZ_SECONDS=0).
+# And the daemon alone built without its optional parts (build-minimal:
+# JOADERFS_S3=OFF, JOADERFS_REMOTE=OFF, so no libcurl, libxml2 or OpenSSL;
+# -O0, no tests or benchmarks; skip: MINIMAL=0): it must link, run, and
+# refuse at mount, saying why, an s3:// SOURCE and remote_cache=.
 # One sanitizer build serves both stages: a second full build (gcc ASan)
 # cost CI minutes that 30 do not spare, for the same ASan + UBSan checks.
 # Any failure, sanitizer report or fuzzer crash fails the script.
@@ -21,7 +25,8 @@
 # run one at a time, as a user's jobs would on a quiet machine: several time
 # the daemon. The sanitizer build runs beside the tests at idle priority
 # (SCHED_IDLE, idle I/O class), so it takes only the CPU the tests leave
-# (mount tests wait on daemons and Python start-ups) and never delays them.
+# (mount tests wait on daemons and Python start-ups) and never delays them;
+# so does the minimal build, beside it.
 #
 # scripts/test.sh --soak MINUTES runs only the soak test (tests/soak), for
 # MINUTES instead of the 1 minute it gets in the full run.
@@ -37,9 +42,14 @@ fi
 jobs=$(nproc)
 sanitize=${SANITIZE:-1}
 fuzz_seconds=${FUZZ_SECONDS:-25}
+minimal=${MINIMAL:-1}
 targets=()
 [ "$sanitize" != 0 ] && targets+=(unit_tests)
 [ "$fuzz_seconds" != 0 ] && targets+=(fuzzers joaderfs)
+# The background builds, each in a process group of its own (setsid), so
+# that a failing test run stops their compilers too.
+background=()
+trap 'for pid in "${background[@]}"; do kill -- -"$pid" 2>/dev/null || true; done' EXIT
 build_pid=
 if [ ${#targets[@]} != 0 ]; then
   # -O1 (ASan's advice) and line tables only: a sanitizer report still names
@@ -48,17 +58,55 @@ if [ ${#targets[@]} != 0 ]; then
   CXX=clang++ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DJOADERFS_FUZZ=ON -DJOADERFS_SANITIZE=address >/dev/null
-  # A process group of its own (setsid), so that a failing test run stops
-  # the compilers too.
   setsid chrt --idle 0 ionice -c3 cmake --build build-fuzz -j"$jobs" --target "${targets[@]}" \
     >build-fuzz/build.log 2>&1 &
   build_pid=$!
-  trap 'kill -- -"$build_pid" 2>/dev/null || true' EXIT
+  background+=("$build_pid")
+fi
+minimal_pid=
+if [ "$minimal" != 0 ]; then
+  cmake -S . -B build-minimal -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O0 \
+    -DJOADERFS_S3=OFF -DJOADERFS_REMOTE=OFF -DJOADERFS_BUILD_TESTS=OFF -DJOADERFS_BUILD_BENCH=OFF \
+    >/dev/null
+  setsid chrt --idle 0 ionice -c3 cmake --build build-minimal -j"$jobs" --target joaderfs \
+    >build-minimal/build.log 2>&1 &
+  minimal_pid=$!
+  background+=("$minimal_pid")
 fi
 
 (cd build &&
  ctest -L unit -j"$jobs" --output-on-failure --timeout 900 "$@" &&
  ctest -LE unit --output-on-failure --timeout 900 "$@")
+
+# The minimal daemon refuses what it lacks before mounting anything: no
+# FUSE is needed for these.
+check_minimal() {
+  local bin=build-minimal/joaderfs scratch out status=0
+  "$bin" --version
+  scratch=$(mktemp -d)
+  mkdir -p "$scratch/source/a" "$scratch/mnt"
+  out=$("$bin" -f -o cache_dir=none,remote_cache=memcached://127.0.0.1:11211 \
+    "$scratch/source" "$scratch/mnt" 2>&1) && status=1
+  grep -qF "built without the remote tier (JOADERFS_REMOTE=OFF)" <<<"$out" || status=1
+  echo "$out"
+  out=$("$bin" -f -o cache_dir=none s3://bucket/prefix "$scratch/mnt" 2>&1) && status=1
+  grep -qF "built without S3 support (JOADERFS_S3=OFF)" <<<"$out" || status=1
+  echo "$out"
+  rm -rf "$scratch"
+  return "$status"
+}
+
+if [ -n "$minimal_pid" ]; then
+  if ! wait "$minimal_pid"; then
+    tail -n 60 build-minimal/build.log
+    echo "test.sh: the build without S3 and the remote tier (build-minimal) failed; its log is build-minimal/build.log"
+    exit 1
+  fi
+  if ! check_minimal; then
+    echo "test.sh: build-minimal/joaderfs did not refuse an s3:// SOURCE and remote_cache= as it should"
+    exit 1
+  fi
+fi
 
 if [ -n "$build_pid" ]; then
   if ! wait "$build_pid"; then
@@ -66,8 +114,8 @@ if [ -n "$build_pid" ]; then
     echo "test.sh: the sanitizer build (build-fuzz) failed; its log is build-fuzz/build.log"
     exit 1
   fi
-  trap - EXIT
 fi
+trap - EXIT
 
 if [ "$sanitize" != 0 ]; then
   (cd build-fuzz &&

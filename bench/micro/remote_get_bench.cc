@@ -1,5 +1,5 @@
 // The remote tier's fetch: one memcached get per value (what
-// RemoteTier::Fetch does per load) against a multi-get of a batch (one
+// MemcachedTier::Fetch does per load) against a multi-get of a batch (one
 // pipelined request per server), over 3 memcached servers on loopback that
 // this program starts and stops (Debian's /usr/bin/memcached, `-I 4m`),
 // through the tier's own client (cache/memcached_client.h). Each value is
@@ -99,7 +99,7 @@ struct Servers {
 
 Servers* servers = nullptr;
 
-// A client configured as the tier's (cache/remote_tier.cc RemoteTier::Open).
+// A client configured as the tier's (cache/memcached_tier.cc MemcachedTier::Open).
 std::unique_ptr<MemcachedClient> Connect() {
   MemcachedClientOptions o;
   for (int port : servers->ports) o.servers.push_back("127.0.0.1:" + std::to_string(port));

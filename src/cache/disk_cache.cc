@@ -20,6 +20,7 @@
 #include "common/crc32c.h"
 #include "common/hash.h"
 #include "common/rate_limited_log.h"
+#include "common/rocksdb_support.h"
 
 namespace joaderfs {
 namespace {
@@ -28,8 +29,8 @@ namespace fs = std::filesystem;
 
 // Bump when the key, index or slot layout changes: old tiers are then left
 // alone in their own folder.
-// v3: entries are base images (loader/decoder.h DecodeBase), no longer
-// centre crops at an output size.
+// v3: entries are base images (loader/decoder.h DecodeBase), from which
+// each job cuts its own output size.
 constexpr char kFormat[] = "v3";
 constexpr char kSlotFilePrefix[] = "slots-";
 constexpr uint32_t kSlotMagic = 0x3253444a;  // "JDS2"

@@ -6,10 +6,10 @@
 // loader/decoder.h DecodeBase) go to a slot of a slot file: one file per slot
 // size (`slots-<bytes>`), slot sizes in steps of 1/8 of a power of two, so
 // freed slots are reused and files never fragment. A write is one pwrite()
-// of the slot, a read one pread(): the values RocksDB's blob files used to
-// hold were copied into a write batch, the memtable and, at flush, the blob
-// file (0.43 CPU ms per 224x224 write, 0.28 ms per read, against 1.3 ms for
-// the decode they save).
+// of the slot, a read one pread(), where a value in RocksDB (a blob file)
+// is copied into a write batch, the memtable and, at flush, the blob file:
+// 0.43 CPU ms per 224x224 write and 0.28 ms per read, against 1.3 ms for
+// the decode they save.
 //
 // The index (RocksDB, WAL on, not synced) maps a key to the sample's slot,
 // byte size and CRC32C. Keys: the mount's base and a fingerprint of the
@@ -49,15 +49,17 @@
 #include "catalog/catalog.h"
 #include "common/random.h"
 #include "common/ranked_mutex.h"
-#include "common/rocksdb_support.h"
 #include "common/status.h"
 #include "loader/decoded_sample.h"
 
+// RocksDB stays behind disk_cache.cc: only pointers to it here.
 namespace rocksdb {
 class DB;
 }  // namespace rocksdb
 
 namespace joaderfs {
+
+class RocksDbWrites;
 
 struct DiskCacheStats {
   uint64_t hits = 0;

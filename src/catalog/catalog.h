@@ -200,7 +200,9 @@ class Catalog {
   };
 
   Catalog() = default;
-  // Lists an s3:// SOURCE and builds entries_ (or shards) from its keys.
+  // Lists an s3:// SOURCE and builds entries_ (or shards) from its keys
+  // (s3_source.cc; without S3 support in the build, s3_source_off.cc's
+  // refuses it).
   Status OpenS3(const std::string& source, const CatalogOptions& options);
   // `size`: the manifest object's, as a HEAD gave it.
   Status ReadS3Manifest(const S3Client& client, const std::string& bucket, const std::string& key,

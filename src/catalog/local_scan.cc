@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "catalog/catalog.h"
-#include "catalog/names.h"
+#include "catalog/layout.h"
 #include "catalog/tar_index.h"
 #include "common/deadline_walk.h"
 #include "common/printable.h"

@@ -7,9 +7,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "catalog/s3_client.h"
-#include "common/hash.h"
-
 namespace joaderfs {
 namespace {
 
@@ -29,78 +26,6 @@ class LocalStore : public SourceStore {
     return {static_cast<int64_t>(st.st_size),
             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
   }
-};
-
-class S3Store : public SourceStore {
- public:
-  S3Store(std::shared_ptr<const S3Client> client, std::chrono::milliseconds read_timeout)
-      : client_(std::move(client)),
-        root_("s3://" + client_->bucket() + "/"),
-        read_timeout_(read_timeout) {}
-
-  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
-              bool* as_scanned) const override {
-    *as_scanned = false;
-    if (!range.path.starts_with(root_)) return Status::IOError(range.path + ": not in " + root_);
-    const std::string key = range.path.substr(root_.size());
-    uint64_t length = range.partial ? range.length : 0;
-    if (range.checked && !range.partial && range.file_size > max_bytes) {
-      return Status::Corruption(range.path + ": " + std::to_string(range.file_size) +
-                                " bytes, over the " + std::to_string(max_bytes) +
-                                " an image within max_pixels may take");
-    }
-    if (range.partial && length > max_bytes) {
-      return Status::Corruption(range.path + ": member of " + std::to_string(length) +
-                                " bytes, over the " + std::to_string(max_bytes) +
-                                " an image within max_pixels may take");
-    }
-    S3Object meta;
-    // No request outlives the read's deadline, so that no I/O thread is
-    // held past it (loader/source_reader.h).
-    const auto deadline = S3Client::Clock::now() + read_timeout_;
-    // A ranged GET of a zero-length member would ask for bytes=N-(N-1).
-    if (range.partial && length == 0) {
-      out->clear();
-      Status s = client_->Head(key, &meta, deadline);
-      if (!s.ok()) return Status::IOError(s.message());
-    } else {
-      // Without a declared length, a whole object's body stops at the
-      // listing's size: a store cannot stream more than the object.
-      const uint64_t expected = range.checked && !range.partial ? range.file_size : 0;
-      Status s = client_->Get(key, range.offset, length, max_bytes, out, &meta, expected, deadline);
-      if (s.code() == Status::Code::kCorruption) return s;
-      if (!s.ok()) return Status::IOError(s.message());
-    }
-    *as_scanned =
-        range.checked && meta.size == range.file_size && EtagDigest(meta.etag) == range.inode;
-    if (range.partial && !*as_scanned) {
-      return Status::IOError(range.path +
-                             ": changed since the scan (size or ETag); remount to index it again");
-    }
-    return Status::Ok();
-  }
-
-  SourceIdentity Identify(const std::string& path) const override {
-    if (!path.starts_with(root_)) return {};
-    S3Object meta;
-    if (!client_->Head(path.substr(root_.size()), &meta, S3Client::Clock::now() + read_timeout_)
-             .ok()) {
-      return {};
-    }
-    return {static_cast<int64_t>(meta.size), static_cast<int64_t>(EtagDigest(meta.etag))};
-  }
-
-  SourceStoreStats Stats() const override {
-    const S3Stats s = client_->Stats();
-    return {s.gets, s.retries, s.failures};
-  }
-
-  std::chrono::microseconds RoundTrip() const override { return client_->round_trip(); }
-
- private:
-  const std::shared_ptr<const S3Client> client_;
-  const std::string root_;
-  const std::chrono::milliseconds read_timeout_;
 };
 
 }  // namespace
@@ -175,16 +100,6 @@ Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* o
 std::shared_ptr<const SourceStore> LocalSourceStore() {
   static const auto store = std::make_shared<LocalStore>();
   return store;
-}
-
-std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client,
-                                                    std::chrono::milliseconds read_timeout) {
-  return std::make_shared<S3Store>(std::move(client), read_timeout);
-}
-
-uint64_t EtagDigest(const std::string& etag) {
-  const uint64_t h = Fnv1a(kFnv1aBasis, etag.data(), etag.size());
-  return h == 0 ? 1 : h;
 }
 
 }  // namespace joaderfs

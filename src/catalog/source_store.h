@@ -24,8 +24,6 @@
 
 namespace joaderfs {
 
-class S3Client;
-
 // What a file or object looks like now; size -1 when it cannot be looked at.
 struct SourceIdentity {
   int64_t size = -1;
@@ -64,16 +62,9 @@ class SourceStore {
 Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
                       bool* as_scanned);
 
-// Local files (a process-wide instance).
+// Local files (a process-wide instance). An S3 bucket's store is made with
+// its catalog (catalog/s3_source.cc).
 std::shared_ptr<const SourceStore> LocalSourceStore();
-// Objects of `client`'s bucket; paths are "s3://BUCKET/KEY". A read, its
-// requests and their retries all included, ends within `read_timeout`.
-std::shared_ptr<const SourceStore> NewS3SourceStore(std::shared_ptr<const S3Client> client,
-                                                    std::chrono::milliseconds read_timeout);
-
-// The digest of an ETag that stands in FileRange::inode: never 0 (0 is a
-// missing file's).
-uint64_t EtagDigest(const std::string& etag);
 
 }  // namespace joaderfs
 

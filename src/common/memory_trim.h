@@ -2,8 +2,8 @@
 //
 // glibc's malloc keeps freed heap memory in its arenas: after a burst (many
 // jobs with thousands of ranks, hundreds of readers, planning rounds of six
-// jobs) the daemon's RSS stays at its peak though the memory is free
-// (issue 20, failure 2). malloc_trim() returns it; calling it after each
+// jobs) the daemon's RSS stays at its peak though the memory is free, and
+// a cgroup's limit counts it. malloc_trim() returns it; calling it after each
 // free would cost throughput, so the daemon asks once a second (from its
 // idle reaper, off every request path) and trims only when more than
 // `keep_free_bytes` lie free in the arenas.

@@ -1,10 +1,15 @@
 // What every RocksDB instance of ours (the disk tier's index, the job
 // store) needs so that a full or failing cache filesystem never takes the
-// daemon down. Debian 12's RocksDB (7.8) is built with assertions, and it
-// aborts the process when a file it failed to write is written again: its
-// WAL (fixed upstream in facebook/rocksdb#12448) and its own LOG file, which
-// its no-space recovery thread writes to. A full cache_dir killed the
-// daemon and left the mount dead ("Transport endpoint is not connected").
+// daemon, and with it the mount, down. Debian 12's RocksDB (7.8) is built
+// with assertions, and it aborts the process when a file it failed to
+// write is written again: its WAL (later RocksDB releases no longer do)
+// and its own LOG file, which its no-space recovery thread writes to. So
+// its log goes to ours, and writes stop at the first that fails.
+//
+// The one project header that includes RocksDB's: the others name
+// rocksdb::DB and RocksDbWrites only through pointers, so that RocksDB's
+// headers stay behind the .cc files that use them (scripts/include_graph.py
+// checks).
 
 #ifndef JOADERFS_COMMON_ROCKSDB_SUPPORT_H_
 #define JOADERFS_COMMON_ROCKSDB_SUPPORT_H_

@@ -7,10 +7,7 @@
 
 #include <fuse_opt.h>
 
-#include <chrono>
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,19 +25,18 @@ struct DaemonOptions {
   // below the machine's RAM; 0 otherwise.
   uint64_t ram_cache_cgroup_limit = 0;
   std::string cache_dir;  // empty when the disk tier is off (cache_dir=none)
-  // 0 until sized from the data and cache_dir's free space (DefaultDiskCache),
-  // when not given.
+  // 0 when not given: sized at mount from the data and cache_dir's free
+  // space (daemon/components.h DefaultDiskCache).
   uint64_t disk_cache = 0;
   bool purge_disk_cache = false;  // empty the disk tier at mount
   // remote_cache= servers (host:port); empty: no remote tier.
   std::vector<std::string> remote_cache;
   uint64_t remote_publish = UINT64_MAX;
-  std::string remote_key;      // a key file, or "insecure"; required with remote_cache
-  std::string remote_old_key;  // a former key's file; empty: none
-  std::string remote_tls;      // a CA bundle; empty: plain TCP
-  std::string remote_tls_cert;
-  std::string metrics_listen;  // ADDR:PORT of the HTTP /metrics; empty: none  // this daemon's
-                               // certificate and key (PEM); empty: none
+  std::string remote_key;       // a key file, or "insecure"; required with remote_cache
+  std::string remote_old_key;   // a former key's file; empty: none
+  std::string remote_tls;       // a CA bundle; empty: plain TCP
+  std::string remote_tls_cert;  // this daemon's certificate and key (PEM); empty: none
+  std::string metrics_listen;   // ADDR:PORT of the HTTP /metrics; empty: none
   unsigned threads = 0;
   uint32_t size = 224;
   // The cache's base resolution (loader/decoder.h DecodeBase); 256 by
@@ -54,7 +50,8 @@ struct DaemonOptions {
   uint64_t retry_failed = 30;
   // The deadline of one read of SOURCE (loader/source_reader.h), in seconds.
   uint64_t read_timeout = 30;
-  // Reads of SOURCE in flight at once (I/O threads); 0: DefaultSourceReads.
+  // Reads of SOURCE in flight at once (I/O threads); 0: DefaultSourceReads
+  // (daemon/components.h).
   unsigned source_reads = 0;
   // Bytes of SOURCE read or being read and not yet decoded; 0:
   // DefaultSourceInFlight.
@@ -86,9 +83,10 @@ struct DaemonOptions {
 // doc_tables_test holds the option tables of docs/reference.md and docs/design.md
 // and the OPTIONS of joaderfs(8), name for name and default for default.
 //
-// Adding an option: a field in DaemonOptions, a Key and a row in
-// options.cc's kMountOptions, its case in Apply(), and its entry in the
-// three documents with the same default (the test names any that lacks it).
+// Adding an option: a field in DaemonOptions, its row in options.cc's
+// kOptions (how its value is read and checked, where it goes, these
+// words), and its entry in the three documents with the same default (the
+// test names any that lacks it).
 struct MountOptionInfo {
   std::string_view name;
   std::string_view value;     // what --help shows after "name="
@@ -106,18 +104,6 @@ inline constexpr uint64_t kMaxIdleTimeout = 10ULL * 365 * 24 * 3600;
 inline constexpr uint64_t kMaxPerUserLimit = 1 << 20;
 // The longest retry_failed: a day (a cap of 60 days).
 inline constexpr uint64_t kMaxRetryFailed = 24 * 3600;
-// Reads of SOURCE in flight when source_reads is not given: one per decode
-// thread for local files; for a store `round_trip` away, enough that each
-// decode thread has the next image's bytes when it finishes one (a decode
-// takes ~2 ms: 1 + round_trip / 2 ms reads per decode thread), at most 256.
-unsigned DefaultSourceReads(unsigned threads, std::chrono::microseconds round_trip);
-// The bound on bytes of SOURCE in flight (read or being read, not yet
-// decoded) when source_in_flight is not given: room for `reads` reads (the
-// source_reads in effect, so sized from the round trip too) of the mean
-// image four times over (one round running, three read and awaiting their
-// decodes), at least 64 MiB and at most 1 GiB.
-uint64_t DefaultSourceInFlight(unsigned reads, uint64_t mean_image_bytes);
-
 // The longest read_timeout: a day.
 inline constexpr uint64_t kMaxReadTimeout = 24 * 3600;
 
@@ -138,40 +124,11 @@ Status ParseOptions(int argc, char** argv, DaemonOptions* options, fuse_args* fu
 // $XDG_CACHE_HOME/joaderfs or ~/.cache/joaderfs.
 std::string DefaultCacheDir();
 
-// The memory limit of the cgroup this process runs in: the lowest limit on
-// its path to the root, of cgroup v2 (memory.max) and v1
-// (memory.limit_in_bytes), or nullopt when none. `proc_self_cgroup` is the
-// text of /proc/self/cgroup; `read_file` returns a file's text, or nullopt.
-std::optional<uint64_t> CgroupMemoryLimit(
-    std::string_view proc_self_cgroup,
-    const std::function<std::optional<std::string>(const std::string& path)>& read_file);
-
-// ram_cache's default: a quarter of the machine's RAM or of the cgroup's
-// limit, whichever is lower.
-uint64_t DefaultRamCache(uint64_t ram, std::optional<uint64_t> cgroup_limit);
-
-// The disk tier's size when disk_cache is not given: the decoded set's
-// estimate (`samples` x DecodedSampleEstimate(base)), at most 80% of
-// `room` (cache_dir's free space plus what the tier holds already); at
-// least 64 MiB where the room allows, for an estimate that errs low.
-struct DiskCacheSizing {
-  uint64_t budget = 0;
-  uint64_t decoded_estimate = 0;  // the set's bytes: more than `budget` when it cannot fit
-};
-DiskCacheSizing DefaultDiskCache(uint64_t samples, uint32_t base, uint64_t room);
-// A decoded sample's bytes on disk at `base`: a 4:3 RGB image whose shorter
-// side is `base`, plus 1/8 for the slot and the index; 1 MiB for base 0
-// (full size: unknown before decoding).
-uint64_t DecodedSampleEstimate(uint32_t base);
-
 // The default of max_unread_per_user: half of ram_cache, at most 2 GiB, so
 // that the daemon's bound (docs/admin-guide.md "Limits") follows the memory it may use:
 // a 300 MiB cgroup gets ram_cache 75 MiB and an allowance of 37.5 MiB a
-// user, where a fixed 2 GiB let one user's readers get it OOM-killed.
+// user, where a fixed 2 GiB would let one user's readers get it OOM-killed.
 uint64_t DefaultUnreadPerUser(uint64_t ram_cache);
-
-// cache_dir's free space plus the bytes of the files in it.
-uint64_t CacheDirRoom(const std::string& dir);
 
 // The text of --help.
 std::string UsageText(const char* program);

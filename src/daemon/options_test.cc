@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "common/rocksdb_support.h"
+#include "daemon/components.h"
+#include "daemon/machine.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -229,8 +231,8 @@ TEST(OptionsTest, CgroupMemoryLimit) {
   EXPECT_EQ(DefaultRamCache(24ULL << 30, 64ULL << 30), 6ULL << 30);
 }
 
-// max_unread_per_user follows the memory the daemon may use (issue 28,
-// failure 5: a fixed 2G let one user's readers OOM a 300 MiB cgroup).
+// max_unread_per_user follows the memory the daemon may use: a fixed 2G
+// would let one user's readers OOM a 300 MiB cgroup.
 TEST(OptionsTest, DefaultUnreadPerUser) {
   EXPECT_EQ(DefaultUnreadPerUser(75ULL << 20), 75ULL << 19);
   EXPECT_EQ(DefaultUnreadPerUser(6ULL << 30), 2ULL << 30);

@@ -40,14 +40,16 @@
 #include <roaring/roaring.hh>
 
 #include "catalog/catalog.h"
-#include "common/rocksdb_support.h"
 #include "common/status.h"
 
+// RocksDB stays behind job_store.cc: only pointers to it here.
 namespace rocksdb {
 class DB;
 }
 
 namespace joaderfs {
+
+class RocksDbWrites;
 
 // A stream of a job: `next` is stream 0 of an unranked job; rank R is R.
 using StreamIndex = uint32_t;

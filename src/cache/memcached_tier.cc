@@ -1,4 +1,4 @@
-#include "cache/remote_tier.h"
+#include "cache/memcached_tier.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,7 +9,6 @@
 #include <unordered_map>
 
 #include "common/coding.h"
-#include "common/parse.h"
 #include "common/rate_limited_log.h"
 
 namespace joaderfs {
@@ -27,34 +26,9 @@ int64_t UnixMillis() {
 
 }  // namespace
 
-Status ParseRemoteCache(std::string_view uri, std::vector<std::string>* servers) {
-  constexpr std::string_view kScheme = "memcached://";
-  if (uri.substr(0, kScheme.size()) != kScheme) {
-    return Status::InvalidArgument("remote_cache=" + std::string(uri) +
-                                   ": expected memcached://host:port[+host:port...]");
-  }
-  servers->clear();
-  const std::string_view list = uri.substr(kScheme.size());
-  for (size_t start = 0;;) {
-    const size_t plus = list.find('+', start);
-    const std::string_view server = list.substr(start, plus - start);
-    const size_t colon = server.rfind(':');
-    const auto port =
-        colon == std::string_view::npos ? std::nullopt : ParseUint(server.substr(colon + 1));
-    if (colon == 0 || !port || *port == 0 || *port > 65535) {
-      return Status::InvalidArgument("remote_cache: '" + std::string(server) +
-                                     "' is not host:port");
-    }
-    servers->emplace_back(server);
-    if (plus == std::string_view::npos) break;
-    start = plus + 1;
-  }
-  return Status::Ok();
-}
-
-Status RemoteTier::Open(const RemoteTierOptions& options, const Catalog* catalog, uint32_t base,
-                        std::unique_ptr<RemoteTier>* out) {
-  std::unique_ptr<RemoteTier> t(new RemoteTier());
+Status MemcachedTier::Open(const RemoteTierOptions& options, const Catalog* catalog, uint32_t base,
+                           std::unique_ptr<RemoteTier>* out) {
+  std::unique_ptr<MemcachedTier> t(new MemcachedTier());
   t->options_ = options;
   t->catalog_ = catalog;
   t->base_ = base;
@@ -86,7 +60,7 @@ Status RemoteTier::Open(const RemoteTierOptions& options, const Catalog* catalog
   return Status::Ok();
 }
 
-RemoteTier::~RemoteTier() {
+MemcachedTier::~MemcachedTier() {
   StopWaits();
   {
     MutexLock lock(mu_);
@@ -99,7 +73,7 @@ RemoteTier::~RemoteTier() {
   if (publisher_.joinable()) publisher_.join();
 }
 
-RemoteTier::ValueKey RemoteTier::KeyOf(SampleId id) const {
+MemcachedTier::ValueKey MemcachedTier::KeyOf(SampleId id) const {
   const FileRange r = catalog_->location(id);
   ValueKey k;
   std::string& m = k.material;
@@ -115,8 +89,8 @@ RemoteTier::ValueKey RemoteTier::KeyOf(SampleId id) const {
   return k;
 }
 
-Status RemoteTier::OpenValue(const ClusterKey& key, const ValueKey& k, std::string_view value,
-                             const std::string& server, DecodedSample* out) {
+Status MemcachedTier::OpenValue(const ClusterKey& key, const ValueKey& k, std::string_view value,
+                                const std::string& server, DecodedSample* out) {
   const Status s = key.Open(k.material, value, out);
   MutexLock lock(mu_);
   if (!s.ok()) {
@@ -131,8 +105,8 @@ Status RemoteTier::OpenValue(const ClusterKey& key, const ValueKey& k, std::stri
   return s;
 }
 
-Status RemoteTier::GetValue(const std::string& name, const ClusterKey& key, const ValueKey& k,
-                            DecodedSample* out) {
+Status MemcachedTier::GetValue(const std::string& name, const ClusterKey& key, const ValueKey& k,
+                               DecodedSample* out) {
   std::string value;
   const auto started = Clock::now();
   const MemcachedClient::Result r = client_->Get(name, &value);
@@ -145,7 +119,7 @@ Status RemoteTier::GetValue(const std::string& name, const ClusterKey& key, cons
   return OpenValue(key, k, value, r.server, out);
 }
 
-Status RemoteTier::TakeLease(SampleId id, const ValueKey& k, Clock::time_point* until) {
+Status MemcachedTier::TakeLease(SampleId id, const ValueKey& k, Clock::time_point* until) {
   const ClusterKey& key = options_.key;
   const int64_t now_ms = UnixMillis();
   const MemcachedClient::Result r =
@@ -178,7 +152,7 @@ Status RemoteTier::TakeLease(SampleId id, const ValueKey& k, Clock::time_point* 
   return Status::Busy("leased by another daemon");
 }
 
-Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
+Status MemcachedTier::Fetch(SampleId id, DecodedSample* out) {
   const ValueKey key = KeyOf(id);
   Status s = GetValue(key.name, options_.key, key, out);
   if (s.code() == Status::Code::kNotFound && options_.old_key) {
@@ -202,7 +176,7 @@ Status RemoteTier::Fetch(SampleId id, DecodedSample* out) {
   return Status::NotFound("not in the remote tier");
 }
 
-void RemoteTier::AwaitLeased(SampleId id, LeaseDone done) {
+void MemcachedTier::AwaitLeased(SampleId id, LeaseDone done) {
   {
     MutexLock lock(mu_);
     if (waits_stopped_) return;
@@ -215,7 +189,7 @@ void RemoteTier::AwaitLeased(SampleId id, LeaseDone done) {
   lease_wake_.notify_all();
 }
 
-void RemoteTier::StopWaits() {
+void MemcachedTier::StopWaits() {
   {
     MutexLock lock(mu_);
     waits_stopped_ = true;
@@ -224,7 +198,7 @@ void RemoteTier::StopWaits() {
   if (lease_waiter_.joinable()) lease_waiter_.join();
 }
 
-void RemoteTier::LeaseWaitLoop() {
+void MemcachedTier::LeaseWaitLoop() {
   std::vector<LeaseWait> polling;  // the waits this round polls
   std::vector<std::string> names;
   std::vector<Status> found;  // ... what the round found of each
@@ -285,7 +259,7 @@ void RemoteTier::LeaseWaitLoop() {
   }
 }
 
-void RemoteTier::Abandon(SampleId id) {
+void MemcachedTier::Abandon(SampleId id) {
   {
     MutexLock lock(mu_);
     if (leased_.erase(id) == 0) return;
@@ -294,7 +268,7 @@ void RemoteTier::Abandon(SampleId id) {
   if (r.kind == MemcachedClient::Result::Kind::kError) CountError(r);
 }
 
-void RemoteTier::PublishAsync(SampleId id, SamplePtr sample) {
+void MemcachedTier::PublishAsync(SampleId id, SamplePtr sample) {
   const uint64_t bytes = sample->bytes();
   bool now = false;
   {
@@ -324,13 +298,13 @@ void RemoteTier::PublishAsync(SampleId id, SamplePtr sample) {
   }
 }
 
-void RemoteTier::Flush() {
+void MemcachedTier::Flush() {
   MutexLock lock(mu_);
   drained_.wait(lock,
                 [this]() REQUIRES(mu_) { return stopping_ || (queue_.empty() && !writing_); });
 }
 
-void RemoteTier::PublishLoop() {
+void MemcachedTier::PublishLoop() {
   for (;;) {
     Write w;
     {
@@ -348,7 +322,7 @@ void RemoteTier::PublishLoop() {
   }
 }
 
-void RemoteTier::Set(SampleId id, const DecodedSample& s) {
+void MemcachedTier::Set(SampleId id, const DecodedSample& s) {
   const ValueKey key = KeyOf(id);
   const std::string value = options_.key.Seal(key.material, s);
   const auto started = Clock::now();
@@ -360,7 +334,7 @@ void RemoteTier::Set(SampleId id, const DecodedSample& s) {
   stats_.bytes_out += value.size();
 }
 
-void RemoteTier::CountError(const MemcachedClient::Result& r) {
+void MemcachedTier::CountError(const MemcachedClient::Result& r) {
   {
     MutexLock lock(mu_);
     ++stats_.errors;
@@ -370,7 +344,7 @@ void RemoteTier::CountError(const MemcachedClient::Result& r) {
                   r.error);
 }
 
-RemoteTierStats RemoteTier::Stats() const {
+RemoteTierStats MemcachedTier::Stats() const {
   RemoteTierStats stats;
   {
     MutexLock lock(mu_);
