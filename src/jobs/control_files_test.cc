@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "testing/test_util.h"
 
@@ -20,6 +21,8 @@ using Kind = ControlFile::Kind;
 
 constexpr uint32_t kOwner = 1000;
 constexpr uint32_t kOther = 1001;
+// A uid's open files may hold max_unread / 8: this many bytes here.
+constexpr uint64_t kHandleRoom = 64 << 10;
 
 // Two classes of four tiny JPEGs: c0 holds ids 0-3, c1 ids 4-7.
 class ControlFileTest : public ::testing::Test {
@@ -36,6 +39,7 @@ class ControlFileTest : public ::testing::Test {
                                            8 << 20);
     JobManagerOptions options;
     options.default_size = 16;
+    options.limits.max_unread = 8 * kHandleRoom;
     jobs_ = std::make_unique<JobManager>(catalog_.get(), cache_.get(), pool_.get(), group_.get(),
                                          options);
     pool_->Start();
@@ -98,6 +102,43 @@ TEST_F(ControlFileTest, SpecWritesAddUpWithinTheHandle) {
   EXPECT_EQ(append->content(), Spec());
   auto reader = Open(Kind::kSpec, kOther, O_RDONLY);
   EXPECT_EQ(reader->content(), Spec());
+}
+
+// What a uid's open handles hold is charged to it: past max_unread / 8 an
+// open or a write fails with Quota, naming the limit, and the job keeps what
+// it had; closing a handle gives its room back. Root is exempt.
+TEST_F(ControlFileTest, WhatAUidsHandlesHoldIsBounded) {
+  ASSERT_TRUE(jobs_->SetSpec("j", kOwner, "size=32").ok());
+  std::vector<std::unique_ptr<ControlFile>> readers;
+  Status s;
+  while (s.ok() && readers.size() < 1000) {
+    std::unique_ptr<ControlFile> file;
+    s = ControlFile::Open(Kind::kSpec, jobs_.get(), "j", kOther, O_RDONLY, &file);
+    if (s.ok()) readers.push_back(std::move(file));
+  }
+  EXPECT_EQ(s.code(), Status::Code::kQuota) << "1000 spec handles of uid kOther, all open";
+  EXPECT_NE(s.message().find("max_unread_per_user / 8"), std::string::npos) << s.message();
+  EXPECT_GE(readers.size(), kHandleRoom / (2 * kOpenFileBytes));
+  EXPECT_LE(jobs_->open_file_bytes().Held(kOther), kHandleRoom);
+  // Another uid is charged apart; root is not limited.
+  EXPECT_NE(Open(Kind::kSpec, kOwner, O_RDONLY), nullptr);
+  std::vector<std::unique_ptr<ControlFile>> roots;
+  for (int i = 0; i < 200; ++i) roots.push_back(Open(Kind::kSpec, 0, O_RDONLY));
+  // Closing gives the room back.
+  readers.clear();
+  EXPECT_EQ(jobs_->open_file_bytes().Held(kOther), 0u);
+
+  // A write that would take the writer past its room fails, and the spec
+  // stays as it was, with the reason in the error file.
+  auto writer = Open(Kind::kSpec);
+  ASSERT_TRUE(writer->Write(kOwner, "size=24 ").ok());
+  const std::string big(kHandleRoom, ' ');
+  s = writer->Write(kOwner, big);
+  EXPECT_EQ(s.code(), Status::Code::kQuota) << s.message();
+  EXPECT_NE(Spec().find("size=24"), std::string::npos) << Spec();
+  EXPECT_NE(Error().find("spec: uid 1000's open files"), std::string::npos) << Error();
+  writer.reset();
+  EXPECT_EQ(jobs_->open_file_bytes().Held(kOwner), 0u);
 }
 
 // ids: complete lines are parsed as they come, the subset is set on flush
