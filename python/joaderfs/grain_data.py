@@ -22,15 +22,21 @@ the rest of that epoch, then the later ones in full.  That is the state
 Grain's checkpointing (``get_state``/``set_state``, Orbax) saves.
 
 In worker processes, with ``mp_prefetch`` called on the dataset itself,
-``joaderfs.grain_dataset(job, batch_size=30).mp_prefetch(
-grain.MultiprocessingOptions(num_workers=2))``, each worker opens the stream (one reader each) and reads an equal share of
-each epoch, in turns, so that the elements come out in epoch order; the
-training process records the ids it receives, so the state's resume is
-exact whatever the workers had read ahead.  Put per-element maps after
-``mp_prefetch`` (the daemon already decoded, cropped and flipped): a
-pipeline that maps before it runs, but its mid-epoch states cannot be
-restored (``set_state`` says so), since each worker then knows only its
-own ids.
+``grain_dataset(job, batch_size=30).mp_prefetch(
+grain.MultiprocessingOptions(num_workers=2))``, each worker opens the
+stream (one reader each) and reads an equal share of each epoch, in turns,
+so that the elements come out in epoch order; the training process records
+the ids it takes, so the state's resume is exact whatever the workers had
+read ahead.  No absl flags need parsing and no ``set_slice`` of the
+user's.  Put per-element maps after ``mp_prefetch`` (the daemon already
+decoded, cropped and flipped): a pipeline that maps before it reads one
+epoch per iterator, and its mid-epoch states cannot be restored
+(``set_state`` says so), since each worker then knows only its own ids.
+Close an iterator under ``mp_prefetch`` (``iterator.close()``) rather than
+leave it to the garbage collector, as Grain advises.  A sample the daemon
+skips (it cannot be decoded) shortens one worker's share; the epochs'
+boundaries then come out of turn by an element, and a state taken there
+may resume one element of an epoch twice or not at all.
 
 Elements are dicts: per sample (``batch_size=None``) ``image`` [H, W, 3]
 uint8, ``label``, ``id`` and ``epoch`` int64 scalars; per batch the same
@@ -46,9 +52,9 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -258,13 +264,18 @@ class _JobIterator(grain.DatasetIterator):
 
     def _end_epoch(self) -> None:
         """After this iterator's share: reads the short batch to drop if it
-        is this one's to read, closes, and waits until the epoch is handed
-        out, so that the next open starts the next epoch."""
+        is this one's to read, closes, and, if it reads another epoch,
+        waits until this one is handed out, so that its next open starts
+        the next epoch."""
         end = self._start + self._elements
         if self._dropped and end % self._ds.workers == self._ds.worker and \
                 self._ds.batch_size:
             self._stream.read_batch(self._dropped)
         self._close()
+        self._start = end
+        self._next = _first_position(end, self._ds.worker, self._ds.workers)
+        if self._until is not None and self._epoch + 1 >= self._until:
+            return
         while self._ds.workers > 1:
             status = stream_status(self._ds.stream)
             if status["epoch"] > self._epoch or status["remaining"] == 0:
@@ -275,8 +286,6 @@ class _JobIterator(grain.DatasetIterator):
                 self._ended = True
                 raise StopIteration
             time.sleep(_EPOCH_END_POLL_S)
-        self._start = end
-        self._next = _first_position(end, self._ds.worker, self._ds.workers)
 
     def _close(self) -> None:
         if self._raw is not None:
@@ -355,10 +364,12 @@ class _TrackedIterDataset(grain.IterDataset):
 
     def __iter__(self) -> "_TrackedIterator":
         # The workers of this iterator, started by its first next, take the
-        # flag with the rest of the dataset.
-        folder = tempfile.mkdtemp(prefix="joaderfs-grain-")
-        self._workers.stop_flag = os.path.join(folder, "stop")
-        return _TrackedIterator(self._parent.__iter__(), self._source, folder)
+        # flag's name with the rest of the dataset.  The file exists only
+        # while the iterator closes: a killed process leaves none behind.
+        flag = os.path.join(tempfile.gettempdir(),
+                            f"joaderfs-grain-{uuid.uuid4().hex}.stop")
+        self._workers.stop_flag = flag
+        return _TrackedIterator(self._parent.__iter__(), self._source, flag)
 
     def __str__(self) -> str:
         return f"_TrackedIterDataset({self._source})"
@@ -372,10 +383,10 @@ class _TrackedIterator(grain.DatasetIterator):
     the state)."""
 
     def __init__(self, parent: grain.DatasetIterator, source: JobIterDataset,
-                 folder: str) -> None:
+                 flag: str) -> None:
         super().__init__(parent)
         self._source = source
-        self._folder = folder  # holds the workers' stop flag
+        self._flag = flag  # the workers' stop flag
         self._epoch: int | None = None
         self._consumed: list[int] = []
         self._taken = 0  # elements, i.e. the position due next
@@ -411,9 +422,11 @@ class _TrackedIterator(grain.DatasetIterator):
         # Grain's close waits for each worker's element under way; a worker
         # waiting for the others at an epoch's end sees the flag and ends.
         if not self._closed:
-            open(os.path.join(self._folder, "stop"), "w").close()
-            super().close()
-            shutil.rmtree(self._folder, ignore_errors=True)
+            open(self._flag, "w").close()
+            try:
+                super().close()
+            finally:
+                os.unlink(self._flag)
 
 
 def _with_restart(state: Any, restart: dict[str, Any]) -> Any:
