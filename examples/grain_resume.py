@@ -23,51 +23,13 @@ on) and per checkpoint (the tests read it).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 import grain
-import jax
-import jax.numpy as jnp
-import numpy as np
 
 import joaderfs
+from jax_model import init_params, load, save, train_step
 from recipe_log import json_lines
-
-
-@jax.jit
-def train_step(params, images, labels):
-    """One SGD step of a 3x3 convolution, pooled, then a linear layer."""
-    def loss(params):
-        x = images.astype(jnp.float32) / 255.0
-        x = jax.lax.conv_general_dilated(
-            x, params["conv"], window_strides=(2, 2), padding="VALID",
-            dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        x = jax.nn.relu(x).mean(axis=(1, 2))
-        logits = x @ params["w"] + params["b"]
-        return -jnp.mean(jnp.take_along_axis(
-            jax.nn.log_softmax(logits), labels[:, None], axis=1))
-    grads = jax.grad(loss)(params)
-    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
-
-
-def save(path: Path, params, iterator_state: dict) -> None:
-    """The parameters and the iterator's state, in one file: a crash leaves
-    the old checkpoint or the new one, never half of each."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as f:
-        np.savez(f, iterator=json.dumps(iterator_state),
-                 **{k: np.asarray(v) for k, v in params.items()})
-    os.replace(temporary, path)
-
-
-def load(path: Path):
-    with np.load(path) as saved:
-        iterator_state = json.loads(str(saved["iterator"]))
-        params = {k: jnp.asarray(saved[k]) for k in saved.files
-                  if k != "iterator"}
-    return params, iterator_state
 
 
 def main() -> None:
@@ -99,9 +61,7 @@ def main() -> None:
         dataset = dataset.mp_prefetch(
             grain.MultiprocessingOptions(num_workers=args.workers))
     iterator = iter(dataset)
-    key = jax.random.key(0)
-    params = {"conv": 0.1 * jax.random.normal(key, (3, 3, 3, 8)),
-              "w": jnp.zeros((8, classes)), "b": jnp.zeros(classes)}
+    params = init_params(classes)
     checkpoint = Path(args.checkpoint or f"{args.job_id}.ckpt.npz")
     if checkpoint.exists():
         params, iterator_state = load(checkpoint)
