@@ -81,6 +81,9 @@ struct Lane {
   // What each pick holds of its own until read (its rendered delivery;
   // 0 when it delivers the shared base image), charged to the job's owner.
   uint64_t pick_bytes = 0;
+  // Which jobs could take its renders (SharedRenders::ShareKey of its
+  // spec): its pins hold and drop them with this one key.
+  uint32_t share_key = 0;
 
   // The drift bound (docs/planner.md "Drift"): lanes of one group with the
   // same subset (same key) are peers; a lane more than the lag limit ahead

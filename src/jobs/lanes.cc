@@ -150,6 +150,7 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
     lane->pick_bytes = spec.size > 0              ? SquareSampleBytes(spec.size)
                        : spec.augment.augmented() ? SampleBytes()
                                                   : 0;
+    lane->share_key = SharedRenders::ShareKey(spec.augment, spec.size, spec.renders());
     if (spec.group.empty()) {
       lane->handle = lane->group->AddJob(ids, spec.window, lane->pick_bytes);
     } else {

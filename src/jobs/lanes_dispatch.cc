@@ -11,7 +11,7 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   const SampleId id = lane->stream->IdAt(position);
   const JobSpec& spec = lane->job->spec;
   const bool render = spec.renders();
-  shared_renders_.Hold(id, SharedRenders::ShareKey(spec.augment, spec.size, render));
+  shared_renders_.Hold(id, lane->share_key);
   actions->Add([this, id, render, augment = spec.augment, size = spec.size, serial = lane->serial,
                 epoch = lane->epoch(), position] {
     cache_->AcquireWithTier(id, [=, this](const SamplePtr& base, Tier tier) {
@@ -41,9 +41,7 @@ void Lanes::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, u
 
 void Lanes::ReleaseIds(const Lane& lane, std::vector<SampleId> ids, Actions* actions) {
   if (ids.empty()) return;
-  const JobSpec& spec = lane.job->spec;
-  const uint32_t key = SharedRenders::ShareKey(spec.augment, spec.size, spec.renders());
-  actions->Add([this, key, ids = std::move(ids)] {
+  actions->Add([this, key = lane.share_key, ids = std::move(ids)] {
     for (SampleId id : ids) {
       cache_->Release(id);
       shared_renders_.Drop(id, key);
