@@ -17,7 +17,8 @@ had read ahead.
     # same command again
 
 ``--log FILE`` appends a JSON line per step (the epoch and the ids trained
-on) and per checkpoint (the tests read it).
+on), per checkpoint and for the checkpoint a rerun resumed from (the tests
+read it).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main() -> None:
     if checkpoint.exists():
         params, iterator_state = load(checkpoint)
         iterator.set_state(iterator_state)  # resume: before the first next
+        log(resumed=iterator_state.get("epoch"),
+            consumed=len(iterator_state.get("consumed", [])))
 
     epoch, taken = None, 0  # for the log: the ids of the epoch trained on
     try:

@@ -15,7 +15,8 @@ handed but not trained on.
     # killed (kill -9, a preemption), then the same command again
 
 ``--log FILE`` appends a JSON line per step (the epoch and the ids trained
-on) and per checkpoint (the tests read it).
+on), per checkpoint and for the checkpoint a rerun resumed from (the tests
+read it).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> None:
     if checkpoint.exists():
         params, data = load(checkpoint)
         state.load_state_dict(data)  # resume: the rest of its epoch
+        log(resumed=state.epoch, consumed=len(state.consumed))
 
     for _ in range(state.epoch or 0, args.epochs):
         steps = 0

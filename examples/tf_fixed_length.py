@@ -22,7 +22,8 @@ much), then the later epochs in full.
     # killed (kill -9, a preemption), then the same command again
 
 ``--log FILE`` appends a JSON line per step (the epoch and the ids trained
-on) and per checkpoint (the tests read it).
+on), per checkpoint and for the checkpoint a rerun resumed from (the tests
+read it).
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def main() -> None:
     state = joaderfs.StreamState(job)
     if data.numpy():
         state.load_state_dict(json.loads(data.numpy()))  # resume: the rest
+        log(resumed=state.epoch, consumed=len(state.consumed))
 
     def save() -> None:
         data.assign(json.dumps(state.state_dict()))

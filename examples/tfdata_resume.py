@@ -15,7 +15,8 @@ then have the job's epoch size; one of another length fails loudly.
     # killed (kill -9, a preemption), then the same command again
 
 ``--log FILE`` appends a JSON line per step (the epoch and the ids trained
-on) and per checkpoint (the tests read it).
+on), per checkpoint and for the checkpoint a rerun resumed from (the tests
+read it).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def main() -> None:
     start = int(next_epoch.numpy())
     # The epoch the checkpoint starts at, in full (and nothing is read yet).
     joaderfs.write_resume(job, start, [])
+    if manager.latest_checkpoint:
+        log(resumed=start, consumed=0)
 
     @tf.function
     def train_step(images, labels):

@@ -134,14 +134,22 @@ class RecipeTest(MountedCase):
         epoch it restarts and the ids then consumed; its ids of that epoch
         and those make the whole epoch, each sample once; later epochs are
         whole; each epoch has the steps its samples make."""
-        checkpoints = [line for line in first if "checkpoint" in line]
-        restart = checkpoints[-1]["checkpoint"]
-        consumed = checkpoints[-1]["consumed"]
+        logged = [line for line in first if "checkpoint" in line][-1]
+        trained = [i for ids in steps_of(first, logged["checkpoint"])
+                   for i in ids]
+        if logged["checkpoint"] == KILLED_IN and logged["consumed"]:
+            self.assertGreater(len(trained), logged["consumed"],
+                               "nothing was trained on after the last "
+                               "checkpoint")
+        # The checkpoint the rerun resumed from: the last one logged, or a
+        # later one whose save the kill let finish but not its log line.
+        resumed = [line for line in rerun if "resumed" in line]
+        self.assertEqual(len(resumed), 1, "the rerun resumed no checkpoint")
+        restart, consumed = resumed[0]["resumed"], resumed[0]["consumed"]
+        self.assertGreaterEqual((restart, consumed),
+                                (logged["checkpoint"], logged["consumed"]))
         trained = [i for ids in steps_of(first, restart) for i in ids]
         self.assertGreaterEqual(len(trained), consumed)
-        if restart == KILLED_IN and consumed:
-            self.assertGreater(len(trained), consumed, "nothing was trained "
-                               "on after the last checkpoint")
         epochs = sorted({line["epoch"] for line in rerun if "ids" in line})
         self.assertEqual(epochs, list(range(restart, EPOCHS)))
         for epoch in epochs:
