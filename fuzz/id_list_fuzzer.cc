@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_catalog.h"
-#include "jobs/spec.h"
+#include "spec/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace joaderfs;

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_catalog.h"
-#include "jobs/spec.h"
+#include "spec/spec.h"
 
 namespace joaderfs {
 namespace {

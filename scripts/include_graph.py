@@ -7,6 +7,12 @@ RocksDB's: only common/rocksdb_support.h may include them, so that RocksDB
 stays behind the .cc files that use it (the rest hold rocksdb::DB through
 forward declarations).
 
+The layers (LAYERS, lowest first) put under jobs/ what the streams' state
+machine uses and does not drive: the stream's wire format (records/), the
+texts users write to a job (spec/), the pacing policies that need no lane
+(pacing/) and the jobs' persistence (store/); the control files' protocol
+(control/), which calls the job manager, sits between jobs/ and fs/.
+
     python3 scripts/include_graph.py [REPO]    # exit 1 on a cycle, an upward
                                                # arrow or RocksDB in a header
 """
@@ -15,7 +21,8 @@ import re
 import sys
 
 # Lowest first: each part may include only those before it.
-LAYERS = ["common", "catalog", "loader", "cache", "sampling", "jobs", "fs", "daemon"]
+LAYERS = ["common", "catalog", "loader", "cache", "sampling", "records", "spec", "pacing", "store",
+          "jobs", "control", "fs", "daemon"]
 SUPPORT = {"testing"}  # test helpers, above everything they include
 # The one header that may include RocksDB's, and the headers whose reach is
 # shown (the FUSE layer and the job manager sit on top of everything else).

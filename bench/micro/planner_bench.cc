@@ -13,7 +13,7 @@
 //     "..._vs_bitsets" counters also compare with the subsets held without
 //     run containers.
 //   - ranks: splitting one epoch of ImageNet's 1.28 million ids among W
-//     ranks (jobs/rank_split.h), which the job manager does once per epoch
+//     ranks (pacing/rank_split.h), which the job manager does once per epoch
 //     of a ranked job, under its lock.
 
 #include <benchmark/benchmark.h>
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/random.h"
-#include "jobs/rank_split.h"
+#include "pacing/rank_split.h"
 #include "sampling/dependent_planner.h"
 #include "sampling/id_sets.h"
 #include "thread_cpu.h"

@@ -1,6 +1,6 @@
 // Fixed-width integers in byte buffers, for the formats the daemon writes:
 // the disk tier's slots and index (cache/disk_cache.cc), the stream records
-// (jobs/record.cc) and the job store's keys (jobs/job_store.cc).
+// (records/record.cc) and the job store's keys (store/job_store.cc).
 //
 // Native order is little-endian, the order of those formats (checked
 // below); the BigEndian helpers are for RocksDB keys, whose bytewise order

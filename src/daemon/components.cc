@@ -15,11 +15,11 @@
 #include "daemon/scrub_environ.h"
 #include "fs/filesystem.h"
 #include "jobs/job_manager.h"
-#include "jobs/job_store.h"
 #include "loader/decoder.h"
 #include "loader/loader_pool.h"
 #include "loader/source_reader.h"
 #include "sampling/plan_group.h"
+#include "store/job_store.h"
 
 namespace joaderfs {
 namespace {

@@ -1,5 +1,5 @@
 // The documents list the mount options and spec keys of the tables in code
-// (daemon/options.h MountOptionTable, jobs/spec_keys.h kSpecKeys), no more
+// (daemon/options.h MountOptionTable, spec/spec_keys.h kSpecKeys), no more
 // and no fewer, each with the table's default: the option and spec tables
 // of docs/reference.md and docs/design.md, and the OPTIONS and JOB SPEC
 // sections of man/joaderfs.8. --help and the mount's /README are made from the tables.
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "daemon/options.h"
-#include "jobs/spec_keys.h"
+#include "spec/spec_keys.h"
 
 namespace joaderfs {
 namespace {

@@ -15,9 +15,9 @@
 #include "common/parse.h"
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
+#include "control/control_files.h"
 #include "fs/render.h"
-#include "jobs/control_files.h"
-#include "jobs/spec.h"
+#include "spec/spec.h"
 
 namespace joaderfs {
 namespace {
@@ -61,7 +61,7 @@ void* PackInterrupt(uint64_t reader, uint64_t token) {
 }  // namespace
 
 // Each node kind's behaviour, one row per kind: where it lives, its name and
-// mode, and the control file (jobs/control_files.h) that handles its writes.
+// mode, and the control file (control/control_files.h) that handles its writes.
 // Streams (`next`, `next.R`) are read through the JobManager; the other
 // files are rendered when opened (fs/render.h).
 struct Filesystem::NodeKind {

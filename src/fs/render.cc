@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/wrap.h"
-#include "jobs/spec_keys.h"
+#include "spec/spec_keys.h"
 
 namespace joaderfs {
 namespace {
@@ -556,7 +556,7 @@ void ManifestView::Read(uint64_t offset, size_t length, std::string* out) const 
 
 namespace {
 
-// One paragraph per key of jobs/spec_keys.h.
+// One paragraph per key of spec/spec_keys.h.
 std::string SpecKeyLines() {
   std::string out;
   for (const SpecKeyInfo& key : kSpecKeys) {

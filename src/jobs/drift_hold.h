@@ -1,6 +1,6 @@
 // The drift bound (docs/planner.md "Drift"): which lanes have their reads
 // held because they run too far ahead of an active peer of similar pace in
-// their planning group, within each lane's hold budget (jobs/drift.h
+// their planning group, within each lane's hold budget (pacing/drift.h
 // DriftState).
 //
 // Not thread-safe: Lanes owns one, guarded by the manager's lock

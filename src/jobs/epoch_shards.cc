@@ -1,6 +1,6 @@
 #include "jobs/epoch_shards.h"
 
-#include "jobs/rank_split.h"
+#include "pacing/rank_split.h"
 
 namespace joaderfs {
 

@@ -1,5 +1,5 @@
 // Which ids a lane reads in an epoch: the job's subset, a rank's shard of
-// it (jobs/rank_split.h SplitEpoch), or a rank's share of an elastic
+// it (pacing/rank_split.h SplitEpoch), or a rank's share of an elastic
 // resume's rest (SplitRest). Shards and shares cost a sort of the subset,
 // which the manager runs off its lock where it can: the functions below
 // hand that work out as a task or an ElasticSplit.

@@ -9,8 +9,8 @@
 #include "cache/budget.h"
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
-#include "jobs/rank_split.h"
-#include "jobs/record.h"
+#include "pacing/rank_split.h"
+#include "records/record.h"
 
 namespace joaderfs {
 

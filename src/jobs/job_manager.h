@@ -56,13 +56,13 @@
 #include "common/open_file_budget.h"
 #include "common/ranked_mutex.h"
 #include "common/status.h"
-#include "jobs/job_store.h"
 #include "jobs/lanes.h"
-#include "jobs/resume_text.h"
 #include "jobs/shared_renders.h"
-#include "jobs/spec.h"
 #include "loader/loader_pool.h"
 #include "sampling/plan_group.h"
+#include "spec/resume_text.h"
+#include "spec/spec.h"
+#include "store/job_store.h"
 
 namespace joaderfs {
 

@@ -27,13 +27,13 @@
 #include <vector>
 
 #include "common/random.h"
+#include "control/control_files.h"
 #include "fs/render.h"
-#include "jobs/control_files.h"
-#include "jobs/job_store.h"
-#include "jobs/rank_split.h"
-#include "jobs/record.h"
 #include "loader/augment.h"
 #include "loader/decoder.h"
+#include "pacing/rank_split.h"
+#include "records/record.h"
+#include "store/job_store.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {

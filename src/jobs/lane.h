@@ -29,14 +29,14 @@
 
 #include "catalog/catalog.h"
 #include "common/status.h"
-#include "jobs/drift.h"
-#include "jobs/job_store.h"
 #include "jobs/job_stream.h"
-#include "jobs/record.h"
-#include "jobs/record_queue.h"
-#include "jobs/spec.h"
 #include "jobs/stream_figures.h"
+#include "pacing/drift.h"
+#include "records/record.h"
+#include "records/record_queue.h"
 #include "sampling/plan_group.h"
+#include "spec/spec.h"
+#include "store/job_store.h"
 
 namespace joaderfs {
 

@@ -41,13 +41,13 @@
 #include "jobs/drift_hold.h"
 #include "jobs/epoch_shards.h"
 #include "jobs/job_owner.h"
-#include "jobs/job_store.h"
 #include "jobs/lane.h"
 #include "jobs/shared_renders.h"
 #include "jobs/stream_figures.h"
-#include "jobs/unread_allowance.h"
 #include "loader/loader_pool.h"
+#include "pacing/unread_allowance.h"
 #include "sampling/plan_group.h"
+#include "store/job_store.h"
 
 namespace joaderfs {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "jobs/record.h"
+#include "records/record.h"
 
 namespace joaderfs {
 

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "jobs/rank_split.h"
-#include "jobs/record.h"
+#include "pacing/rank_split.h"
+#include "records/record.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {

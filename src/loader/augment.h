@@ -40,7 +40,7 @@ struct AugmentSpec {
   bool augmented() const { return crop == Crop::kRandom || flip > 0; }
 };
 
-// Record header flags (jobs/record.h) of an augmented delivery.
+// Record header flags (records/record.h) of an augmented delivery.
 inline constexpr uint32_t kRecordFlipped = 1u << 0;
 inline constexpr uint32_t kRecordCropBox = 1u << 1;
 

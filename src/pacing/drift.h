@@ -8,8 +8,8 @@
 //
 // Not thread-safe: each Lane owns one, guarded by Lanes::mu.
 
-#ifndef JOADERFS_JOBS_DRIFT_H_
-#define JOADERFS_JOBS_DRIFT_H_
+#ifndef JOADERFS_PACING_DRIFT_H_
+#define JOADERFS_PACING_DRIFT_H_
 
 #include <chrono>
 #include <cstdint>
@@ -69,4 +69,4 @@ class DriftState {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_DRIFT_H_
+#endif  // JOADERFS_PACING_DRIFT_H_

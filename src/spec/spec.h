@@ -2,8 +2,8 @@
 // and with which crop and flip, for how many epochs, and how far delivery
 // may reorder them.
 
-#ifndef JOADERFS_JOBS_SPEC_H_
-#define JOADERFS_JOBS_SPEC_H_
+#ifndef JOADERFS_SPEC_SPEC_H_
+#define JOADERFS_SPEC_SPEC_H_
 
 #include <cstdint>
 #include <optional>
@@ -16,8 +16,8 @@
 
 #include "catalog/catalog.h"
 #include "common/status.h"
-#include "jobs/record.h"
 #include "loader/augment.h"
+#include "records/record.h"
 
 namespace joaderfs {
 
@@ -90,4 +90,4 @@ bool IsValidJobName(std::string_view name);
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_SPEC_H_
+#endif  // JOADERFS_SPEC_SPEC_H_

@@ -3,13 +3,13 @@
 // record and the next read continues it.
 //
 // A reply is a list of iovecs over the records' frames (header and padding,
-// or a TFRecord's framing; jobs/record.h RecordFrame) and the samples'
+// or a TFRecord's framing; records/record.h RecordFrame) and the samples'
 // pixels (never copied); the Reply keeps all of them alive until it is sent.
 //
 // Not thread-safe: its owner serialises calls.
 
-#ifndef JOADERFS_JOBS_RECORD_QUEUE_H_
-#define JOADERFS_JOBS_RECORD_QUEUE_H_
+#ifndef JOADERFS_RECORDS_RECORD_QUEUE_H_
+#define JOADERFS_RECORDS_RECORD_QUEUE_H_
 
 #include <sys/uio.h>
 
@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "jobs/record.h"
 #include "loader/decoded_sample.h"
+#include "records/record.h"
 
 namespace joaderfs {
 
@@ -73,4 +73,4 @@ class RecordQueue {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_RECORD_QUEUE_H_
+#endif  // JOADERFS_RECORDS_RECORD_QUEUE_H_

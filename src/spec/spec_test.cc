@@ -1,6 +1,6 @@
-#include "jobs/spec.h"
+#include "spec/spec.h"
 
-#include "jobs/resume_text.h"
+#include "spec/resume_text.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "jobs/spec_keys.h"
+#include "spec/spec_keys.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -300,7 +300,7 @@ TEST_F(SpecTest, ToStringShowsOneKeyPerLine) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 7) << text;
 }
 
-// jobs/spec_keys.h is the list of keys: the parser knows each one, and the
+// spec/spec_keys.h is the list of keys: the parser knows each one, and the
 // spec file shows no other.
 TEST_F(SpecTest, KeysAreTheTableOfSpecKeys) {
   std::set<std::string> names;
@@ -315,7 +315,7 @@ TEST_F(SpecTest, KeysAreTheTableOfSpecKeys) {
   const std::string text = spec.ToString();
   for (size_t at = 0; at < text.size(); at = text.find('\n', at) + 1) {
     const std::string key = text.substr(at, text.find('=', at) - at);
-    EXPECT_TRUE(names.count(key)) << key << " is not in jobs/spec_keys.h";
+    EXPECT_TRUE(names.count(key)) << key << " is not in spec/spec_keys.h";
   }
 }
 

@@ -1,12 +1,12 @@
-#include "jobs/resume_text.h"
+#include "spec/resume_text.h"
 
 #include <algorithm>
 #include <string>
 
 #include "common/parse.h"
 #include "common/printable.h"
-#include "jobs/record.h"
-#include "jobs/spec.h"
+#include "records/record.h"
+#include "spec/spec.h"
 
 namespace joaderfs {
 namespace {

@@ -1,9 +1,9 @@
-// The control files' protocol as one open handle sees it (jobs/
+// The control files' protocol as one open handle sees it (control/
 // control_files.h), over a real JobManager and catalog: what a write means,
 // how partial lines wait for the flush, the caps, who may open, and that a
 // rejected handle changes nothing any more.
 
-#include "jobs/control_files.h"
+#include "control/control_files.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

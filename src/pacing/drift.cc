@@ -1,4 +1,4 @@
-#include "jobs/drift.h"
+#include "pacing/drift.h"
 
 #include <algorithm>
 

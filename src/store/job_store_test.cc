@@ -1,4 +1,4 @@
-#include "jobs/job_store.h"
+#include "store/job_store.h"
 
 #include <gtest/gtest.h>
 

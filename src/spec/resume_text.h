@@ -8,8 +8,8 @@
 //
 // Not thread-safe: one per resume text being read.
 
-#ifndef JOADERFS_JOBS_RESUME_TEXT_H_
-#define JOADERFS_JOBS_RESUME_TEXT_H_
+#ifndef JOADERFS_SPEC_RESUME_TEXT_H_
+#define JOADERFS_SPEC_RESUME_TEXT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -54,4 +54,4 @@ class ResumeText {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_RESUME_TEXT_H_
+#endif  // JOADERFS_SPEC_RESUME_TEXT_H_

@@ -1,4 +1,4 @@
-#include "jobs/rank_split.h"
+#include "pacing/rank_split.h"
 
 #include <algorithm>
 #include <utility>

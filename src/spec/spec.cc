@@ -1,4 +1,4 @@
-#include "jobs/spec.h"
+#include "spec/spec.h"
 
 #include <cctype>
 #include <charconv>
@@ -7,13 +7,13 @@
 #include "common/hash.h"
 #include "common/parse.h"
 #include "common/random.h"
-#include "jobs/record.h"
-#include "jobs/spec_keys.h"
+#include "records/record.h"
+#include "spec/spec_keys.h"
 
 namespace joaderfs {
 namespace {
 
-// The keys ParseJobSpec takes (jobs/spec_keys.h), for the hint after an
+// The keys ParseJobSpec takes (spec/spec_keys.h), for the hint after an
 // unknown one.
 const std::vector<std::string_view>& SpecKeyNames() {
   static const std::vector<std::string_view> names = [] {

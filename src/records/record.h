@@ -3,8 +3,8 @@
 // multiple of 64 bytes. Or, for jobs with `format=tfrecord`, the same sample
 // as a TFRecord holding a tf.train.Example (FrameRecord below).
 
-#ifndef JOADERFS_JOBS_RECORD_H_
-#define JOADERFS_JOBS_RECORD_H_
+#ifndef JOADERFS_RECORDS_RECORD_H_
+#define JOADERFS_RECORDS_RECORD_H_
 
 #include <array>
 #include <cstdint>
@@ -109,4 +109,4 @@ std::shared_ptr<const RecordFrame> FrameRecord(RecordFormat format, const Record
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_RECORD_H_
+#endif  // JOADERFS_RECORDS_RECORD_H_

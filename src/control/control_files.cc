@@ -1,4 +1,4 @@
-#include "jobs/control_files.h"
+#include "control/control_files.h"
 
 #include <fcntl.h>
 
@@ -6,8 +6,8 @@
 
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
-#include "jobs/resume_text.h"
-#include "jobs/spec.h"
+#include "spec/resume_text.h"
+#include "spec/spec.h"
 
 namespace joaderfs {
 namespace {

@@ -26,8 +26,8 @@
 //
 // Thread-safe: RocksDB serialises writes; the sequence counter is atomic.
 
-#ifndef JOADERFS_JOBS_JOB_STORE_H_
-#define JOADERFS_JOBS_JOB_STORE_H_
+#ifndef JOADERFS_STORE_JOB_STORE_H_
+#define JOADERFS_STORE_JOB_STORE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -114,4 +114,4 @@ class JobStore {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_JOB_STORE_H_
+#endif  // JOADERFS_STORE_JOB_STORE_H_

@@ -1,4 +1,4 @@
-#include "jobs/record_queue.h"
+#include "records/record_queue.h"
 
 #include <algorithm>
 #include <cassert>

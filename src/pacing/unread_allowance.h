@@ -14,8 +14,8 @@
 // Not thread-safe: Lanes owns one, guarded by the manager's lock
 // (jobs/lanes.h), and does the planning it asks for.
 
-#ifndef JOADERFS_JOBS_UNREAD_ALLOWANCE_H_
-#define JOADERFS_JOBS_UNREAD_ALLOWANCE_H_
+#ifndef JOADERFS_PACING_UNREAD_ALLOWANCE_H_
+#define JOADERFS_PACING_UNREAD_ALLOWANCE_H_
 
 #include <cstdint>
 #include <deque>
@@ -89,4 +89,4 @@ class UnreadAllowance {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_UNREAD_ALLOWANCE_H_
+#endif  // JOADERFS_PACING_UNREAD_ALLOWANCE_H_

@@ -1,7 +1,7 @@
 // The job spec's keys (docs/design.md 2.3), the one list of them: the
 // mount's /README prints it (fs/render.cc), and doc_tables_test holds
 // docs/reference.md, joaderfs(8) and docs/design.md to it, key for key and
-// default for default. ParseJobSpec (jobs/spec.h) parses the values; spec_test
+// default for default. ParseJobSpec (spec/spec.h) parses the values; spec_test
 // checks that it takes every key here and that JobSpec::ToString() writes
 // no other.
 //
@@ -10,8 +10,8 @@
 // docs/reference.md and docs/design.md and the JOB SPEC section of man/joaderfs.8 with the
 // same default: doc_tables_test names any document that lacks it.
 
-#ifndef JOADERFS_JOBS_SPEC_KEYS_H_
-#define JOADERFS_JOBS_SPEC_KEYS_H_
+#ifndef JOADERFS_SPEC_SPEC_KEYS_H_
+#define JOADERFS_SPEC_SPEC_KEYS_H_
 
 #include <string_view>
 
@@ -53,4 +53,4 @@ inline constexpr SpecKeyInfo kSpecKeys[] = {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_SPEC_KEYS_H_
+#endif  // JOADERFS_SPEC_SPEC_KEYS_H_

@@ -1,4 +1,4 @@
-#include "jobs/unread_allowance.h"
+#include "pacing/unread_allowance.h"
 
 #include <algorithm>
 #include <string>

@@ -1,6 +1,6 @@
 // Framing of the stream: records read in arbitrary slices.
 
-#include "jobs/record_queue.h"
+#include "records/record_queue.h"
 
 #include <gtest/gtest.h>
 

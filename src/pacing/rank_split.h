@@ -23,8 +23,8 @@
 //
 // Pure functions; thread-safe.
 
-#ifndef JOADERFS_JOBS_RANK_SPLIT_H_
-#define JOADERFS_JOBS_RANK_SPLIT_H_
+#ifndef JOADERFS_PACING_RANK_SPLIT_H_
+#define JOADERFS_PACING_RANK_SPLIT_H_
 
 #include <cstdint>
 #include <vector>
@@ -69,4 +69,4 @@ std::vector<Roaring> SplitRest(const Roaring& subset, const Roaring& consumed, u
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_RANK_SPLIT_H_
+#endif  // JOADERFS_PACING_RANK_SPLIT_H_

@@ -1,4 +1,4 @@
-#include "jobs/record.h"
+#include "records/record.h"
 
 #include <cstring>
 #include <string_view>

@@ -11,7 +11,7 @@
 //           open); the subset is set on flush, a last line without a
 //           newline included;
 //   resume  each complete line is judged alone by the write that completes
-//           it (jobs/resume_text.h) and kept parsed: the handle holds a
+//           it (spec/resume_text.h) and kept parsed: the handle holds a
 //           partial line (at most kMaxIdsLine bytes) and the ids, at most
 //           kMaxResumeBytes written in all; the whole is applied on flush,
 //           where what needs the job is judged.
@@ -33,8 +33,8 @@
 // Not thread-safe: one per open handle, which the kernel serialises; the
 // JobManager it calls is thread-safe.
 
-#ifndef JOADERFS_JOBS_CONTROL_FILES_H_
-#define JOADERFS_JOBS_CONTROL_FILES_H_
+#ifndef JOADERFS_CONTROL_CONTROL_FILES_H_
+#define JOADERFS_CONTROL_CONTROL_FILES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -109,4 +109,4 @@ class ControlFile {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_CONTROL_FILES_H_
+#endif  // JOADERFS_CONTROL_CONTROL_FILES_H_
