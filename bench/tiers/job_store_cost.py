@@ -25,7 +25,7 @@ import harness
 
 def job_store_path(cache_dir, source):
     """Where the daemon puts the job store: FNV-1a 64 of the source's
-    absolute path (src/jobs/job_store.cc)."""
+    absolute path (src/store/job_store.cc)."""
     h = 0xcbf29ce484222325
     for byte in os.path.normpath(os.path.abspath(source)).encode():
         h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
