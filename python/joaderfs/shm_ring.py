@@ -52,15 +52,16 @@ finalizers that free a slot run in whichever thread drops the last tensor
 of its batch (one byte written).  ``_rings`` is shared by every DataLoader
 of the process, keyed by worker pid: a worker has one ring at a time (one
 JobDataset iterated after another in a worker, as ChainDataset does, is
-fine, two interleaved in one worker are not supported), and loaders whose
-batches are unpickled in two threads at once are not supported either (both
-may change ``_rings`` at once when a new ring arrives).
+fine, two interleaved in one worker are not supported); ``_rings_lock``
+guards the table, so loaders whose batches are unpickled in two threads at
+once (two DataLoaders iterated by two threads) each find their own ring.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -141,17 +142,21 @@ class _RingView:
 # The rings of the workers this process receives batches from, by worker
 # pid: a worker has one ring at a time (the module's docstring).
 _rings: dict[int, _RingView] = {}
+_rings_lock = threading.Lock()
 
 
 def _ring_view(ring_id: tuple) -> _RingView:
-    view = _rings.get(ring_id[0])
-    if view is None or view.id != ring_id:
-        # A new ring: a new epoch's workers.  Forget the rings of workers
-        # that have exited; tensors still in use keep their memory.
-        for pid in [p for p in _rings if not os.path.exists(f"/proc/{p}")]:
-            del _rings[pid]
-        view = _rings[ring_id[0]] = _RingView(ring_id)
-    return view
+    with _rings_lock:
+        view = _rings.get(ring_id[0])
+        if view is None or view.id != ring_id:
+            # A new ring: a new epoch's workers.  Forget the rings of
+            # workers that have exited; tensors still in use keep their
+            # memory.
+            for pid in [p for p in _rings
+                        if not os.path.exists(f"/proc/{p}")]:
+                del _rings[pid]
+            view = _rings[ring_id[0]] = _RingView(ring_id)
+        return view
 
 
 def _release(flags: np.ndarray, slot: int) -> None:
