@@ -37,6 +37,8 @@ from pathlib import Path
 import joaderfs
 from harness.daemon import Mount
 
+from bench.processes import end_processes
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -82,11 +84,7 @@ def job_epoch(job: Path, args, workers: int, batch_path: bool,
         if p.wait(timeout=600):
             raise RuntimeError(f"{job.name} exited with {p.returncode}")
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdin.close()
-        p.stdout.close()
+        end_processes([p])
     res = json.loads(result.read_text())
     n = sum(e["samples"] for e in res["epochs"])
     return res["cpu_s"], n, n / sum(e["seconds"] for e in res["epochs"])

@@ -70,6 +70,8 @@ from pathlib import Path
 
 from harness.procfs import proc_cpu, tree_cpu
 
+from bench.processes import end_processes
+
 LOADERS = ("torch-pil", "torch-tvio", "tf-autotune", "tf-fixed", "dali-cpu",
            "spdl", "joaderfs", "joaderfs-w0")
 SIZE, BATCH, WORKERS = 224, 64, 2
@@ -397,10 +399,7 @@ def run_jobs(args, data: str, loader: str, jobs: int, epochs: int,
                 raise RuntimeError(f"a {loader} job exited with {p.returncode}")
         daemon_cpu = (daemon.cpu() - d0) if daemon else 0.0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        end_processes(procs)
         if daemon:
             daemon.cleanup()
     problems = [f"job {j}: {m}" for j, r in enumerate(results) for m in r["problems"]]

@@ -40,6 +40,7 @@ import joaderfs
 from harness.daemon import Mount
 
 from bench.client.peers import image_folder, tf_random_resized_crop
+from bench.processes import end_processes
 
 MODES = ("native", "tf_dataset", "tf.data")
 
@@ -111,12 +112,7 @@ def run_jobs(args, mode: str, jobs: int, mnt: Path | None) -> list[dict]:
                 raise RuntimeError(f"a {mode} job exited with {p.returncode}")
         return results
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdin.close()
-            p.stdout.close()
+        end_processes(procs)
 
 
 def one_run(args, mode: str, jobs: int, workdir: Path) -> dict:

@@ -208,6 +208,10 @@ class GpuSampler(threading.Thread):
 
 def run_jobs(args, system: str, count: int, mount: Path | None,
              device: str) -> tuple[list[dict], str]:
+    # Here, not at the top: the jobs (this file run as a script) import
+    # neither bench nor harness.
+    from bench.processes import end_processes
+
     procs = []
     for i in range(count):
         cmd = [sys.executable, __file__, "--child", "--system", system,
@@ -236,12 +240,7 @@ def run_jobs(args, system: str, count: int, mount: Path | None,
             if p.wait(timeout=600):
                 raise RuntimeError(f"a {system} job exited with {p.returncode}")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdin.close()
-            p.stdout.close()
+        end_processes(procs)
     return results, utilisation
 
 

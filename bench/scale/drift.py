@@ -202,6 +202,7 @@ def dataset(images: int) -> str:
 def run_case(args, binary: str, source: str, decoded_set: int, mode: str,
              steps: list[float], ram_frac: float, drift_bound: str) -> dict:
     from bench.client.client_cost import mount
+    from bench.processes import end_processes
 
     with tempfile.TemporaryDirectory(prefix="jfs-drift-") as tmp:
         work = Path(tmp)
@@ -246,12 +247,7 @@ def run_case(args, binary: str, source: str, decoded_set: int, mode: str,
             results = [json.loads((work / f"j{i}.json").read_text())
                        for i in range(len(steps))]
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-                p.stdin.close()
-                p.stdout.close()
+            end_processes(procs)
             daemon.cleanup()
             if server:
                 server.close()

@@ -7,19 +7,18 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.daemon import Mount
-from harness.procfs import MemoryMonitor, group_alive
+from harness.procfs import MemoryMonitor
+
+from bench.processes import Reaper
 
 # One job of a run: a process of its own (bench/throughput/job.py).
 JOB_COMMAND = [sys.executable, "-m", "bench.throughput.job"]
@@ -118,74 +117,6 @@ class RunResult:
 
     def job_times(self) -> list[float]:
         return [sum(e["seconds"] for e in j["epochs"]) for j in self.jobs]
-
-
-class Reaper:
-    """Every process group and mount this program started, for cleanup.
-
-    Pids are also appended to ``pidfile`` so that bench.sh's trap can end
-    them if this program itself is killed (a daemonized joaderfs leads a
-    session, hence a process group, of its own).
-    """
-
-    def __init__(self, pidfile: Path | None) -> None:
-        self.pidfile = pidfile
-        self.groups: set[int] = set()
-        self.mounts: set[Mount] = set()
-        self.lock = threading.Lock()
-
-    def add_group(self, pid: int) -> None:
-        with self.lock:
-            self.groups.add(pid)
-        if self.pidfile:
-            with open(self.pidfile, "a") as f:
-                f.write(f"{pid}\n")
-
-    def drop_group(self, pid: int) -> None:
-        with self.lock:
-            self.groups.discard(pid)
-
-    def kill_group(self, pid: int) -> None:
-        """SIGTERM then SIGKILL to the process group led by ``pid``."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                return
-            for _ in range(50):
-                if not group_alive(pid):
-                    return
-                time.sleep(0.1)
-
-    def mount(self, workdir: Path, name: str, options: dict[str, str],
-              binary: str, source: str) -> Mount:
-        """A daemonized joaderfs over ``source`` in ``workdir/name``, as
-        users run it, logging at info level."""
-        m = Mount(source, str(workdir / name), dict(options, log_level="info"),
-                  defaults={}, binary=binary)
-        m.mount_timeout = 300  # scanning a large dataset
-        self.mounts.add(m)
-        try:
-            m.start()
-        except AssertionError as e:
-            self.stop(m)
-            raise RuntimeError(str(e)) from None
-        self.add_group(m.proc.pid)
-        return m
-
-    def stop(self, m: Mount) -> None:
-        """Unmounts and reaps ``m`` (SIGTERM, then SIGKILL if it hangs)."""
-        m.cleanup()
-        if m.proc is not None:
-            self.drop_group(m.proc.pid)
-        self.mounts.discard(m)
-
-    def cleanup(self) -> None:
-        for pid in list(self.groups):
-            self.kill_group(pid)
-        for m in list(self.mounts):
-            self.stop(m)
-        self.groups.clear()
 
 
 def parse_options(text: str) -> dict[str, str]:
@@ -355,16 +286,7 @@ class Bench:
         finally:
             if monitor.is_alive():
                 monitor.stop()
-            for p in procs:
-                if p.poll() is None:
-                    self.reaper.kill_group(p.pid)
-                p.wait()
-                for stream in (p.stdin, p.stdout):
-                    try:
-                        stream.close()
-                    except OSError:
-                        pass
-                self.reaper.drop_group(p.pid)
+            self.reaper.end(procs)
             if daemon:
                 self.reaper.stop(daemon)
             if cache_path:
@@ -499,12 +421,7 @@ def measure_costs(bench: "Bench") -> dict[str, float]:
                 out[f"{key}_decodes"] = s4["decoded"] - s3["decoded"]
                 out[f"{key}_rate"] = n / sum(e["seconds"] for e in res["epochs"])
             finally:
-                if p.poll() is None:
-                    bench.reaper.kill_group(p.pid)
-                p.wait()
-                bench.reaper.drop_group(p.pid)
-                for stream in (p.stdin, p.stdout):
-                    stream.close()
+                bench.reaper.end([p])
     finally:
         bench.reaper.stop(d)
     return out

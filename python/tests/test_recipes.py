@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,6 +70,17 @@ def steps_of(log: list[dict], epoch: int) -> list[list[int]]:
                  "tensorflow, jax or grain is not installed")
 class RecipeTest(MountedCase):
 
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        # XLA's compilations, kept on disk for the class's later JAX runs:
+        # jax_resume.py and grain_resume.py train the same jax_model, so
+        # only the first run compiles, most of a run's start-up; the others
+        # load it. Every compile, hence every write to the cache, is done
+        # in the first steps of epoch 0, before any kill can land.
+        cls.jax_cache = tempfile.mkdtemp(prefix="joaderfs-recipe-jax-")
+        cls.addClassCleanup(shutil.rmtree, cls.jax_cache, ignore_errors=True)
+
     def setUp(self) -> None:
         super().setUp()
         self.folder = Path(tempfile.mkdtemp(prefix="joaderfs-recipe-"))
@@ -83,7 +95,9 @@ class RecipeTest(MountedCase):
         log_path.unlink(missing_ok=True)
         output = open(self.folder / f"{job_id}.out", "ab")
         self.addCleanup(output.close)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                   JAX_COMPILATION_CACHE_DIR=self.jax_cache,
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
         proc = subprocess.Popen(
             [sys.executable, str(EXAMPLES / script), str(self.mount), job_id,
              "--epochs", str(EPOCHS), "--batch-size", str(BATCH),

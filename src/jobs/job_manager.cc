@@ -10,7 +10,6 @@
 #include "common/printable.h"
 #include "common/rate_limited_log.h"
 #include "pacing/rank_split.h"
-#include "records/record.h"
 
 namespace joaderfs {
 
@@ -28,7 +27,11 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
         return spec;
       }()),
       store_(store),
-      lanes_(catalog, cache, pool, group, store,
+      // Renders kept for lagging peers may take a sixteenth of the RAM
+      // tier's budget: at 224 px, a lag of about a tenth of the base images
+      // it holds.
+      shared_renders_(group, cache->budget() / 16),
+      lanes_(&mu_, catalog, cache, pool, group, &shared_renders_, store,
              UnreadLimit{options.limits.max_unread, options.limits.limit_root},
              options.drift_bound) {}
 
@@ -44,7 +47,7 @@ Status JobManager::CreateJob(const std::string& name, uint32_t uid) {
     return Status::InvalidArgument("job id '" + name +
                                    "' is not 1-64 characters of [A-Za-z0-9._-]");
   }
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   if (jobs_.count(name)) return Status::Exists("job " + name + " exists");
   if (Limited(uid)) {
     const UserLimits& limits = options_.limits;
@@ -114,7 +117,7 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
         SplitRest(subset, consumed, *stored.elastic_epoch, spec.ranks, spec.drop_last),
         /*read=*/true};  // a resume written after the restart replaces it
   }
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   if (jobs_.count(stored.name)) return Status::Exists("job " + stored.name + " exists");
   auto job = std::make_unique<Job>();
   job->name = stored.name;
@@ -161,7 +164,7 @@ Status JobManager::CheckRanksFit(const JobSpec& spec, const Roaring& subset) {
 }
 
 Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
-  ActionsLock lock(lanes_.mu);
+  ActionsLock lock(mu_);
   Actions* actions = lock.actions();
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
@@ -178,14 +181,14 @@ Status JobManager::RemoveJob(const std::string& name, uint32_t uid) {
 }
 
 std::vector<std::string> JobManager::JobNames() const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   std::vector<std::string> names;
   for (const auto& [name, job] : jobs_) names.push_back(name);
   return names;
 }
 
 Status JobManager::JobOwner(const std::string& name, uint32_t* uid) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *uid = job->uid;
@@ -193,14 +196,14 @@ Status JobManager::JobOwner(const std::string& name, uint32_t* uid) const {
 }
 
 Status JobManager::CheckOwner(const std::string& name, uint32_t uid) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   return CheckJobOwner(name, job->uid, uid);
 }
 
 Status JobManager::GetSpec(const std::string& name, std::string* text) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *text = job->spec.ToString();
@@ -225,7 +228,7 @@ Status JobManager::CheckWritableLocked(const Job* job, uint32_t uid, const Roari
 }
 
 Status JobManager::CheckWritable(const std::string& name, uint32_t uid, const Roaring* ids) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   return CheckWritableLocked(job, uid, ids);
@@ -252,7 +255,7 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   const bool names_subset = spec.subset.kind != SubsetSpec::Kind::kIds;
   if (!names_subset) spec.subset = default_spec_.subset;
   Roaring subset = ResolveSubset(spec.subset, *catalog_);
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   s = CheckJobOwner(name, job->uid, uid);
@@ -314,7 +317,7 @@ Status JobManager::SetIds(const std::string& name, uint32_t uid, std::string_vie
 Status JobManager::SetIdSubset(const std::string& name, uint32_t uid, Roaring ids) {
   if (ids.isEmpty()) return Status::InvalidArgument("ids: no sample listed");
   ids.runOptimize();
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   Status s = CheckWritableLocked(job, uid, &ids);
@@ -356,7 +359,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, ResumeText* tex
   } else {
     elastic = SplitElasticUnlocked(name, uid, *epoch, consumed);
   }
-  ActionsLock lock(lanes_.mu);
+  ActionsLock lock(mu_);
   Actions* actions = lock.actions();
   Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
@@ -406,7 +409,7 @@ Status JobManager::Resume(const std::string& name, uint32_t uid, ResumeText* tex
 }
 
 void JobManager::NoteWrite(const std::string& name, std::string_view file, const Status& result) {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   Job* job = FindJob(name);
   if (!job) return;
   if (result.ok()) {
@@ -427,7 +430,7 @@ void JobManager::NoteWrite(const std::string& name, std::string_view file, const
 }
 
 Status JobManager::GetError(const std::string& name, std::string* text) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *text = job->error.empty() ? std::string() : job->error + "\n";
@@ -435,228 +438,11 @@ Status JobManager::GetError(const std::string& name, std::string* text) const {
 }
 
 Status JobManager::Ranks(const std::string& name, uint32_t* ranks) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *ranks = job->spec.ranks;
   return Status::Ok();
-}
-
-Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* id,
-                              std::optional<uint32_t> rank) {
-  ActionsLock lock(lanes_.mu);
-  Actions* actions = lock.actions();
-  Job* job = FindJob(name);
-  if (!job) return Status::NotFound("no job " + name);
-  if (job->ranked() != rank.has_value() || (rank && *rank >= job->lanes.size())) {
-    return Status::NotFound("job " + name + " has no such stream");
-  }
-  // Reading consumes the job's samples: only its owner (or root) may.
-  if (Status s = CheckJobOwner(name, job->uid, uid); !s.ok()) return s;
-  // Each reader may hold a delivery it has begun to read: a user's are
-  // bounded.
-  if (const uint64_t open = usage_.contains(uid) ? usage_[uid].readers : 0;
-      Limited(uid) && open >= options_.limits.max_readers) {
-    return Status::TooMany("uid " + std::to_string(uid) + " has " + std::to_string(open) +
-                           " readers open, the most max_readers_per_user=" +
-                           std::to_string(options_.limits.max_readers) + " allows");
-  }
-  Lane* lane = job->lanes[rank.value_or(0)].get();
-  auto reader = std::make_unique<Reader>();
-  reader->id = next_reader_++;
-  reader->lane = lane;
-  reader->owner = job->uid;
-  reader->epoch = lane->epoch();
-  lane->readers.insert(reader.get());
-  *id = reader->id;
-  reader_uids_[reader->id] = uid;
-  AddUsage(uid, 0, 0, 1);
-  // Per open, not per sample: who reads when, for a stream that stalls.
-  spdlog::debug("job {} stream {}: reader {} opened by uid {} in epoch {} ({} open)", name,
-                lane->index, reader->id, uid, reader->epoch, lane->readers.size());
-  readers_[reader->id] = std::move(reader);
-  // Only a reader opened between epochs begins one (a reader's epoch is the
-  // one it opened in): its job's shards of that epoch are made now, so that
-  // StartEpoch() finds them instead of sorting under the lock.
-  const uint64_t epochs = job->spec.epochs;
-  if (job->ranked() && !lane->running() && (epochs == 0 || lane->epoch() < epochs)) {
-    auto split = std::make_shared<std::packaged_task<std::vector<Roaring>()>>();
-    std::shared_future<std::vector<Roaring>> shards = ShardsOf(job, lane->epoch(), split.get());
-    // The sort runs here if this reader is the first to need them, else
-    // this open waits for the reader that makes them.
-    actions->Add([split, shards] {
-      if (split->valid()) (*split)();
-      shards.wait();
-    });
-  }
-  return Status::Ok();
-}
-
-std::optional<uint64_t> JobManager::StreamSize(const std::string& name,
-                                               std::optional<uint32_t> rank) const {
-  MutexLock lock(lanes_.mu);
-  const Job* job = FindJob(name);
-  if (!job || job->ranked() != rank.has_value() || (rank && *rank >= job->lanes.size())) {
-    return std::nullopt;
-  }
-  const std::optional<uint64_t> record = job->spec.record_bytes();
-  if (!record) return std::nullopt;
-  return *record * lanes_.Unhanded(*job->lanes[rank.value_or(0)], nullptr);
-}
-
-std::optional<uint64_t> JobManager::ReaderUnread(ReaderId id) const {
-  MutexLock lock(lanes_.mu);
-  auto it = readers_.find(id);
-  if (it == readers_.end() || !it->second->lane) return std::nullopt;
-  const Reader& r = *it->second;
-  const std::optional<uint64_t> record = r.lane->job->spec.record_bytes();
-  if (!record) return std::nullopt;
-  return r.pending.unread_bytes() + *record * lanes_.ReaderRecordsLeft(r);
-}
-
-void JobManager::CloseReader(ReaderId id) {
-  ActionsLock lock(lanes_.mu);
-  Actions* actions = lock.actions();
-  auto it = readers_.find(id);
-  if (it == readers_.end()) return;
-  Reader* r = it->second.get();
-  if (r->waiting) {
-    lanes_.EndStall(r);
-    actions->Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
-  }
-  if (Lane* lane = r->lane) {
-    lane->readers.erase(r);
-    spdlog::debug("job {} stream {}: reader {} closed ({} open)", lane->job->name, lane->index, id,
-                  lane->readers.size());
-    std::erase(lane->waiting, r);
-    if (lane->readers.empty()) {
-      lane->idle_since = std::chrono::steady_clock::now();
-      lanes_.LastReaderClosed(lane, actions);
-    }
-    if (!r->pending.empty()) {
-      // Rate-limited per job: a reader killed in a loop would flood the log.
-      Warnings().Warn("lost records, job " + lane->job->name,
-                      "job {}: a reader closed with {} records unread; they are lost for epoch {} "
-                      "(to read the whole epoch again: echo epoch={} > jobs/{}/resume)",
-                      lane->job->name, r->pending.records(), r->epoch, r->epoch, lane->job->name);
-    }
-  }
-  lanes_.NoteQueued(*r, -static_cast<int64_t>(r->pending.held_bytes()), actions);
-  if (auto owner = reader_uids_.find(id); owner != reader_uids_.end()) {
-    AddUsage(owner->second, 0, 0, -1);
-    reader_uids_.erase(owner);
-  }
-  readers_.erase(it);
-}
-
-void JobManager::Read(ReaderId id, size_t max_bytes, uint64_t token, ReadReply reply) {
-  ActionsLock lock(lanes_.mu);
-  Actions* actions = lock.actions();
-  auto it = readers_.find(id);
-  if (it == readers_.end() || max_bytes == 0) {
-    actions->Add([reply = std::move(reply)] { reply(Status::Ok(), {}); });
-    return;
-  }
-  Reader* r = it->second.get();
-  if (r->waiting) {
-    // The kernel serialises reads of one open file; this guards the reply
-    // of the read in flight should that ever change.
-    actions->Add([reply = std::move(reply)] { reply(Status::Busy("a read is in flight"), {}); });
-    return;
-  }
-  if (r->interrupted_token == std::optional<uint64_t>(token)) {
-    actions->Add([reply = std::move(reply)] { reply(Status::Interrupted(), {}); });
-    return;
-  }
-  r->token = token;
-  r->max_bytes = max_bytes;
-  r->reply = std::move(reply);
-  r->waiting = true;
-  if (r->pending.empty() && r->lane && !lanes_.ReaderAtEof(r)) {
-    Lane* lane = r->lane;
-    if (!lane->job->started) {
-      lane->job->started = true;
-      SaveJob(*lane->job);
-    }
-    lanes_.Wake(lane, actions);
-  }
-  if (!lanes_.TryServe(r, actions)) {
-    lanes_.BeginStall(r);
-    r->lane->waiting.push_back(r);
-  }
-  if (r->lane) lanes_.ServeWaiters(r->lane, actions);  // the epoch may have ended
-}
-
-void JobManager::Interrupt(ReaderId id, uint64_t token) {
-  ActionsLock lock(lanes_.mu);
-  Actions* actions = lock.actions();
-  auto it = readers_.find(id);
-  if (it == readers_.end()) return;
-  Reader* r = it->second.get();
-  if (r->waiting && r->token == token) {
-    lanes_.EndStall(r);
-    r->waiting = false;
-    if (r->lane) std::erase(r->lane->waiting, r);
-    actions->Add([reply = std::move(r->reply)] { reply(Status::Interrupted(), {}); });
-  } else {
-    r->interrupted_token = token;
-  }
-}
-
-void JobManager::MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) {
-  std::packaged_task<std::vector<Roaring>()> split;
-  std::shared_future<std::vector<Roaring>> shards;
-  {
-    MutexLock lock(lanes_.mu);
-    Job* job = FindJob(name);
-    if (!job || !job->ranked() || !MayUseJob(uid, job->uid) ||
-        (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
-      return;
-    }
-    shards = ShardsOf(job, epoch, &split);
-  }
-  if (split.valid()) split();
-  shards.wait();
-}
-
-ElasticSplit JobManager::SplitElasticUnlocked(const std::string& name, uint32_t uid, uint64_t epoch,
-                                              const Roaring& consumed) {
-  ElasticSplit split;
-  {
-    MutexLock lock(lanes_.mu);
-    const Job* job = FindJob(name);
-    if (!job || !job->ranked() || !MayUseJob(uid, job->uid) ||
-        (job->spec.epochs != 0 && epoch >= job->spec.epochs)) {
-      return split;  // refused, or split under the lock if the job changes
-    }
-    split = PrepareElastic(*job, epoch, consumed);
-  }
-  split.Split();
-  return split;
-}
-
-uint64_t JobManager::UnreadBytes(uint32_t uid) const {
-  MutexLock lock(lanes_.mu);
-  return lanes_.UnreadBytes(uid);
-}
-
-void JobManager::ReleaseIdleJobs() {
-  ActionsLock lock(lanes_.mu);
-  Actions* actions = lock.actions();
-  const auto now = std::chrono::steady_clock::now();
-  for (auto& [name, job] : jobs_) {
-    for (const auto& lane : job->lanes) {
-      if (!lane->running() || lane->released || !lane->readers.empty() ||
-          now - lane->idle_since < options_.idle_timeout) {
-        continue;
-      }
-      lanes_.Release(lane.get(), actions);
-      spdlog::info("job {} stream {} has had no reader for {}s: released its planned samples", name,
-                   lane->index, options_.idle_timeout.count());
-    }
-  }
-  lanes_.RetryHeld(actions);  // a peer went quiet, or a budget refilled
-  actions->Add([this] { lanes_.TrimKeptRenders(); });
 }
 
 JobStatus JobManager::StatusLocked(const Job& job) const {
@@ -689,7 +475,7 @@ JobStatus JobManager::StatusLocked(const Job& job) const {
 }
 
 Status JobManager::GetJobStatus(const std::string& name, JobStatus* status) const {
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   const Job* job = FindJob(name);
   if (!job) return Status::NotFound("no job " + name);
   *status = StatusLocked(*job);
@@ -705,8 +491,8 @@ MountStats JobManager::Stats() const {
   stats.decode_queue = pool_->queue_depth();
   stats.decode_busy_seconds = pool_->busy_seconds();
   stats.decode_busy_fraction = pool_->busy_fraction();
-  stats.renders = lanes_.shared_renders().renders();
-  stats.renders_shared = lanes_.shared_renders().reused();
+  stats.renders = shared_renders_.renders();
+  stats.renders_shared = shared_renders_.reused();
   stats.special_files = catalog_->special_files();
   stats.rejected_paths = catalog_->rejected_paths();
   stats.scan_skips = catalog_->scan_skips();
@@ -714,7 +500,7 @@ MountStats JobManager::Stats() const {
   stats.planner = group_->Stats();
   stats.source = cache_->ReadStats();
   stats.source_store = catalog_->store()->Stats();
-  MutexLock lock(lanes_.mu);
+  MutexLock lock(mu_);
   stats.delivered = lanes_.delivered();
   stats.stall_seconds = lanes_.StallSeconds();
   stats.samples_per_s = lanes_.SamplesPerSecond();

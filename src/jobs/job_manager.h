@@ -19,13 +19,18 @@
 // RAM budget when the group plans. Each reader's unread records are a
 // RecordQueue (jobs/record_queue.h), which frames replies.
 //
+// Its rooms: job_manager.cc, the registry, the control writes and status;
+// job_manager_read.cc, the reads of a sitting and the idle release.
+//
 // This is the FUSE-free core of the filesystem: the fs/ layer maps paths to
 // these calls and Status codes to errno, and renders the snapshots below.
 //
-// Thread-safe. Read() never blocks: it replies at once, or later from the
-// thread that makes data ready. Replies and cache calls run after the
-// manager's lock is dropped (the cache's callbacks re-enter the manager):
-// each public method takes the lock with an ActionsLock (jobs/actions.h);
+// Thread-safe. One lock, the manager's own (mu_), guards its maps of jobs
+// and readers and its Lanes, which are not thread-safe themselves. Read()
+// never blocks: it replies at once, or later from the thread that makes
+// data ready. Replies and cache calls run after the lock is dropped (the
+// cache's callbacks re-enter the lanes): each public method takes the lock
+// with an ActionsLock (jobs/actions.h);
 // the planning group is called under it (it ranks below it,
 // common/ranked_mutex.h). The job store (jobs/job_store.h, RocksDB, no lock
 // of ours) is written under it for job records and epoch starts, so that no
@@ -250,26 +255,25 @@ class JobManager {
   bool Limited(uint32_t uid) const { return uid != 0 || options_.limits.limit_root; }
   // Adds to `uid`'s usage (each may be negative), dropping an entry that
   // falls to nothing.
-  void AddUsage(uint32_t uid, int64_t jobs, int64_t streams, int64_t readers) REQUIRES(lanes_.mu);
+  void AddUsage(uint32_t uid, int64_t jobs, int64_t streams, int64_t readers) REQUIRES(mu_);
 
-  // Jobs, lanes and readers are reached through the maps below: lanes_.mu
-  // guards them too, so every helper that takes one REQUIRES(lanes_.mu).
-  Job* FindJob(const std::string& name) const REQUIRES(lanes_.mu);
+  // Jobs, lanes and readers are reached through the maps below, which mu_
+  // guards: every helper that takes one REQUIRES(mu_).
+  Job* FindJob(const std::string& name) const REQUIRES(mu_);
   Status CheckWritableLocked(const Job* job, uint32_t uid, const Roaring* ids = nullptr) const
-      REQUIRES(lanes_.mu);
+      REQUIRES(mu_);
   // Whether `subset` gives every rank of `spec` at least one sample.
   static Status CheckRanksFit(const JobSpec& spec, const Roaring& subset);
   // Saves the job's record in the store, if any.
-  void SaveJob(const Job& job) REQUIRES(lanes_.mu);
-  JobStatus StatusLocked(const Job& job) const REQUIRES(lanes_.mu);
+  void SaveJob(const Job& job) REQUIRES(mu_);
+  JobStatus StatusLocked(const Job& job) const REQUIRES(mu_);
   // Makes the shards of the ranked job's `epoch` (if `uid` may read it),
   // sorting without the lock.
-  void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch)
-      EXCLUDES(lanes_.mu);
+  void MakeShardsUnlocked(const std::string& name, uint32_t uid, uint64_t epoch) EXCLUDES(mu_);
   // Splits the rest of `epoch` for an elastic resume of the ranked job
   // adding `consumed` (if `uid` may resume it), sorting without the lock.
   ElasticSplit SplitElasticUnlocked(const std::string& name, uint32_t uid, uint64_t epoch,
-                                    const Roaring& consumed) EXCLUDES(lanes_.mu);
+                                    const Roaring& consumed) EXCLUDES(mu_);
 
   const Catalog* catalog_;
   SampleCache* cache_;
@@ -279,14 +283,20 @@ class JobManager {
   OpenFileBudget open_file_bytes_;
   const JobSpec default_spec_;
   JobStore* const store_;
-  Lanes lanes_;  // its mu guards what follows
+  // The manager's lock: it guards the lanes and the maps of jobs and
+  // readers below. The planning group ranks below it
+  // (common/ranked_mutex.h). Taken with an ActionsLock where the work
+  // decided under it calls out.
+  mutable RankedMutex<LockRank::kJobManager> mu_;
+  SharedRenders shared_renders_;  // thread-safe: its own leaf lock
+  Lanes lanes_ GUARDED_BY(mu_);
 
-  std::map<std::string, std::unique_ptr<Job>> jobs_ GUARDED_BY(lanes_.mu);
-  std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_ GUARDED_BY(lanes_.mu);
-  ReaderId next_reader_ GUARDED_BY(lanes_.mu) = 1;
+  std::map<std::string, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
+  std::unordered_map<ReaderId, std::unique_ptr<Reader>> readers_ GUARDED_BY(mu_);
+  ReaderId next_reader_ GUARDED_BY(mu_) = 1;
   // Who opened each reader, for its uid's reader count.
-  std::unordered_map<ReaderId, uint32_t> reader_uids_ GUARDED_BY(lanes_.mu);
-  std::unordered_map<uint32_t, Usage> usage_ GUARDED_BY(lanes_.mu);
+  std::unordered_map<ReaderId, uint32_t> reader_uids_ GUARDED_BY(mu_);
+  std::unordered_map<uint32_t, Usage> usage_ GUARDED_BY(mu_);
 };
 
 }  // namespace joaderfs

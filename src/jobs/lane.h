@@ -2,10 +2,11 @@
 // streams (Lane: `next`, or `next.R` of rank R) and their readers.
 //
 // Plain structs with raw back-pointers (a Lane's job, a Reader's lane),
-// which clang's analysis cannot follow: every one is owned and reached
-// through JobManager's maps (jobs, readers) and Lanes' (by serial,
-// planning), and read or written only under the manager's lock, Lanes::mu
-// (jobs/lanes.h): every function that takes one REQUIRES it. JobManager
+// parts of JobManager's state: read or written only under its lock
+// (JobManager::mu_). clang checks the ways in: every one is owned and
+// reached through the manager's maps of jobs and readers, or through its
+// Lanes (by serial, planning), all of them GUARDED_BY that lock; a pointer
+// taken from them is used only within the same locked scope. JobManager
 // owns Jobs and Readers; a Job owns its Lanes. A Reader outlives its lane's
 // removal (`lane` is then null) until it is closed.
 

@@ -28,17 +28,16 @@ uint64_t SubsetKey(const Roaring& subset) {
 
 }  // namespace
 
-Lanes::Lanes(const Catalog* catalog, SampleCache* cache, LoaderPool* pool, PlanGroup* group,
-             JobStore* store, UnreadLimit unread_limit, bool drift_bound)
-    : catalog_(catalog),
+Lanes::Lanes(OwnerLock* owner_lock, const Catalog* catalog, SampleCache* cache, LoaderPool* pool,
+             PlanGroup* group, SharedRenders* renders, JobStore* store, UnreadLimit unread_limit,
+             bool drift_bound)
+    : owner_lock_(owner_lock),
+      catalog_(catalog),
       cache_(cache),
       pool_(pool),
       group_(group),
       store_(store),
-      // Renders kept for lagging peers may take a sixteenth of the RAM
-      // tier's budget: at 224 px, a lag of about a tenth of the base images
-      // it holds.
-      shared_renders_(group, cache->budget() / 16),
+      shared_renders_(renders),
       unread_(unread_limit),
       drift_hold_(drift_bound) {}
 
@@ -260,7 +259,7 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
   // fetch; each one let in gets one pick a round, charged as it is let in
   // so that the next round sees it.
   std::map<Lane*, uint64_t> let_in;
-  auto may_plan = [&](JobHandle handle) REQUIRES(mu) {
+  auto may_plan = [&](JobHandle handle) {
     Lane* lane = planning_.at({group, handle});
     if (!PicksCharged(*lane)) return true;
     if (lane->readers.empty() || lane->unfetched) return false;

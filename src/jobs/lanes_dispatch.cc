@@ -11,7 +11,7 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   const SampleId id = lane->stream->IdAt(position);
   const JobSpec& spec = lane->job->spec;
   const bool render = spec.renders();
-  shared_renders_.Hold(id, lane->share_key);
+  shared_renders_->Hold(id, lane->share_key);
   actions->Add([this, id, render, augment = spec.augment, size = spec.size, serial = lane->serial,
                 epoch = lane->epoch(), position] {
     cache_->AcquireWithTier(id, [=, this](const SamplePtr& base, Tier tier) {
@@ -36,7 +36,7 @@ void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
 void Lanes::Render(const AugmentSpec& augment, uint32_t size, uint64_t serial, uint64_t epoch,
                    uint64_t position, SampleId id, const SamplePtr& base, Tier tier) {
   OnLoaded(serial, epoch, position,
-           shared_renders_.Render(base, augment, size, epoch, id, rendered_bytes_), tier);
+           shared_renders_->Render(base, augment, size, epoch, id, rendered_bytes_), tier);
 }
 
 void Lanes::ReleaseIds(const Lane& lane, std::vector<SampleId> ids, Actions* actions) {
@@ -44,14 +44,14 @@ void Lanes::ReleaseIds(const Lane& lane, std::vector<SampleId> ids, Actions* act
   actions->Add([this, key = lane.share_key, ids = std::move(ids)] {
     for (SampleId id : ids) {
       cache_->Release(id);
-      shared_renders_.Drop(id, key);
+      shared_renders_->Drop(id, key);
     }
   });
 }
 
 void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const SamplePtr& sample,
                      Tier tier) {
-  ActionsLock lock(mu);
+  ActionsLock lock(*owner_lock_);
   Actions* actions = lock.actions();
   auto it = by_serial_.find(serial);
   if (it == by_serial_.end()) return;

@@ -94,7 +94,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     // Its peers held by the drift bound may go on now.
     if (!drift_hold_.empty()) {
       actions->Add([this] {
-        ActionsLock lock(mu);
+        ActionsLock lock(*owner_lock_);
         RetryHeld(lock.actions());
       });
     }

@@ -217,21 +217,23 @@ class LanesTest : public ::testing::Test {
     pool_ = std::make_unique<LoaderPool>(2);
     cache_ = std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, group_.get(),
                                            kSize, 64 << 20);
-    lanes_ =
-        std::make_unique<Lanes>(catalog_.get(), cache_.get(), pool_.get(), group_.get(), nullptr);
+    renders_ = std::make_unique<SharedRenders>(group_.get(), cache_->budget() / 16);
+    lanes_ = std::make_unique<Lanes>(&mu_, catalog_.get(), cache_.get(), pool_.get(), group_.get(),
+                                     renders_.get(), nullptr);
     pool_->Start();
   }
   void TearDown() override {
     cache_->StopReads();
     pool_.reset();
     {
-      ActionsLock lock(lanes_->mu);
+      ActionsLock lock(mu_);
       for (auto& job : jobs_) {
         for (const auto& lane : job->lanes) lanes_->Remove(lane.get(), lock.actions());
       }
     }
     readers_.clear();
     lanes_.reset();
+    renders_.reset();
     cache_.reset();
     group_.reset();
   }
@@ -245,7 +247,7 @@ class LanesTest : public ::testing::Test {
     const Status s = ParseJobSpec(spec, *catalog_, base, &job->spec);
     EXPECT_TRUE(s.ok()) << s.message();
     job->subset = ResolveSubset(job->spec.subset, *catalog_);
-    ActionsLock lock(lanes_->mu);
+    ActionsLock lock(mu_);
     lanes_->Make(job.get());
     jobs_.push_back(std::move(job));
     return jobs_.back().get();
@@ -253,7 +255,7 @@ class LanesTest : public ::testing::Test {
 
   Reader* OpenReader(Lane* lane) {
     auto reader = std::make_unique<Reader>();
-    ActionsLock lock(lanes_->mu);
+    ActionsLock lock(mu_);
     reader->id = readers_.size() + 1;
     reader->lane = lane;
     reader->owner = lane->job->uid;
@@ -272,7 +274,7 @@ class LanesTest : public ::testing::Test {
   std::future<Reply> ReadAsync(Reader* r, size_t max_bytes) {
     auto promise = std::make_shared<std::promise<Reply>>();
     auto future = promise->get_future();
-    ActionsLock lock(lanes_->mu);
+    ActionsLock lock(mu_);
     Actions* actions = lock.actions();
     r->max_bytes = max_bytes;
     r->reply = [promise](const Status& s, std::span<const iovec> data) {
@@ -317,7 +319,7 @@ class LanesTest : public ::testing::Test {
   }
 
   JobStatus StatusOf(const Lane& lane) {
-    ActionsLock lock(lanes_->mu);
+    ActionsLock lock(mu_);
     return lanes_->StatusOf(lane);
   }
 
@@ -326,6 +328,8 @@ class LanesTest : public ::testing::Test {
   std::unique_ptr<PlanGroup> group_;
   std::unique_ptr<LoaderPool> pool_;
   std::unique_ptr<SampleCache> cache_;
+  Lanes::OwnerLock mu_;  // what JobManager's lock is to its Lanes
+  std::unique_ptr<SharedRenders> renders_;
   std::unique_ptr<Lanes> lanes_;
   std::vector<std::unique_ptr<Job>> jobs_;
   std::vector<std::unique_ptr<Reader>> readers_;
@@ -347,7 +351,7 @@ TEST_F(LanesTest, EachEpochHandsOutItsSubsetOnceThenEof) {
     EXPECT_EQ(st.this_epoch.ram_hits + st.this_epoch.disk_hits + st.this_epoch.decodes, 8u);
     EXPECT_EQ(st.remaining, 0u);
   }
-  ActionsLock lock(lanes_->mu);
+  ActionsLock lock(mu_);
   EXPECT_EQ(lanes_->delivered(), 16u);
   EXPECT_TRUE(Lanes::EpochsOver(*lane));
   EXPECT_EQ(lanes_->Unhanded(*lane, nullptr), 0u);
@@ -367,7 +371,7 @@ TEST_F(LanesTest, RemoveFailsWaitingReadsAndGivesBackPins) {
     std::this_thread::sleep_for(50ms);
     ASSERT_EQ(read.wait_for(0s), std::future_status::timeout);
     {
-      ActionsLock lock(lanes_->mu);
+      ActionsLock lock(mu_);
       EXPECT_GE(lanes_->StallSeconds(), 0.04);
       EXPECT_GE(lanes_->StatusOf(*lane).total.stall_seconds, 0.04);
       lanes_->Remove(lane, lock.actions());
@@ -379,7 +383,7 @@ TEST_F(LanesTest, RemoveFailsWaitingReadsAndGivesBackPins) {
   // The loads requested before the removal land on no lane.
   EXPECT_TRUE(testing::Eventually([&] { return cache_->Stats().loading == 0; }));
   EXPECT_EQ(cache_->Stats().pinned_bytes, 0u);
-  ActionsLock lock(lanes_->mu);
+  ActionsLock lock(mu_);
   EXPECT_EQ(lanes_->delivered(), 0u);
   EXPECT_GE(lanes_->StallSeconds(), 0.04) << "a removed lane's stall stays the mount's";
   jobs_.clear();  // removed already
@@ -393,7 +397,7 @@ TEST_F(LanesTest, ResumeSkipsTheConsumedIds) {
   Roaring consumed;
   consumed.addRange(0, 3);
   {
-    ActionsLock lock(lanes_->mu);
+    ActionsLock lock(mu_);
     lanes_->SetResume(lane, 1, consumed);
     EXPECT_EQ(lane->epoch(), 1u);
     EXPECT_EQ(lanes_->Unhanded(*lane, nullptr), 1u);
@@ -403,7 +407,7 @@ TEST_F(LanesTest, ResumeSkipsTheConsumedIds) {
   Roaring all;
   all.addRange(0, 4);
   {
-    ActionsLock lock(lanes_->mu);
+    ActionsLock lock(mu_);
     lanes_->Reset(lane, lock.actions());
     lanes_->SetResume(lane, 1, all);
     EXPECT_EQ(lane->epoch(), 2u) << "nothing of epoch 1 is left";
@@ -415,7 +419,7 @@ TEST_F(LanesTest, ResumeSkipsTheConsumedIds) {
 TEST_F(LanesTest, QueuedBytesCountAgainstTheOwner) {
   Job* job = MakeJob("subset=classes:0");
   Reader* r = OpenReader(job->lanes[0].get());
-  ActionsLock lock(lanes_->mu);
+  ActionsLock lock(mu_);
   lanes_->NoteQueued(*r, 5000, lock.actions());
   EXPECT_EQ(lanes_->UnreadBytes(kOwner), 5000u);
   lanes_->NoteQueued(*r, -5000, lock.actions());

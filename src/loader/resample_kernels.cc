@@ -27,7 +27,7 @@ void HorizontalPortable(const In* row, const HorizontalTaps& h, Out* out) {
 }  // namespace
 
 // Row by row into int32 sums, a chunk of columns at a time: loops that
-// GCC vectorises for any target (the old float resampler's shape).
+// GCC vectorises for any target.
 constexpr size_t kChunk = 512;
 
 template <typename In>
