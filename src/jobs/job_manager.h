@@ -6,18 +6,18 @@
 // A job reads a subset of the catalog epoch after epoch through one stream
 // (`next`), or with `ranks=W` through W streams (`next.R`), one per
 // data-parallel rank, each with its own epochs, readers and status, reading
-// its shard of each epoch (jobs/rank_split.h). Each stream is a participant
+// its shard of each epoch (pacing/rank_split.h). Each stream is a participant
 // of the mount's planning group; its order and how far ahead it plans come
 // from there (sampling/plan_group.h): every job shares the base images of
 // the cache, whatever its output size, crop and flip; its epoch's positions, window and
-// delivery state are a JobStream (jobs/job_stream.h); planned base images
+// delivery state are a EpochPositions (jobs/epoch_positions.h); planned base images
 // are pinned in the RAM tier (cache/sample_cache.h) until done. When a
 // position's base image is ready, a loader thread renders the job's own
 // crop, resize and flip of it (loader/augment.h), off the manager's lock
 // and off the readers' FUSE threads (jobs/shared_renders.h: jobs that would
 // render the same centre crop share one); rendered bytes count against the
 // RAM budget when the group plans. Each reader's unread records are a
-// RecordQueue (jobs/record_queue.h), which frames replies.
+// RecordQueue (records/record_queue.h), which frames replies.
 //
 // Its rooms: job_manager.cc, the registry, the control writes and status;
 // job_manager_read.cc, the reads of a sitting and the idle release.
@@ -32,7 +32,7 @@
 // cache's callbacks re-enter the lanes): each public method takes the lock
 // with an ActionsLock (jobs/actions.h);
 // the planning group is called under it (it ranks below it,
-// common/ranked_mutex.h). The job store (jobs/job_store.h, RocksDB, no lock
+// common/ranked_mutex.h). The job store (store/job_store.h, RocksDB, no lock
 // of ours) is written under it for job records and epoch starts, so that no
 // hand-out of an epoch is saved before the epoch; a reply's hand-outs are
 // saved after the lock is dropped, before the reply.
@@ -186,7 +186,7 @@ class JobManager {
   // streams named (rank R, else all) next deliver exactly the rest of epoch
   // E, then go on to E+1. Without `rank=`, a ranked job takes the ids as
   // those consumed in E under any number of ranks, and splits the rest
-  // anew among its ranks in equal shares (elastic; jobs/rank_split.h
+  // anew among its ranks in equal shares (elastic; pacing/rank_split.h
   // SplitRest). Writes with the same E before the epoch is read add up
   // (several ranks may write theirs). Busy while a named stream has
   // readers; Permission as SetSpec. Fixes the spec.

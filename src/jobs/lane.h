@@ -30,7 +30,7 @@
 
 #include "catalog/catalog.h"
 #include "common/status.h"
-#include "jobs/job_stream.h"
+#include "jobs/epoch_positions.h"
 #include "jobs/stream_figures.h"
 #include "pacing/drift.h"
 #include "records/record.h"
@@ -52,7 +52,7 @@ struct Reader;
 // An elastic resume (docs/design.md 2.7): a `resume` without `rank=` on a
 // ranked job. The ids of `epoch` consumed under any earlier number of
 // ranks; the rest of that epoch is split anew among the job's ranks
-// (jobs/rank_split.h SplitRest), and each rank reads its share of it
+// (pacing/rank_split.h SplitRest), and each rank reads its share of it
 // instead of its shard of the epoch. Kept, and saved in the job store, until
 // the next one: a later `rank=R` resume or a restart within the epoch
 // starts from the rank's share.
@@ -71,7 +71,7 @@ struct Lane {
   StreamIndex index = 0;  // the rank; 0 for `next`
   uint64_t serial = 0;    // names the stream's loads; new after a resume
 
-  PlanGroup* group = nullptr;  // set at the first epoch, with the stream
+  PlanGroup* group = nullptr;  // set at the first epoch, with its positions
   // A `group=` job's own planning group (else null): an independent
   // shuffle seeded by (group, seed) alone, so that the same job on any
   // daemon gets the same order (docs/admin-guide.md "Cluster"). New at every first epoch
@@ -94,9 +94,10 @@ struct Lane {
   DriftState drift{std::chrono::steady_clock::now()};
   // Picks done over its life: epochs completed x epoch size + done.
   uint64_t progress() const {
-    return stream ? stream->epochs_completed() * stream->epoch_size() + stream->done() : 0;
+    return positions ? positions->epochs_completed() * positions->epoch_size() + positions->done()
+                     : 0;
   }
-  std::unique_ptr<JobStream> stream;
+  std::unique_ptr<EpochPositions> positions;
 
   std::set<Reader*> readers;
   std::deque<Reader*> waiting;  // readers with a pending Read, oldest first
@@ -122,11 +123,11 @@ struct Lane {
   StreamCounts total_counts;
   StreamCounts epoch_counts;
 
-  bool running() const { return stream && stream->running(); }
+  bool running() const { return positions && positions->running(); }
   // The epoch the stream is in, or begins at its next read.
   uint64_t epoch() const {
     if (resume_epoch) return *resume_epoch;
-    return stream ? stream->epoch() : 0;
+    return positions ? positions->epoch() : 0;
   }
 };
 

@@ -82,7 +82,7 @@ void Lanes::Wake(Lane* lane, Actions* actions) {
     lane->released = false;
     lane->group->SetPaused(lane->handle, false);
     spdlog::info("job {} is read again: fetching its {} planned samples", lane->job->name,
-                 lane->stream->unrequested());
+                 lane->positions->unrequested());
     FetchPlanned(lane, actions);
   } else if (lane->unfetched) {
     FetchPlanned(lane, actions);
@@ -105,7 +105,7 @@ void Lanes::LastReaderClosed(Lane* lane, Actions* actions) { ForgetWaiter(lane, 
 
 void Lanes::FetchPlanned(Lane* lane, Actions* actions) {
   if (lane->readers.empty() && PicksCharged(*lane)) return;  // fetched when read
-  const std::vector<uint64_t> positions = lane->stream->Unrequested();
+  const std::vector<uint64_t> positions = lane->positions->Unrequested();
   size_t fetched = 0;
   for (uint64_t p : positions) {
     if (PicksCharged(*lane) && !unread_.LetIn(lane->job->uid, lane->pick_bytes, AskerOf(*lane))) {
@@ -165,16 +165,16 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
       lane->handle = lane->group->ResumeJob(ids, spec.window, lane->pick_bytes, epoch, skip);
     }
     lane->peer_key = job->ranked() ? 0 : SubsetKey(job->subset);
-    lane->stream = std::make_unique<JobStream>(ids.cardinality(), job->spec.window, epoch);
+    lane->positions = std::make_unique<EpochPositions>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
-  } else if (job->ranked() || !full || lane->stream->epoch_size() != ids.cardinality()) {
+  } else if (job->ranked() || !full || lane->positions->epoch_size() != ids.cardinality()) {
     // A rank's shard changes every epoch; a resumed epoch is shorter, and
     // so is the planner's subset for it until the next full epoch.
     lane->group->StartEpoch(lane->handle, ids);
   } else {
     lane->group->StartEpoch(lane->handle);
   }
-  lane->stream->StartEpoch(ids.cardinality());
+  lane->positions->StartEpoch(ids.cardinality());
   lane->epoch_counts = {};
   lane->stalled_before_epoch = LaneStall(*lane, std::chrono::steady_clock::now());
   // Under the lock, so that no hand-out of this epoch is written before it.
@@ -236,7 +236,7 @@ void Lanes::Reset(Lane* lane, Actions* actions) {
   SetUnfetched(lane, false);
   ReleasePins(lane, actions);
   drift_hold_.End(lane, std::chrono::steady_clock::now());
-  lane->stream.reset();
+  lane->positions.reset();
   lane->released = false;
   // Loads requested for the old stream must not land in the new one.
   by_serial_.erase(lane->serial);
@@ -273,7 +273,7 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
   for (const Pick& pick : picks) {
     Lane* lane = planning_.at({group, pick.job});
     if (auto it = let_in.find(lane); it != let_in.end()) --it->second;
-    RequestPosition(lane, lane->stream->Plan(pick.id), actions);
+    RequestPosition(lane, lane->positions->Plan(pick.id), actions);
   }
   // One let in whose epoch had no id left got no pick.
   for (const auto& [lane, unused] : let_in) {
@@ -283,9 +283,9 @@ void Lanes::Plan(PlanGroup* group, Actions* actions) {
 }
 
 void Lanes::ReleasePins(Lane* lane, Actions* actions) {
-  if (!lane->stream) return;
+  if (!lane->positions) return;
   const uint64_t charged = InFlight(*lane);
-  ReleaseIds(*lane, lane->stream->ReleasePins(), actions);
+  ReleaseIds(*lane, lane->positions->ReleasePins(), actions);
   // Their renders are dropped: a pick is charged again when fetched again.
   if (charged > 0 && PicksCharged(*lane)) {
     AddUnread(lane->job->uid, -static_cast<int64_t>(charged * lane->pick_bytes), actions);
@@ -293,7 +293,7 @@ void Lanes::ReleasePins(Lane* lane, Actions* actions) {
 }
 
 void Lanes::AfterDone(Lane* lane, Actions* actions) {
-  std::vector<SampleId> ids = lane->stream->TakeDoneIds();
+  std::vector<SampleId> ids = lane->positions->TakeDoneIds();
   for (SampleId id : ids) lane->group->Done(lane->handle, id);
   if (PicksCharged(*lane)) {
     AddUnread(lane->job->uid, -static_cast<int64_t>(ids.size() * lane->pick_bytes), actions);
@@ -305,7 +305,7 @@ void Lanes::AfterDone(Lane* lane, Actions* actions) {
     const std::string rank =
         lane->job->ranked() ? " rank " + std::to_string(lane->index) : std::string();
     spdlog::info("job {}{} ends epoch {}: {} delivered, {} skipped", lane->job->name, rank,
-                 lane->epoch() - 1, lane->stream->delivered(), lane->stream->skipped());
+                 lane->epoch() - 1, lane->positions->delivered(), lane->positions->skipped());
     return;
   }
   Plan(lane->group, actions);

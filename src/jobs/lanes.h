@@ -9,7 +9,7 @@
 //   lanes_dispatch.cc  requests to the cache, render dispatch, landing
 //                      loads, and saving hand-outs;
 // and the parts it owns, with state of their own: the unread allowance
-// (jobs/unread_allowance.h), the drift bound's holds (jobs/drift_hold.h).
+// (pacing/unread_allowance.h), the drift bound's holds (jobs/drift_hold.h).
 // Which ids a lane reads in an epoch (shards, elastic resume) is
 // jobs/epoch_shards.h.
 //
@@ -176,8 +176,8 @@ class Lanes {
   }
   // Picks requested and not done: the lane's charged ones.
   static uint64_t InFlight(const Lane& lane) {
-    if (!lane.stream) return 0;
-    return lane.stream->planned() - lane.stream->done() - lane.stream->unrequested();
+    if (!lane.positions) return 0;
+    return lane.positions->planned() - lane.positions->done() - lane.positions->unrequested();
   }
   // The lane as it asks its owner's allowance for a pick, `pending` more
   // picks let in already for it in this Plan().

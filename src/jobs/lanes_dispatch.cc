@@ -7,8 +7,8 @@ namespace joaderfs {
 
 void Lanes::RequestPosition(Lane* lane, uint64_t position, Actions* actions) {
   if (lane->released) return;  // requested again when a reader comes back
-  lane->stream->MarkRequested(position);
-  const SampleId id = lane->stream->IdAt(position);
+  lane->positions->MarkRequested(position);
+  const SampleId id = lane->positions->IdAt(position);
   const JobSpec& spec = lane->job->spec;
   const bool render = spec.renders();
   shared_renders_->Hold(id, lane->share_key);
@@ -56,7 +56,7 @@ void Lanes::OnLoaded(uint64_t serial, uint64_t epoch, uint64_t position, const S
   auto it = by_serial_.find(serial);
   if (it == by_serial_.end()) return;
   Lane* lane = it->second;
-  if (!lane->stream || !lane->stream->OnLoaded(epoch, position, sample, tier)) return;
+  if (!lane->positions || !lane->positions->OnLoaded(epoch, position, sample, tier)) return;
   lane->group->Landed(lane->handle);  // the cache's figures count it now
   if (!sample) {
     ++lane->epoch_counts.skipped;

@@ -48,7 +48,8 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       return true;
     }
     const auto now = std::chrono::steady_clock::now();
-    if (lane->running() && lane->stream->PeekReady() && drift_hold_.Holds(lane, planning_, now)) {
+    if (lane->running() && lane->positions->PeekReady() &&
+        drift_hold_.Holds(lane, planning_, now)) {
       return false;
     }
     // Hand ready records to this reader: at least one, then as many as fit.
@@ -56,7 +57,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     std::vector<SampleId> handed;
     const uint64_t epoch = lane->epoch();
     while (lane->running()) {
-      const std::optional<JobStream::Ready> next = lane->stream->PeekReady();
+      const std::optional<EpochPositions::Ready> next = lane->positions->PeekReady();
       if (!next) break;
       RecordHeader h;
       h.sample_id = next->id;
@@ -72,7 +73,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
       const uint64_t record_bytes = frame->bytes(h.payload_bytes());
       if (bytes > 0 && bytes + record_bytes > r->max_bytes) break;
       bytes += record_bytes;
-      const JobStream::Ready ready = *lane->stream->TakeReady();
+      const EpochPositions::Ready ready = *lane->positions->TakeReady();
       CountDelivery(lane, ready.tier);
       r->last_sample = ready.sample;
       r->last_header = h;
@@ -169,7 +170,7 @@ uint64_t Lanes::ReaderRecordsLeft(const Reader& r) const {
 uint64_t Lanes::Unhanded(const Lane& lane, const Reader* r) const {
   if (r ? ReaderAtEof(r) : !lane.running() && EpochsOver(lane)) return 0;
   const Job& job = *lane.job;
-  if (lane.running()) return lane.stream->epoch_size() - lane.stream->done();
+  if (lane.running()) return lane.positions->epoch_size() - lane.positions->done();
   const uint64_t full = FullEpochSize(job);
   if (!lane.resume_epoch) return full;
   const Roaring* share = ElasticShare(job, lane, *lane.resume_epoch);
@@ -197,25 +198,25 @@ double Lanes::StallSeconds() const {
 JobStatus Lanes::StatusOf(const Lane& lane) const {
   JobStatus st;
   const Job& job = *lane.job;
-  const JobStream* stream = lane.stream.get();
-  const bool between = stream && !stream->running() && !lane.resume_epoch;
+  const EpochPositions* positions = lane.positions.get();
+  const bool between = positions && !positions->running() && !lane.resume_epoch;
   const uint64_t full = FullEpochSize(job);
   st.subset_size = full;
-  st.epoch = between && stream->epoch() > 0 ? stream->epoch() - 1 : lane.epoch();
+  st.epoch = between && positions->epoch() > 0 ? positions->epoch() - 1 : lane.epoch();
   // A pending resume names an epoch not begun.
   if (!lane.resume_epoch) st.this_epoch = lane.epoch_counts;
   if (lane.resume_epoch) {
     const Roaring* share = ElasticShare(job, lane, *lane.resume_epoch);
     const uint64_t ids = share ? share->cardinality() : full;
     st.remaining = ids - std::min<uint64_t>(ids, lane.resume_skip.cardinality());
-  } else if (stream && stream->running()) {
-    st.remaining = stream->epoch_size() - stream->done();
+  } else if (positions && positions->running()) {
+    st.remaining = positions->epoch_size() - positions->done();
   } else {
     st.remaining = between ? 0 : full;
   }
   st.readers = lane.readers.size();
   st.running = lane.running();
-  st.epochs_completed = stream ? stream->epochs_completed() : 0;
+  st.epochs_completed = positions ? positions->epochs_completed() : 0;
   st.size = job.spec.size;
   st.window = job.spec.window;
   st.shared_picks = lane.group ? lane.group->SharedPicks(lane.handle) : 0;

@@ -1,18 +1,20 @@
-#include "jobs/job_stream.h"
+#include "jobs/epoch_positions.h"
 
 #include <algorithm>
 #include <cassert>
 
 namespace joaderfs {
 
-JobStream::JobStream(uint64_t epoch_size, uint64_t window, uint64_t first_epoch)
+EpochPositions::EpochPositions(uint64_t epoch_size, uint64_t window, uint64_t first_epoch)
     : epoch_size_(epoch_size), window_(std::max<uint64_t>(window, 1)), epoch_(first_epoch) {}
 
-uint64_t JobStream::window_end() const { return std::min(window_start_ + window_, epoch_size_); }
+uint64_t EpochPositions::window_end() const {
+  return std::min(window_start_ + window_, epoch_size_);
+}
 
-void JobStream::StartEpoch() { StartEpoch(epoch_size_); }
+void EpochPositions::StartEpoch() { StartEpoch(epoch_size_); }
 
-void JobStream::StartEpoch(uint64_t epoch_size) {
+void EpochPositions::StartEpoch(uint64_t epoch_size) {
   assert(!running_ && epoch_size > 0);
   epoch_size_ = epoch_size;
   running_ = true;
@@ -22,21 +24,22 @@ void JobStream::StartEpoch(uint64_t epoch_size) {
   delivered_ = skipped_ = 0;
 }
 
-uint64_t JobStream::Plan(SampleId id) {
+uint64_t EpochPositions::Plan(SampleId id) {
   assert(running_ && planned_ < epoch_size_);
   slots_.push_back({id, State::kPlanned, nullptr});
   ++unrequested_;
   return planned_++;
 }
 
-void JobStream::MarkRequested(uint64_t position) {
+void EpochPositions::MarkRequested(uint64_t position) {
   Slot& slot = At(position);
   assert(slot.state == State::kPlanned);
   slot.state = State::kRequested;
   --unrequested_;
 }
 
-bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample, Tier tier) {
+bool EpochPositions::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sample,
+                              Tier tier) {
   if (!running_ || epoch != epoch_ || position < window_start_ ||
       position >= window_start_ + slots_.size()) {
     return false;
@@ -55,13 +58,13 @@ bool JobStream::OnLoaded(uint64_t epoch, uint64_t position, const SamplePtr& sam
   return true;
 }
 
-std::optional<JobStream::Ready> JobStream::PeekReady() const {
+std::optional<EpochPositions::Ready> EpochPositions::PeekReady() const {
   if (ready_.empty()) return std::nullopt;
   const Slot& slot = slots_[ready_.front() - window_start_];
   return Ready{ready_.front(), slot.id, slot.sample, slot.tier};
 }
 
-std::optional<JobStream::Ready> JobStream::TakeReady() {
+std::optional<EpochPositions::Ready> EpochPositions::TakeReady() {
   if (ready_.empty()) return std::nullopt;
   const uint64_t position = ready_.front();
   ready_.pop_front();
@@ -74,7 +77,7 @@ std::optional<JobStream::Ready> JobStream::TakeReady() {
 }
 
 // A position skipped early may lie beyond the current window.
-void JobStream::MarkDone(uint64_t position) {
+void EpochPositions::MarkDone(uint64_t position) {
   Slot& slot = At(position);
   slot.state = State::kDone;
   slot.sample.reset();
@@ -89,7 +92,7 @@ void JobStream::MarkDone(uint64_t position) {
 }
 
 // REQUIRES: every position of the window is done and the epoch is not.
-void JobStream::AdvanceWindow() {
+void EpochPositions::AdvanceWindow() {
   const uint64_t width = window_end() - window_start_;
   slots_.erase(slots_.begin(), slots_.begin() + static_cast<ptrdiff_t>(width));
   window_start_ += width;
@@ -104,7 +107,7 @@ void JobStream::AdvanceWindow() {
   }
 }
 
-void JobStream::EndEpoch() {
+void EpochPositions::EndEpoch() {
   running_ = false;
   slots_.clear();
   ready_.clear();
@@ -112,7 +115,7 @@ void JobStream::EndEpoch() {
   ++epoch_;
 }
 
-std::vector<SampleId> JobStream::ReleasePins() {
+std::vector<SampleId> EpochPositions::ReleasePins() {
   std::vector<SampleId> ids;
   for (Slot& slot : slots_) {
     if (slot.state == State::kRequested || slot.state == State::kReady) {
@@ -126,7 +129,7 @@ std::vector<SampleId> JobStream::ReleasePins() {
   return ids;
 }
 
-std::vector<uint64_t> JobStream::Unrequested() const {
+std::vector<uint64_t> EpochPositions::Unrequested() const {
   std::vector<uint64_t> positions;
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].state == State::kPlanned) positions.push_back(window_start_ + i);
@@ -134,9 +137,11 @@ std::vector<uint64_t> JobStream::Unrequested() const {
   return positions;
 }
 
-SampleId JobStream::IdAt(uint64_t position) const { return slots_[position - window_start_].id; }
+SampleId EpochPositions::IdAt(uint64_t position) const {
+  return slots_[position - window_start_].id;
+}
 
-std::vector<SampleId> JobStream::TakeDoneIds() {
+std::vector<SampleId> EpochPositions::TakeDoneIds() {
   std::vector<SampleId> ids;
   ids.swap(done_ids_);
   return ids;

@@ -1,6 +1,6 @@
 // The per-job epoch and window state machine, without a cache or FUSE.
 
-#include "jobs/job_stream.h"
+#include "jobs/epoch_positions.h"
 
 #include <gtest/gtest.h>
 
@@ -18,20 +18,20 @@ SamplePtr Sample() {
 }
 
 // Plans ids 100, 101, ... for every position and marks them requested.
-void PlanAll(JobStream& stream) {
+void PlanAll(EpochPositions& stream) {
   for (uint64_t p = 0; p < stream.epoch_size(); ++p) {
     stream.MarkRequested(stream.Plan(static_cast<SampleId>(100 + p)));
   }
 }
 
-std::vector<SampleId> Drain(JobStream& stream) {
+std::vector<SampleId> Drain(EpochPositions& stream) {
   std::vector<SampleId> ids;
   while (auto ready = stream.TakeReady()) ids.push_back(ready->id);
   return ids;
 }
 
-TEST(JobStream, StrictOrderWithWindowOne) {
-  JobStream stream(4, 1);
+TEST(EpochPositions, StrictOrderWithWindowOne) {
+  EpochPositions stream(4, 1);
   stream.StartEpoch();
   PlanAll(stream);
   // Loads finish in reverse: nothing is ready until position 0 is.
@@ -45,8 +45,8 @@ TEST(JobStream, StrictOrderWithWindowOne) {
   EXPECT_EQ(stream.delivered(), 4u);
 }
 
-TEST(JobStream, CompletionOrderWithinTheWindowOnly) {
-  JobStream stream(6, 3);
+TEST(EpochPositions, CompletionOrderWithinTheWindowOnly) {
+  EpochPositions stream(6, 3);
   stream.StartEpoch();
   PlanAll(stream);
   for (uint64_t p : {4, 2, 0, 1}) ASSERT_TRUE(stream.OnLoaded(0, p, Sample()));
@@ -58,8 +58,8 @@ TEST(JobStream, CompletionOrderWithinTheWindowOnly) {
   EXPECT_FALSE(stream.running());
 }
 
-TEST(JobStream, SkippedSamplesAreDoneAndCounted) {
-  JobStream stream(3, 2);
+TEST(EpochPositions, SkippedSamplesAreDoneAndCounted) {
+  EpochPositions stream(3, 2);
   stream.StartEpoch();
   PlanAll(stream);
   ASSERT_TRUE(stream.OnLoaded(0, 2, nullptr));  // beyond the window
@@ -72,8 +72,8 @@ TEST(JobStream, SkippedSamplesAreDoneAndCounted) {
   EXPECT_EQ(stream.TakeDoneIds(), (std::vector<SampleId>{102, 100, 101}));
 }
 
-TEST(JobStream, StaleLoadsChangeNothing) {
-  JobStream stream(2, 2);
+TEST(EpochPositions, StaleLoadsChangeNothing) {
+  EpochPositions stream(2, 2);
   stream.StartEpoch();
   PlanAll(stream);
   EXPECT_FALSE(stream.OnLoaded(1, 0, Sample())) << "another epoch";
@@ -84,8 +84,8 @@ TEST(JobStream, StaleLoadsChangeNothing) {
   EXPECT_FALSE(stream.OnLoaded(0, 0, Sample())) << "already done";
 }
 
-TEST(JobStream, ReleasedPinsComeBackAsUnrequested) {
-  JobStream stream(4, 4);
+TEST(EpochPositions, ReleasedPinsComeBackAsUnrequested) {
+  EpochPositions stream(4, 4);
   stream.StartEpoch();
   PlanAll(stream);
   ASSERT_TRUE(stream.OnLoaded(0, 1, Sample()));
@@ -103,8 +103,8 @@ TEST(JobStream, ReleasedPinsComeBackAsUnrequested) {
   EXPECT_FALSE(stream.running());
 }
 
-TEST(JobStream, NextEpochStartsAfresh) {
-  JobStream stream(2, 1);
+TEST(EpochPositions, NextEpochStartsAfresh) {
+  EpochPositions stream(2, 1);
   stream.StartEpoch();
   PlanAll(stream);
   for (uint64_t p : {0, 1}) ASSERT_TRUE(stream.OnLoaded(0, p, Sample()));

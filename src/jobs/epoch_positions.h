@@ -1,5 +1,5 @@
-// JobStream: one job's epochs as a sequence of positions, from planned ids
-// to samples handed to readers.
+// EpochPositions: a lane's epochs as a sequence of positions, from planned
+// ids to samples handed to readers.
 //
 // Each position of an epoch holds a planned id; the owner requests its
 // sample from the cache (which pins it), hears back (a sample, or null for
@@ -13,8 +13,8 @@
 // (jobs/lane.h); Lanes (jobs/lanes.h) serialises every call under the
 // manager's lock and acts on what they return. Not thread-safe.
 
-#ifndef JOADERFS_JOBS_JOB_STREAM_H_
-#define JOADERFS_JOBS_JOB_STREAM_H_
+#ifndef JOADERFS_JOBS_EPOCH_POSITIONS_H_
+#define JOADERFS_JOBS_EPOCH_POSITIONS_H_
 
 #include <cstdint>
 #include <deque>
@@ -27,12 +27,12 @@
 
 namespace joaderfs {
 
-class JobStream {
+class EpochPositions {
  public:
   // `epoch_size`: positions per epoch (the subset's size, > 0); `window`:
   // the RINAS window (>= 1); `first_epoch`: the number of the first epoch
   // (a resumed job's, docs/design.md 2.7).
-  JobStream(uint64_t epoch_size, uint64_t window, uint64_t first_epoch = 0);
+  EpochPositions(uint64_t epoch_size, uint64_t window, uint64_t first_epoch = 0);
 
   // A sample ready to hand to a reader.
   struct Ready {
@@ -126,4 +126,4 @@ class JobStream {
 
 }  // namespace joaderfs
 
-#endif  // JOADERFS_JOBS_JOB_STREAM_H_
+#endif  // JOADERFS_JOBS_EPOCH_POSITIONS_H_
