@@ -6,7 +6,8 @@
 // class keeps what that decision needs per lane: when it was last served,
 // its pace while free to read, and its hold budget.
 //
-// Not thread-safe: each Lane owns one, guarded by Lanes::mu.
+// Not thread-safe: each Lane owns one, guarded by the job
+// manager's lock (JobManager::mu_).
 
 #ifndef JOADERFS_PACING_DRIFT_H_
 #define JOADERFS_PACING_DRIFT_H_
