@@ -55,6 +55,7 @@ python=/usr/bin/python3
 commands=(
   "scenarios|driver|joaderfs vs one DataLoader per job, S1-S6 of the JOADER paper: throughput, CPU, decodes and memory as jobs share data"
   "scale|python bench.scale.decode_once|decode-once at scale: 4 jobs with RAM at 5-20% of the decoded set decode each image about once, as the simulator predicts"
+  "contention|python bench.scale.contention|sharing on a busy machine: N identical and N overlapping jobs at 5% and 10% RAM beside K busy processes (K = 0, 2, 4), decodes per distinct sample (medians of 3)"
   "drift|python bench.scale.drift|GPU-paced jobs that drift apart on a shared (fake) GPU: decodes per distinct (epoch, id) and aggregate vs the ceiling, fifo vs lock GPU"
   "cluster|python bench.scale.cluster|2 daemons x 2 jobs sharing decodes through the remote tier (3 memcached on loopback): decodes per distinct, aggregate samples/s vs one daemon, bytes moved per sample; get latency from memcached and from redis-server (installs it)"
   "tiers|python bench.tiers.tier_costs|the cache tiers: a disk hit costs a fraction of a decode, a second epoch from RAM is faster, FUSE throughput of RAM hits"
