@@ -34,7 +34,7 @@ import tempfile
 import time
 
 from bench.processes import end_processes
-from bench.scale.decode_once import read_json, record_bytes
+from bench.scale.decode_once import base_set_bytes, read_json, record_bytes
 from harness.daemon import Mount
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,12 +53,14 @@ def subsets(mix, jobs, images):
 
 def run_once(args, source, fraction, mix, jobs, busy):
     size = args.size
-    ram = max(1 << 20, int(args.images * size * size * 3 * fraction))
+    # The RAM tier holds base images (mount option base=): the fraction is
+    # of their bytes.
+    ram = max(1 << 20, int(base_set_bytes(source, args.base) * fraction))
     workdir = tempfile.mkdtemp(prefix="jfs-contention-")
-    opts = {"ram_cache": str(ram), "size": str(size), "seed": "7", "cache_dir": "none",
+    opts = {"ram_cache": str(ram), "size": str(size), "base": str(args.base), "seed": "7",
+            "cache_dir": "none",
             "log_level": "info", "log": os.path.join(args.out, "daemon.log")}
-    daemon = Mount(source, workdir, opts, defaults={},
-                   binary=os.path.join(BUILD, "joaderfs"))
+    daemon = Mount(source, workdir, opts, defaults={}, binary=args.joaderfs)
     daemon.mount_timeout = 300
     mnt = daemon.mnt
     spinners, readers = [], []
@@ -94,6 +96,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--images", type=int, default=2000)
     p.add_argument("--size", type=int, default=128)
+    p.add_argument("--base", type=int, default=256)
     p.add_argument("--fractions", default="0.05,0.1")
     p.add_argument("--mixes", default="identical,overlapping")
     p.add_argument("--jobs", default="2,4", help="job counts, comma-separated")
@@ -101,6 +104,8 @@ def main():
     p.add_argument("--reps", type=int, default=3, help="runs per row (medians)")
     p.add_argument("--data", help="dataset folder (generated if missing)")
     p.add_argument("--out", default=tempfile.gettempdir())
+    p.add_argument("--joaderfs", default=os.path.join(BUILD, "joaderfs"),
+                   help="the daemon (another build, to compare)")
     args = p.parse_args()
     data = args.data or os.path.join(BUILD, "bench-data", "contention-%d" % args.images)
     if not os.path.isdir(data):
