@@ -26,6 +26,7 @@ bool DriftHold::Holds(Lane* lane, const PlanningLanes& planning,
   const uint64_t limit = horizon / 4;
   const uint64_t progress = lane->progress();
   const std::optional<double> pace = lane->drift.FreePace(now, progress);
+  if (!pace) return false;  // too early to tell a faster job from drift
   bool ahead = false;
   for (auto it = planning.lower_bound({lane->group, 0});
        it != planning.end() && it->first.first == lane->group && !ahead; ++it) {
@@ -35,14 +36,8 @@ bool DriftHold::Holds(Lane* lane, const PlanningLanes& planning,
     const uint64_t behind = peer->progress();
     // Past the horizon they share nothing anyway: a late or slower job.
     if (progress <= behind + limit || progress > behind + horizon) continue;
-    // Until both paces are known (a lane's first seconds), peers count as
-    // alike: jobs that start together drift apart fastest then on a busy
-    // machine (a reader descheduled for a few ms lets its twin past the
-    // lag limit), and once past the horizon they would never be held
-    // again. The hold budget, empty when a lane is made, bounds what a
-    // truly faster job loses meanwhile.
     const std::optional<double> peer_pace = peer->drift.FreePace(now, behind);
-    ahead = !pace || !peer_pace || *pace <= kSimilarPace * *peer_pace;
+    ahead = peer_pace && *pace <= kSimilarPace * *peer_pace;
   }
   if (!ahead || !lane->drift.Hold(now)) return false;
   held_.insert(lane);

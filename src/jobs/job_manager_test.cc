@@ -567,16 +567,10 @@ class DriftBoundTest : public JobManagerTest {
   }
   void SetUp() override { OpenCatalog(big_dir_->path()); }
 
-  // With `tick`, the daemon's once-a-second tick runs (StartTicker), and a
-  // read of the rounds may wait for it: a lead may be held before the paces
-  // are known, until its budget is spent.
-  void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round,
-                    bool tick = false) {
+  void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round) {
     DecodedSample image;
     ASSERT_TRUE(DecodeBase(catalog_->path(0), kSize, &image).ok());
     Build(options, 2, 32 * image.bytes());
-    if (tick) StartTicker();
-    const std::chrono::milliseconds wait = tick ? 4s : 2s;
     MakeJob("lead");
     MakeJob("peer");
     lead_ = Open("lead");
@@ -587,34 +581,17 @@ class DriftBoundTest : public JobManagerTest {
       // and a held read would take 10 s and fail.
       for (size_t i = 0; i < std::max(lead_per_round, peer_per_round); ++i) {
         if (i < peer_per_round) {
-          ASSERT_TRUE(ReadSync(peer_, kRecord, wait)) << "round " << round;
+          ASSERT_TRUE(ReadSync(peer_, kRecord, 2s)) << "round " << round;
         }
         if (i < lead_per_round) {
-          ASSERT_TRUE(ReadSync(lead_, kRecord, wait)) << "round " << round;
+          ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "round " << round;
         }
       }
     }
   }
-  // The daemon's once-a-second tick (JobManager::ReleaseIdleJobs), which
-  // serves held reads again once their budget is spent; until the test
-  // ends, before the manager goes.
-  void StartTicker() {
-    ticker_ = std::jthread([this](std::stop_token stop) {
-      for (int ms = 0; !stop.stop_requested(); ms = (ms + 50) % 1000) {
-        std::this_thread::sleep_for(50ms);
-        if (ms == 950) jobs_->ReleaseIdleJobs();
-      }
-    });
-  }
-  void TearDown() override {
-    ticker_ = {};
-    JobManagerTest::TearDown();
-  }
-
   static TempDir* big_dir_;
   JobManager::ReaderId lead_ = 0;
   JobManager::ReaderId peer_ = 0;
-  std::jthread ticker_;
 };
 TempDir* DriftBoundTest::big_dir_ = nullptr;
 
@@ -640,38 +617,10 @@ TEST_F(DriftBoundTest, AStoppedPeerHoldsNobody) {
   for (int i = 0; i < 12; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
 }
 
-// A job 2x faster than its peer is meant to run ahead: once the paces are
-// known, it is never held (before, in the rounds' first 4 s, it may be).
+// A job 2x faster than its peer is meant to run ahead: it is never held.
 TEST_F(DriftBoundTest, AFasterJobRunsFree) {
-  StartTwoJobs(Options(), 2, 1, /*tick=*/true);  // 20 and 10: held if paced alike
+  StartTwoJobs(Options(), 2, 1);  // 20 and 10: held if paced alike
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << 10 + i;
-}
-
-// In the lanes' first seconds, before either pace is known, a peer counts
-// as one of the same pace: a leader past the lag limit waits (within its
-// budget: half the time since its lane was made), and goes on as the peer
-// moves. Jobs that start together drift apart fastest then.
-TEST_F(DriftBoundTest, PeersNotYetPacedCountAsAlike) {
-  DecodedSample image;
-  ASSERT_TRUE(DecodeBase(catalog_->path(0), kSize, &image).ok());
-  Build(Options(), 2, 32 * image.bytes());
-  MakeJob("lead");
-  MakeJob("peer");
-  lead_ = Open("lead");
-  peer_ = Open("peer");
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(ReadSync(peer_, kRecord, 2s));
-    ASSERT_TRUE(ReadSync(lead_, kRecord, 2s));
-  }
-  std::this_thread::sleep_for(1500ms);  // 0.75 s of budget; the peer is active
-  for (int i = 0; i < 5; ++i) {         // up to 7: the 5th checked at lag 4
-    ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
-  }
-  auto held = ReadAsync(lead_, kRecord, NextToken());
-  EXPECT_EQ(held.wait_for(300ms), std::future_status::timeout) << "7 against 2 waits";
-  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);  // 7 against 3: still held
-  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(held.get().bytes.size(), kRecord);
 }
 
 // sampler=isa: jobs share no picks at any distance, so nobody is held.
