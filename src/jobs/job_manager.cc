@@ -27,10 +27,7 @@ JobManager::JobManager(const Catalog* catalog, SampleCache* cache, LoaderPool* p
         return spec;
       }()),
       store_(store),
-      // Renders kept for lagging peers may take a sixteenth of the RAM
-      // tier's budget: at 224 px, a lag of about a tenth of the base images
-      // it holds.
-      shared_renders_(group, cache->budget() / 16),
+      shared_renders_(group, SharedRenders::KeepBytesFor(cache->budget())),
       lanes_(&mu_, catalog, cache, pool, group, &shared_renders_, store,
              UnreadLimit{options.limits.max_unread, options.limits.limit_root},
              options.drift_bound) {}

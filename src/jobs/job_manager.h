@@ -10,7 +10,7 @@
 // of the mount's planning group; its order and how far ahead it plans come
 // from there (sampling/plan_group.h): every job shares the base images of
 // the cache, whatever its output size, crop and flip; its epoch's positions, window and
-// delivery state are a EpochPositions (jobs/epoch_positions.h); planned base images
+// delivery state are an EpochPositions (jobs/epoch_positions.h); planned base images
 // are pinned in the RAM tier (cache/sample_cache.h) until done. When a
 // position's base image is ready, a loader thread renders the job's own
 // crop, resize and flip of it (loader/augment.h), off the manager's lock

@@ -3,6 +3,8 @@
 // made off the lock; and the idle release. The registry, the control
 // writes and status are job_manager.cc.
 
+#include "jobs/job_manager.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <optional>
 
 #include "common/rate_limited_log.h"
-#include "jobs/job_manager.h"
 
 namespace joaderfs {
 

@@ -217,7 +217,8 @@ class LanesTest : public ::testing::Test {
     pool_ = std::make_unique<LoaderPool>(2);
     cache_ = std::make_unique<SampleCache>(catalog_.get(), pool_.get(), nullptr, group_.get(),
                                            kSize, 64 << 20);
-    renders_ = std::make_unique<SharedRenders>(group_.get(), cache_->budget() / 16);
+    renders_ = std::make_unique<SharedRenders>(group_.get(),
+                                               SharedRenders::KeepBytesFor(cache_->budget()));
     lanes_ = std::make_unique<Lanes>(&mu_, catalog_.get(), cache_.get(), pool_.get(), group_.get(),
                                      renders_.get(), nullptr);
     pool_->Start();

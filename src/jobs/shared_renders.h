@@ -56,6 +56,11 @@ class SharedRenders {
   explicit SharedRenders(const RefCounts* needs = nullptr, uint64_t keep_bytes = 0)
       : needs_(needs), keep_bytes_(keep_bytes) {}
 
+  // The mount's `keep_bytes` for a RAM tier of `ram_budget` bytes: renders
+  // kept for lagging peers may take a sixteenth of it, at 224 px a lag of
+  // about a tenth of the base images it holds.
+  static constexpr uint64_t KeepBytesFor(uint64_t ram_budget) { return ram_budget / 16; }
+
   // What a job's renders could be shared by: jobs whose centre crops have
   // its size. Random crops, and size-0 jobs that take the base image as it
   // is, share nothing.
