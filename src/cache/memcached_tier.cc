@@ -51,8 +51,8 @@ Status MemcachedTier::Open(const RemoteTierOptions& options, const Catalog* cata
         "remote cache: {} of {} servers do not answer (first: {}: {}); misses until they do",
         down.size(), options.servers.size(), down[0].server, down[0].error);
   } else {
-    spdlog::info("remote cache: {} servers{}", options.servers.size(),
-                 options.tls.ca_file.empty() ? "" : ", over TLS");
+    spdlog::info("remote cache: {} servers{}, {} ms a call", options.servers.size(),
+                 options.tls.ca_file.empty() ? "" : ", over TLS", options.timeout.count());
   }
   t->publisher_ = std::thread([raw = t.get()] { raw->PublishLoop(); });
   t->lease_waiter_ = std::thread([raw = t.get()] { raw->LeaseWaitLoop(); });

@@ -114,6 +114,12 @@ constexpr OptionRow kOptions[] = {
      .field = &DaemonOptions::remote_publish,
      .kind = Kind::kSize,
      .expected = "2G"},
+    {.info = {"remote_timeout", "MS", "100",
+              "the deadline of one call to a memcached server, connect to whole reply, in "
+              "milliseconds; a server whose call fails is passed by for a second"},
+     .field = &DaemonOptions::remote_timeout_ms,
+     .min = 1,
+     .max = 60000},
     {.info = {"remote_key", "FILE|insecure", "none: required with remote_cache",
               "the cluster key (64 hex digits, mode 600) that seals and opens the remote "
               "tier's values; insecure lets anyone who reaches the servers forge and read them"},

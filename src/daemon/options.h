@@ -32,11 +32,12 @@ struct DaemonOptions {
   // remote_cache= servers (host:port); empty: no remote tier.
   std::vector<std::string> remote_cache;
   uint64_t remote_publish = UINT64_MAX;
-  std::string remote_key;       // a key file, or "insecure"; required with remote_cache
-  std::string remote_old_key;   // a former key's file; empty: none
-  std::string remote_tls;       // a CA bundle; empty: plain TCP
-  std::string remote_tls_cert;  // this daemon's certificate and key (PEM); empty: none
-  std::string metrics_listen;   // ADDR:PORT of the HTTP /metrics; empty: none
+  uint64_t remote_timeout_ms = 100;  // one memcached call, whole
+  std::string remote_key;            // a key file, or "insecure"; required with remote_cache
+  std::string remote_old_key;        // a former key's file; empty: none
+  std::string remote_tls;            // a CA bundle; empty: plain TCP
+  std::string remote_tls_cert;       // this daemon's certificate and key (PEM); empty: none
+  std::string metrics_listen;        // ADDR:PORT of the HTTP /metrics; empty: none
   unsigned threads = 0;
   uint32_t size = 224;
   // The cache's base resolution (loader/decoder.h DecodeBase); 256 by

@@ -12,6 +12,7 @@ Status OpenRemoteTier(const DaemonOptions& o, const Catalog* catalog, uint64_t m
   RemoteTierOptions rto;
   rto.servers = o.remote_cache;
   rto.publish_limit = o.remote_publish;
+  rto.timeout = std::chrono::milliseconds(o.remote_timeout_ms);
   if (o.remote_key == "insecure") {
     rto.key = ClusterKey::Insecure();
   } else if (Status s = ClusterKey::Load(o.remote_key, &rto.key); !s.ok()) {

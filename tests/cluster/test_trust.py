@@ -99,11 +99,15 @@ class TrustTest(TierTestCase):
             out.append(s.start())
         return out
 
-    def node(self, addresses, source=None, key_file=None, **extra):
+    def node(self, addresses, source=None, key_file=None, failing=False, **extra):
+        """A daemon over `addresses`; calls get 2 s unless a failing server
+        is the subject (test_cluster.ClusterTest.node says why)."""
         opts = {"cache_dir": "none", "base": str(BASE), "size": str(SIZE),
                 "ram_cache": "64M", "threads": "2", "seed": "3",
                 "remote_cache": "memcached://" + "+".join(addresses),
                 "remote_key": key_file or self.key_file}
+        if not failing:
+            opts["remote_timeout"] = "2000"
         opts.update({k: v if v is False else str(v) for k, v in extra.items()})
         return self.mount(source or self.source, opts)
 
@@ -174,7 +178,7 @@ class TrustTest(TierTestCase):
         # ram_cache=4M holds a fraction of the set: each epoch asks the tier
         # again, and a second after each failure the hostile server is
         # probed again.
-        m = self.node([good.address, bad.address], ram_cache="4M")
+        m = self.node([good.address, bad.address], failing=True, ram_cache="4M")
         worst = 0
         for k in range(3):
             time.sleep(1.05)

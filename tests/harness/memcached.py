@@ -277,15 +277,19 @@ def make_photos(root, n, seed=0, quality=90):
 
 
 def wait_published(m, count, timeout=30):
-    """Waits until mount `m` has published (or dropped) `count` values;
-    returns its stats, or raises AssertionError."""
+    """Waits until mount `m` has published `count` values, or dropped them
+    (`remote_publish_drops`: over its limits); returns its stats, or raises
+    AssertionError, at once where a server call failed (`remote_errors`:
+    that value is not in the tier)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         st = m.stats()
         if st["remote_published"] + st["remote_publish_drops"] >= count:
             return st
+        if st["remote_errors"] or time.monotonic() > deadline:
+            raise AssertionError("published %d of %d; %d server calls failed" %
+                                 (st["remote_published"], count, st["remote_errors"]))
         time.sleep(0.05)
-    raise AssertionError("published %d of %d" % (m.stats()["remote_published"], count))
 
 
 def require_memcached():
