@@ -2,7 +2,10 @@
 `next` one whole record at a time until EOF, sleeping DELAY seconds after
 each (a paced reader), and prints how many records it read.
 
-    python3 -m bench.scale.reader NEXT RECORD_BYTES DELAY
+    python3 -m bench.scale.reader NEXT RECORD_BYTES DELAY [together]
+
+With `together`, it prints "open" once the stream is open and reads from
+the next line on stdin: readers started as processes then begin together.
 """
 
 import os
@@ -13,6 +16,9 @@ import time
 def main() -> None:
     path, record, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     fd = os.open(path, os.O_RDONLY)
+    if sys.argv[4:] == ["together"]:
+        print("open", flush=True)
+        sys.stdin.readline()
     n = 0
     while True:
         got = 0

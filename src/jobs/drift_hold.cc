@@ -1,5 +1,6 @@
 #include "jobs/drift_hold.h"
 
+#include <algorithm>
 #include <optional>
 
 namespace joaderfs {
@@ -26,22 +27,60 @@ bool DriftHold::Holds(Lane* lane, const PlanningLanes& planning,
   const uint64_t limit = horizon / 4;
   const uint64_t progress = lane->progress();
   const std::optional<double> pace = lane->drift.FreePace(now, progress);
-  if (!pace) return false;  // too early to tell a faster job from drift
   bool ahead = false;
   for (auto it = planning.lower_bound({lane->group, 0});
        it != planning.end() && it->first.first == lane->group && !ahead; ++it) {
     Lane* peer = it->second;
-    if (peer == lane || peer->peer_key != lane->peer_key || peer->released) continue;
+    if (peer == lane || peer->released || !Peers(*lane, *peer)) continue;
     if (peer->waiting.empty() && !peer->drift.Active(now)) continue;  // stopped
     const uint64_t behind = peer->progress();
-    // Past the horizon they share nothing anyway: a late or slower job.
-    if (progress <= behind + limit || progress > behind + horizon) continue;
+    if (progress <= behind + limit) continue;
+    // Past the horizon they share nothing now. A peer whose reads began
+    // within kLateStart of this lane's is a twin whose reader was still
+    // starting (a process launched beside busy ones: tens of ms, hundreds
+    // of picks of a small set), and catches up while this one waits, as
+    // far as its hold budget lasts; one that began at another time is a
+    // late (or resumed) job, left alone.
+    if (progress > behind + horizon && !StartedTogether(*lane, *peer, now)) continue;
+    // Until both paces are known (a lane's first half second, pacing/drift.h
+    // kPaceMinSpan), peers count as alike: jobs that start together drift
+    // apart fastest then on a busy machine. The hold budget, empty when a
+    // lane is made, bounds what a truly faster job loses meanwhile: a
+    // quarter second.
     const std::optional<double> peer_pace = peer->drift.FreePace(now, behind);
-    ahead = peer_pace && *pace <= kSimilarPace * *peer_pace;
+    ahead = !pace || !peer_pace || *pace <= kSimilarPace * *peer_pace;
   }
   if (!ahead || !lane->drift.Hold(now)) return false;
   held_.insert(lane);
   return true;
+}
+
+bool DriftHold::StartedTogether(const Lane& lane, const Lane& peer,
+                                std::chrono::steady_clock::time_point now) {
+  const auto began = lane.drift.first_served();
+  // A peer whose first read waits begins now.
+  const auto peer_began = peer.drift.first_served().value_or(now);
+  return began && peer_began - *began <= kLateStart && *began - peer_began <= kLateStart;
+}
+
+bool DriftHold::Peers(const Lane& a, const Lane& b) {
+  if (b.peer_key == 0) return false;  // ranked
+  if (a.peer_key == b.peer_key) return true;
+  // Overlapping jobs share the picks of their common part as identical
+  // ones share all of theirs, and drift apart as easily on a busy machine
+  // (docs/benchmarks.md "Sharing on a busy machine": 4 jobs over windows
+  // of 3/4 of the set went from 1.17 to 1.53 decodes per distinct beside 4
+  // busy loops). A small overlap is not worth holding anyone for.
+  const auto key = std::minmax(a.peer_key, b.peer_key);
+  auto it = overlaps_.find(key);
+  if (it == overlaps_.end()) {
+    if (overlaps_.size() >= kMaxOverlaps) overlaps_.clear();
+    const Roaring& x = a.job->subset;
+    const Roaring& y = b.job->subset;
+    const uint64_t smaller = std::min(x.cardinality(), y.cardinality());
+    it = overlaps_.emplace(key, 2 * x.and_cardinality(y) >= smaller && smaller > 0).first;
+  }
+  return it->second;
 }
 
 void DriftHold::End(Lane* lane, std::chrono::steady_clock::time_point now) {

@@ -29,6 +29,7 @@
 #include "common/random.h"
 #include "control/control_files.h"
 #include "fs/render.h"
+#include "jobs/drift_hold.h"
 #include "loader/augment.h"
 #include "loader/decoder.h"
 #include "pacing/rank_split.h"
@@ -546,7 +547,7 @@ TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
 }
 
 // The drift bound (docs/planner.md "Drift"), on 192 images. Two jobs with
-// the same subset read for 4.5 s, 0.5 s apart, `lead_per_round` and
+// the same subset read for 4.5 s (unless a test says less), 0.5 s apart, `lead_per_round` and
 // `peer_per_round` records a round, so that each lane's pace is known. The
 // RAM budget holds 32 of these images, and fewer at the cache's estimate
 // before they have loaded (224 x 224 x 3 bytes), so the horizon, which
@@ -567,15 +568,17 @@ class DriftBoundTest : public JobManagerTest {
   }
   void SetUp() override { OpenCatalog(big_dir_->path()); }
 
-  void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round) {
+  void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round,
+                    int rounds = 10, std::string_view lead_spec = {},
+                    std::string_view peer_spec = {}) {
     DecodedSample image;
     ASSERT_TRUE(DecodeBase(catalog_->path(0), kSize, &image).ok());
     Build(options, 2, 32 * image.bytes());
-    MakeJob("lead");
-    MakeJob("peer");
+    MakeJob("lead", lead_spec);
+    MakeJob("peer", peer_spec);
     lead_ = Open("lead");
     peer_ = Open("peer");
-    for (int round = 0; round < 10; ++round) {
+    for (int round = 0; round < rounds; ++round) {
       if (round > 0) std::this_thread::sleep_for(500ms);
       // Interleaved, each read at once: neither runs ahead within a round,
       // and a held read would take 10 s and fail.
@@ -608,6 +611,64 @@ TEST_F(DriftBoundTest, HoldsALeaderForAnActivePeer) {
   ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);  // the peer moves: 65 against 61
   ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(held.get().bytes.size(), kRecord);
+}
+
+// A job 2x faster than its peer runs free once half a second tells their
+// paces apart.
+TEST_F(DriftBoundTest, AFasterJobRunsFreeAfterHalfASecond) {
+  StartTwoJobs(Options(), 2, 1, 3);  // 1 s: 6 and 3
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << 3 + i;
+}
+
+// Before their paces are known (0.3 s in), peers count as alike: the hold
+// budget accrued by then (0.15 s) is what a truly faster job could lose.
+TEST_F(DriftBoundTest, TwinsAreHeldBeforeTheirPacesAreKnown) {
+  StartTwoJobs(Options(), 6, 6, 1);  // both at 6
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
+  auto held = ReadAsync(lead_, kRecord, NextToken());
+  EXPECT_EQ(held.wait_for(100ms), std::future_status::timeout) << "11 against 6 waits";
+  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+}
+
+// A twin whose reads begin a moment late (its reader's process still
+// starting) is beyond the horizon of the first at once: the first waits for
+// it to catch up. One that begins more than a second late is a late job.
+TEST_F(DriftBoundTest, ATwinThatBeginsAMomentLateIsWaitedFor) {
+  StartTwoJobs(Options(), 0, 0, 1);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(ReadSync(peer_, kRecord, 2s));  // 20 against 1: past the horizon of 16
+  auto held = ReadAsync(lead_, kRecord, NextToken());
+  EXPECT_EQ(held.wait_for(100ms), std::future_status::timeout) << "21 against 1 waits";
+  ASSERT_EQ(ReadRecords(peer_, 16).size(), 16u);  // 17: within the lag limit
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+}
+
+TEST_F(DriftBoundTest, AJobThatBeginsLaterIsNotWaitedFor) {
+  StartTwoJobs(Options(), 0, 0, 1);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
+  std::this_thread::sleep_for(DriftHold::kLateStart + 200ms);
+  ASSERT_TRUE(ReadSync(peer_, kRecord, 2s));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
+}
+
+// Jobs whose subsets share at least half of the smaller one are peers too:
+// they share the picks of their common part.
+TEST_F(DriftBoundTest, HoldsALeaderForAnOverlappingPeer) {
+  StartTwoJobs(Options(), 6, 6, 3, "subset=range:0-143", "subset=range:48-191");
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
+  auto held = ReadAsync(lead_, kRecord, NextToken());
+  EXPECT_EQ(held.wait_for(500ms), std::future_status::timeout) << "23 against 18 waits";
+  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+}
+
+// A small overlap (16 of 96) is not worth holding anyone for.
+TEST_F(DriftBoundTest, ASmallOverlapHoldsNobody) {
+  StartTwoJobs(Options(), 6, 6, 3, "subset=range:0-95", "subset=range:80-191");
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
 }
 
 // A peer that has read nothing for 2 s holds nobody.

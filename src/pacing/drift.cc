@@ -7,7 +7,11 @@ namespace joaderfs {
 void DriftState::NoteServed(Clock::time_point now, uint64_t progress) {
   last_served_ = now;
   // A resume starts the lane's count again: so does its pace.
-  if (!marks_.empty() && progress < marks_.back().progress) marks_.clear();
+  if (!marks_.empty() && progress < marks_.back().progress) {
+    marks_.clear();
+    first_served_.reset();
+  }
+  if (!first_served_) first_served_ = now;
   if (marks_.empty() || now - marks_.back().at >= std::chrono::seconds(1)) {
     marks_.push_back({now, progress, HeldTotal(now)});
   }
@@ -21,7 +25,7 @@ std::optional<double> DriftState::FreePace(Clock::time_point now, uint64_t progr
   if (span < kPaceMinSpan || progress < from.progress) return std::nullopt;
   const Clock::duration free = span - (HeldTotal(now) - from.held_total);
   // Held nearly all along: no pace of its own to tell.
-  if (free < std::chrono::milliseconds(500)) return std::nullopt;
+  if (free < kPaceMinSpan / 2) return std::nullopt;
   return static_cast<double>(progress - from.progress) /
          std::chrono::duration<double>(free).count();
 }

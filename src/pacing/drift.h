@@ -30,14 +30,22 @@ class DriftState {
   static constexpr double kHoldShare = 0.5;
   static constexpr std::chrono::seconds kHoldBurst{10};
   // Pace is measured over about kPaceWindow, and known once kPaceMinSpan of
-  // history is there.
+  // history is there. Jobs started together drift apart fastest in their
+  // first seconds on a busy machine, and twins that pass the coupling
+  // horizon never share again, so a pace is told early: half a second
+  // tells a twin (within kSimilarPace, jobs/drift_hold.cc) from a job at
+  // half its speed even when a reader is descheduled now and then; 4 s
+  // held nobody in the first 4 s (docs/benchmarks.md "Sharing on a busy
+  // machine").
   static constexpr std::chrono::seconds kPaceWindow{32};
-  static constexpr std::chrono::seconds kPaceMinSpan{4};
+  static constexpr std::chrono::milliseconds kPaceMinSpan{500};
 
   explicit DriftState(Clock::time_point created) : budget_at_(created) {}
 
   // A read of the lane got data; `progress`: its picks done over its life.
   void NoteServed(Clock::time_point now, uint64_t progress);
+  // When its first read got data (again after a resume); nullopt before.
+  std::optional<Clock::time_point> first_served() const { return first_served_; }
   // Whether a read was answered within kActiveWindow.
   bool Active(Clock::time_point now) const { return now - last_served_ < kActiveWindow; }
 
@@ -61,6 +69,7 @@ class DriftState {
   Clock::duration HeldTotal(Clock::time_point now) const;
 
   Clock::time_point last_served_{};
+  std::optional<Clock::time_point> first_served_;
   std::deque<Mark> marks_;  // about one a second, oldest first
   Clock::duration held_total_{};
   std::optional<Clock::time_point> held_since_;
