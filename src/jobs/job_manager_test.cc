@@ -592,6 +592,15 @@ class DriftBoundTest : public JobManagerTest {
       }
     }
   }
+  // The lead's next read waits (at least `wait`) until the peer has read
+  // `peer_reads` more, then gets its record.
+  void ExpectLeadHeldUntilPeerReads(std::chrono::milliseconds wait, size_t peer_reads) {
+    auto held = ReadAsync(lead_, kRecord, NextToken());
+    EXPECT_EQ(held.wait_for(wait), std::future_status::timeout) << "the lead was not held";
+    ASSERT_EQ(ReadRecords(peer_, peer_reads).size(), peer_reads);
+    ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(held.get().bytes.size(), kRecord);
+  }
   static TempDir* big_dir_;
   JobManager::ReaderId lead_ = 0;
   JobManager::ReaderId peer_ = 0;
@@ -606,11 +615,8 @@ TEST_F(DriftBoundTest, HoldsALeaderForAnActivePeer) {
   for (int i = 0; i < 5; ++i) {  // up to 65: the 5th checked at lag 4
     ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
   }
-  auto held = ReadAsync(lead_, kRecord, NextToken());
-  EXPECT_EQ(held.wait_for(500ms), std::future_status::timeout) << "65 against 60 waits";
-  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);  // the peer moves: 65 against 61
-  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(held.get().bytes.size(), kRecord);
+  // 65 against 60 waits; the peer moves: 65 against 61.
+  ExpectLeadHeldUntilPeerReads(500ms, 1);
 }
 
 // A job 2x faster than its peer runs free once half a second tells their
@@ -626,10 +632,7 @@ TEST_F(DriftBoundTest, TwinsAreHeldBeforeTheirPacesAreKnown) {
   StartTwoJobs(Options(), 6, 6, 1);  // both at 6
   std::this_thread::sleep_for(300ms);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
-  auto held = ReadAsync(lead_, kRecord, NextToken());
-  EXPECT_EQ(held.wait_for(100ms), std::future_status::timeout) << "11 against 6 waits";
-  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);
-  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  ExpectLeadHeldUntilPeerReads(100ms, 1);  // 11 against 6 waits
 }
 
 // A twin whose reads begin a moment late (its reader's process still
@@ -640,10 +643,7 @@ TEST_F(DriftBoundTest, ATwinThatBeginsAMomentLateIsWaitedFor) {
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
   std::this_thread::sleep_for(300ms);
   ASSERT_TRUE(ReadSync(peer_, kRecord, 2s));  // 20 against 1: past the horizon of 16
-  auto held = ReadAsync(lead_, kRecord, NextToken());
-  EXPECT_EQ(held.wait_for(100ms), std::future_status::timeout) << "21 against 1 waits";
-  ASSERT_EQ(ReadRecords(peer_, 16).size(), 16u);  // 17: within the lag limit
-  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  ExpectLeadHeldUntilPeerReads(100ms, 16);    // 21 against 1 waits; 17 is within the limit
 }
 
 TEST_F(DriftBoundTest, AJobThatBeginsLaterIsNotWaitedFor) {
@@ -659,10 +659,7 @@ TEST_F(DriftBoundTest, AJobThatBeginsLaterIsNotWaitedFor) {
 TEST_F(DriftBoundTest, HoldsALeaderForAnOverlappingPeer) {
   StartTwoJobs(Options(), 6, 6, 3, "subset=range:0-143", "subset=range:48-191");
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << "lag " << i;
-  auto held = ReadAsync(lead_, kRecord, NextToken());
-  EXPECT_EQ(held.wait_for(500ms), std::future_status::timeout) << "23 against 18 waits";
-  ASSERT_EQ(ReadRecords(peer_, 1).size(), 1u);
-  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  ExpectLeadHeldUntilPeerReads(500ms, 1);  // 23 against 18 waits
 }
 
 // A small overlap (16 of 96) is not worth holding anyone for.

@@ -121,17 +121,16 @@ def small_layout(n, classes=4, prefix="img"):
     return layout
 
 
-def make_dataset(root, n, classes=4, seed=0):
-    """n SIZE x SIZE JPEGs (make_imagefolder's generator) in ImageFolder
-    layout; returns (root, [(relpath, label)] in id order). At the suite's
-    base=SIZE each cache entry is the whole image: PIXELS bytes, as the
-    tiers' byte counts assume."""
+def make_dataset(root, n, classes=4, seed=0, shape=(SIZE, SIZE)):
+    """n JPEGs of `shape` (width, height; make_imagefolder's generator) in
+    ImageFolder layout; returns (root, [(relpath, label)] in id order). At
+    the suite's base=SIZE each SIZE x SIZE image is one cache entry of
+    PIXELS bytes, as the tiers' byte counts assume."""
     rng = np.random.default_rng(seed)
     for cls, names in small_layout(n, classes).items():
         os.makedirs(os.path.join(root, cls), exist_ok=True)
         for name in names:
-            _image(rng, SIZE, SIZE).save(os.path.join(root, cls, name), "JPEG",
-                                         quality=90)
+            _image(rng, *shape).save(os.path.join(root, cls, name), "JPEG", quality=90)
     return root, imagefolder_order(root)
 
 

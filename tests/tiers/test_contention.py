@@ -20,8 +20,6 @@ import sys
 import tempfile
 import unittest
 
-import numpy as np
-
 import harness
 from harness import SIZE, TierTestCase, log
 from harness.records import parse_records, record_size
@@ -53,13 +51,8 @@ class ContentionTest(TierTestCase):
     def setUpClass(cls):
         harness.require_binary()
         cls._data = tempfile.mkdtemp(prefix="joaderfs-contention-")
-        cls.source = os.path.join(cls._data, "src")
-        rng = np.random.default_rng(11)
-        for cls_name, names in harness.small_layout(N, 6).items():
-            os.makedirs(os.path.join(cls.source, cls_name))
-            for name in names:
-                harness._image(rng, 320, 240).save(os.path.join(cls.source, cls_name, name),
-                                                   "JPEG", quality=90)
+        cls.source, _ = harness.make_dataset(os.path.join(cls._data, "src"), N, classes=6,
+                                             seed=11, shape=(320, 240))
         # Kept whole at base 256 (the shorter side is under it).
         cls.ram = N * 320 * 240 * 3 * RAM_PERCENT // 100
 
