@@ -120,8 +120,8 @@ class ContentionTest(TierTestCase):
 
     def test_identical_jobs_share_beside_busy_loops(self):
         # The median of 7 mounts: the machine is busy by design, and about
-        # one run in eight still loses its twin for a while (1.10-1.12); the
-        # bound as it was lost it in every run (1.13-1.31).
+        # one run in eight still loses its twin for a while (5 of 38 runs,
+        # 1.10-1.23); the bound as it was lost it in every run (1.13-1.40).
         ratios = []
         for _ in range(RUNS):
             with self.subTest(run=len(ratios)):
