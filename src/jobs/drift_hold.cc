@@ -31,10 +31,12 @@ bool DriftHold::Holds(Lane* lane, const PlanningLanes& planning,
   for (auto it = planning.lower_bound({lane->group, 0});
        it != planning.end() && it->first.first == lane->group && !ahead; ++it) {
     Lane* peer = it->second;
-    if (peer == lane || peer->released || !Peers(*lane, *peer)) continue;
+    if (peer == lane || peer->released) continue;
     if (peer->waiting.empty() && !peer->drift.Active(now)) continue;  // stopped
     const uint64_t behind = peer->progress();
-    if (progress <= behind + limit) continue;
+    // Most hand-outs are within the limit of every lane: the subsets are
+    // compared only for a lane this one is ahead of.
+    if (progress <= behind + limit || !Peers(*lane, *peer)) continue;
     // Past the horizon they share nothing now. A peer whose reads began
     // within kLateStart of this lane's is a twin whose reader was still
     // starting (a process launched beside busy ones: tens of ms, hundreds

@@ -546,9 +546,10 @@ TEST_F(JobManagerTest, TinyUnreadAllowanceStillDeliversTheEpoch) {
   EXPECT_EQ(jobs_->UnreadBytes(kOwner), 0u);
 }
 
-// The drift bound (docs/planner.md "Drift"), on 192 images. Two jobs with
-// the same subset read for 4.5 s (unless a test says less), 0.5 s apart, `lead_per_round` and
-// `peer_per_round` records a round, so that each lane's pace is known. The
+// The drift bound (docs/planner.md "Drift"), on 192 images. Two jobs (of
+// the same subset unless a test gives specs) read for 4.5 s (unless a test
+// says fewer rounds), 0.5 s apart, `lead_per_round` and `peer_per_round`
+// records a round, so that each lane's pace is known. The
 // RAM budget holds 32 of these images, and fewer at the cache's estimate
 // before they have loaded (224 x 224 x 3 bytes), so the horizon, which
 // follows the estimate, is its floor of 16 picks throughout and the lag

@@ -87,7 +87,8 @@ struct Lane {
   uint32_t share_key = 0;
 
   // The drift bound (docs/planner.md "Drift"): lanes of one group with the
-  // same subset (same key) are peers; a lane more than the lag limit ahead
+  // same subset (same key), or subsets sharing half of the smaller one
+  // (jobs/drift_hold.h), are peers; a lane more than the lag limit ahead
   // of an active peer of similar pace has its reads held, within its hold
   // budget.
   uint64_t peer_key = 0;  // 0: never a peer (ranked)

@@ -1,10 +1,11 @@
 // The drift bound's state of one lane (docs/planner.md "Drift").
 //
-// Jobs with the same subset share decodes only while they stay within the
-// coupling horizon of each other. Lanes (jobs/drift_hold.h) hold the reads of a
-// lane that runs too far ahead of an active peer of similar pace; this
-// class keeps what that decision needs per lane: when it was last served,
-// its pace while free to read, and its hold budget.
+// Jobs with the same or overlapping subsets share decodes only while they
+// stay within the coupling horizon of each other. Lanes (jobs/drift_hold.h)
+// hold the reads of a lane that runs too far ahead of an active peer of
+// similar pace; this class keeps what that decision needs per lane: when
+// it was first and last served, its pace while free to read, and its hold
+// budget.
 //
 // Not thread-safe: each Lane owns one, guarded by the job
 // manager's lock (JobManager::mu_).

@@ -33,9 +33,9 @@ import unittest
 
 import harness
 from harness import TierTestCase, digests, log, read_epoch, read_exact
-from harness.memcached import (Memcached, lease_value, make_photos, netns_available,
-                               remote_key, remote_lease, require_memcached, wait_published,
-                               write_cluster_key)
+from harness.memcached import (CALM_REMOTE_TIMEOUT, Memcached, lease_value, make_photos,
+                               netns_available, remote_key, remote_lease, require_memcached,
+                               wait_published, write_cluster_key)
 
 N = 160
 BASE = 128
@@ -68,17 +68,14 @@ class ClusterTest(TierTestCase):
         return out
 
     def node(self, servers, failing=False, **extra):
-        """A daemon over `servers`. Where a server's failure is not the
-        subject (`failing` false), calls get 2 s: on a loaded 2-core machine
-        a call was once descheduled past the 100 ms default, its server passed
-        by and one value never published. Tests of failing servers keep the
-        default deadline, which is what their time bounds are about."""
+        """A daemon over `servers`; its calls get CALM_REMOTE_TIMEOUT unless
+        a failing server is the subject (`failing`)."""
         opts = {"cache_dir": "none", "base": str(BASE), "size": str(SIZE),
                 "ram_cache": "64M", "threads": "2", "seed": "3",
                 "remote_cache": "memcached://" + "+".join(s.address for s in servers),
                 "remote_key": self.key_file}
         if not failing:
-            opts["remote_timeout"] = "2000"
+            opts["remote_timeout"] = CALM_REMOTE_TIMEOUT
         opts.update({k: str(v) for k, v in extra.items()})
         return self.mount(self.source, opts)
 

@@ -33,8 +33,9 @@ import unittest
 
 import harness
 from harness import TierTestCase, digests, log, read_epoch
-from harness.memcached import (HostileMemcached, Memcached, make_photos, remote_key,
-                               require_memcached, wait_published, write_cluster_key)
+from harness.memcached import (CALM_REMOTE_TIMEOUT, HostileMemcached, Memcached,
+                               make_photos, remote_key, require_memcached, wait_published,
+                               write_cluster_key)
 
 N = 96
 BASE = 128
@@ -100,14 +101,14 @@ class TrustTest(TierTestCase):
         return out
 
     def node(self, addresses, source=None, key_file=None, failing=False, **extra):
-        """A daemon over `addresses`; calls get 2 s unless a failing server
-        is the subject (test_cluster.ClusterTest.node says why)."""
+        """A daemon over `addresses`; its calls get CALM_REMOTE_TIMEOUT
+        unless a failing server is the subject (`failing`)."""
         opts = {"cache_dir": "none", "base": str(BASE), "size": str(SIZE),
                 "ram_cache": "64M", "threads": "2", "seed": "3",
                 "remote_cache": "memcached://" + "+".join(addresses),
                 "remote_key": key_file or self.key_file}
         if not failing:
-            opts["remote_timeout"] = "2000"
+            opts["remote_timeout"] = CALM_REMOTE_TIMEOUT
         opts.update({k: v if v is False else str(v) for k, v in extra.items()})
         return self.mount(source or self.source, opts)
 

@@ -7,10 +7,10 @@ priority), with a RAM tier of 10 % of the base images and no disk tier.
 They must decode at most 1.05 per distinct sample, as on a quiet machine
 (1.00), as the median of 7 mounts. A reader descheduled for a few
 milliseconds lets its twin run ahead in the first seconds, before the drift
-bound knew their paces; these decoded 1.13-1.31 per distinct, in every run,
-before it held peers of unknown pace (docs/planner.md "Drift"). Overlapping jobs are measured by
-`scripts/bench.sh contention` (docs/benchmarks.md "Sharing on a busy
-machine"): at this size one run in ten or so still reached 1.10.
+bound knew their paces; these decoded 1.13-1.40 per distinct, in every run,
+before it held peers of unknown pace (docs/planner.md "Drift"). Overlapping
+jobs are measured by `scripts/bench.sh contention` (docs/benchmarks.md
+"Sharing on a busy machine").
 """
 
 import os
