@@ -89,14 +89,20 @@ Status JobManager::RestoreJob(const StoredJob& stored) {
   JobSpec spec;
   Status s = ParseJobSpec(text, *catalog_, default_spec_, &spec);
   if (!s.ok()) return s;
-  Roaring subset = ResolveSubset(spec.subset, *catalog_);
+  const bool random = spec.subset.kind == SubsetSpec::Kind::kRandom;
+  Roaring subset;
   if (stored.has_ids) {
     if (stored.ids.isEmpty() || stored.ids.maximum() >= catalog_->size()) {
       return Status::InvalidArgument("its ids lie outside the dataset");
     }
     subset = stored.ids;
-    spec.subset.kind = SubsetSpec::Kind::kIds;
-    spec.subset.text = "ids";
+    if (!random) {
+      spec.subset.kind = SubsetSpec::Kind::kIds;
+      spec.subset.text = "ids";
+    }
+  } else {
+    subset = random ? ShuffledPrefixSubset(spec.subset, *catalog_)
+                    : ResolveSubset(spec.subset, *catalog_);
   }
   s = CheckRanksFit(spec, subset);
   if (!s.ok()) return s;
@@ -147,7 +153,10 @@ void JobManager::AddUsage(uint32_t uid, int64_t jobs, int64_t streams, int64_t r
 
 void JobManager::SaveJob(const Job& job) {
   if (!store_) return;
-  const bool ids = job.spec.subset.kind == SubsetSpec::Kind::kIds;
+  // A random subset's ids are kept too: a restart never draws them again,
+  // so no change of the draw can change a stored job's subset.
+  const bool ids = job.spec.subset.kind == SubsetSpec::Kind::kIds ||
+                   job.spec.subset.kind == SubsetSpec::Kind::kRandom;
   store_->PutJob(job.name, job.uid, job.started, job.spec.ToString(), ids ? &job.subset : nullptr);
 }
 

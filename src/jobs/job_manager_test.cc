@@ -1888,6 +1888,46 @@ TEST_F(ElasticResumeTest, SurvivesARestart) {
 
 // With a job store, a new manager (a restarted daemon) lists the job and
 // continues its epoch without the ids handed out before.
+// A random:F:SEED subset is kept with the job, and a record an older daemon
+// wrote (its spec alone) keeps that daemon's draw: the epoch under way at a
+// restart goes on over the subset it began with.
+TEST_F(JobManagerTest, ARandomSubsetSurvivesARestartAsDrawn) {
+  TempDir cache_dir("joaderfs-job-store");
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  Build();
+  MakeJob("drawn", "subset=random:0.5:7");
+  store_->PutJob("older", kOwner, false, "subset=random:0.5:7\n", nullptr);
+  Shutdown();
+  store_.reset();
+  ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());
+  std::vector<StoredJob> stored;
+  ASSERT_TRUE(store_->Load(&stored).ok());
+  ASSERT_EQ(stored.size(), 2u);
+  Build();
+  SubsetSpec random;
+  random.kind = SubsetSpec::Kind::kRandom;
+  random.fraction = 0.5;
+  random.seed = 7;
+  const Roaring drawn = DrawRandomSubset(24, 12, 7);
+  const Roaring older = ShuffledPrefixSubset(random, *catalog_);
+  ASSERT_NE(drawn, older) << "the seed cannot tell the two draws apart";
+  for (const StoredJob& job : stored) {
+    EXPECT_EQ(job.has_ids, job.name == "drawn") << job.name;
+    ASSERT_TRUE(jobs_->RestoreJob(job).ok()) << job.name;
+    JobManager::ReaderId reader = Open(job.name);
+    std::vector<SampleId> epoch;
+    for (const Record& rec : ParseRecords(ReadToEof(reader, kBig))) {
+      if (rec.header.epoch == 0) epoch.push_back(static_cast<SampleId>(rec.header.sample_id));
+    }
+    jobs_->CloseReader(reader);
+    const Roaring& expected = job.name == "drawn" ? drawn : older;
+    std::vector<SampleId> ids(expected.begin(), expected.end());
+    EXPECT_EQ(Sorted(epoch), ids) << job.name;
+  }
+  Shutdown();
+  store_.reset();
+}
+
 TEST_F(JobManagerTest, JobsSurviveARestartThroughTheStore) {
   TempDir cache_dir("joaderfs-job-store");
   ASSERT_TRUE(JobStore::Open(cache_dir.path(), *catalog_, &store_).ok());

@@ -268,6 +268,35 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
   return Status::Ok();
 }
 
+Roaring DrawRandomSubset(uint32_t n, uint64_t k, uint64_t seed) {
+  // Floyd's algorithm draws m of n uniformly in m steps; for k past half of
+  // n it draws the n - k ids left out, so no draw touches more than n / 2.
+  const bool draw_left_out = k > n / 2;
+  const uint64_t m = draw_left_out ? n - k : k;
+  Roaring drawn;
+  Rng rng(seed);
+  for (uint64_t j = n - m; j < n; ++j) {
+    const auto pick = static_cast<uint32_t>(rng.Below(j + 1));
+    if (!drawn.addChecked(pick)) drawn.add(static_cast<uint32_t>(j));
+  }
+  if (!draw_left_out) return drawn;
+  Roaring ids;
+  ids.addRange(0, n);
+  return ids - drawn;
+}
+
+Roaring ShuffledPrefixSubset(const SubsetSpec& subset, const Catalog& catalog) {
+  const auto n = static_cast<uint32_t>(catalog.size());
+  std::vector<SampleId> all(n);
+  for (SampleId i = 0; i < n; ++i) all[i] = i;
+  Rng rng(subset.seed);
+  rng.Shuffle(all);
+  Roaring ids;
+  ids.addMany(static_cast<size_t>(std::llround(subset.fraction * n)), all.data());
+  ids.runOptimize();
+  return ids;
+}
+
 Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
   Roaring ids;
   const uint32_t n = static_cast<uint32_t>(catalog.size());
@@ -277,16 +306,10 @@ Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog) {
     case SubsetSpec::Kind::kRange:
       for (const auto& [first, last] : subset.ranges) ids.addRange(first, last + 1);
       break;
-    case SubsetSpec::Kind::kRandom: {
-      // A seeded shuffle's prefix: the same seed always picks the same ids.
-      std::vector<SampleId> all(n);
-      for (SampleId i = 0; i < n; ++i) all[i] = i;
-      Rng rng(subset.seed);
-      rng.Shuffle(all);
-      const size_t k = static_cast<size_t>(std::llround(subset.fraction * n));
-      ids.addMany(k, all.data());
+    case SubsetSpec::Kind::kRandom:
+      ids = DrawRandomSubset(n, static_cast<uint64_t>(std::llround(subset.fraction * n)),
+                             subset.seed);
       break;
-    }
     case SubsetSpec::Kind::kIds: break;
   }
   ids.runOptimize();

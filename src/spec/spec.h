@@ -73,7 +73,18 @@ Status ParseJobSpec(std::string_view text, const Catalog& catalog, const JobSpec
 
 // The ids `subset` selects. REQUIRES: the subset was validated by
 // ParseJobSpec (kIds subsets are resolved by ParseIdList instead).
+// random:F:SEED is DrawRandomSubset(N, round(F * N), SEED).
 Roaring ResolveSubset(const SubsetSpec& subset, const Catalog& catalog);
+
+// k of the ids 0..n-1, uniformly at random and the same for the same seed,
+// in time and memory that grow with min(k, n - k), not with n.
+Roaring DrawRandomSubset(uint32_t n, uint64_t k, uint64_t seed);
+
+// random:F:SEED as daemons drew it before DrawRandomSubset (the first
+// round(F * N) ids of a seeded shuffle of all N, O(N)): only for a job such
+// a daemon stored, whose record holds no ids (store/job_store.h), so that
+// its subset, and with it the epoch under way, stays what it was.
+Roaring ShuffledPrefixSubset(const SubsetSpec& subset, const Catalog& catalog);
 
 // Parses the `ids` file: one sample id or relative path per line (blank
 // lines ignored). Fails naming the first bad line as `<file>: line N`, the

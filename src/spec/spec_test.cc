@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <memory>
 #include <set>
 #include <string>
@@ -151,6 +153,28 @@ TEST_F(SpecTest, SubsetRandomSeedsOverlapButDiffer) {
     if (!(first == other)) some_differ = true;
   }
   EXPECT_TRUE(some_differ) << "five other seeds all chose the same ids as seed 1";
+}
+
+// Floyd's draw, and its complement past half: exactly k ids below n, each
+// id as likely as any other (a count per id within 5 sigma over 4000 seeds).
+TEST(DrawRandomSubsetTest, DrawsExactlyKUniformly) {
+  constexpr uint32_t kN = 20;
+  constexpr int kSeeds = 4000;
+  for (const uint64_t k : {1u, 5u, 10u, 15u, 19u, 20u}) {
+    std::vector<int> counts(kN, 0);
+    for (int seed = 0; seed < kSeeds; ++seed) {
+      const Roaring ids = DrawRandomSubset(kN, k, static_cast<uint64_t>(seed));
+      ASSERT_EQ(ids.cardinality(), k);
+      ASSERT_LT(ids.maximum(), kN);
+      for (const uint32_t id : ids) ++counts[id];
+    }
+    const double p = static_cast<double>(k) / kN;
+    const double mean = kSeeds * p;
+    const double sigma = std::sqrt(kSeeds * p * (1 - p));
+    for (uint32_t id = 0; id < kN; ++id) {
+      EXPECT_LE(std::abs(counts[id] - mean), 5 * sigma + 1e-9) << "k " << k << " id " << id;
+    }
+  }
 }
 
 TEST_F(SpecTest, SubsetRandomWholeDatasetIsAll) {

@@ -2,7 +2,7 @@
 // they survive a restart of the daemon, clean or kill -9 (docs/design.md 2.7).
 //
 // Per job it keeps the owner, the spec text (and the ids of an ids-file
-// subset), whether the spec is fixed, the latest elastic resume of a ranked
+// or random:F:SEED subset), whether the spec is fixed, the latest elastic resume of a ranked
 // job (its epoch and the ids consumed in it), and per stream (`next`, or
 // each rank's `next.R`) the epoch under way and the ids handed out in it. Hand-outs are
 // written (WAL, no fsync) before the read reply that carries them leaves the
@@ -65,7 +65,7 @@ struct StoredJob {
   uint32_t uid = 0;
   bool fixed = false;  // read from: the spec may not change
   std::string spec;    // as JobSpec::ToString() writes it
-  Roaring ids;         // the subset, when set through the ids file
+  Roaring ids;         // the subset, when set through the ids file or random:F:SEED
   bool has_ids = false;
   // The latest elastic resume (a `resume` without `rank=` on a ranked job):
   // its epoch, and the ids consumed in it under any number of ranks.
