@@ -270,7 +270,10 @@ Status JobManager::SetSpec(const std::string& name, uint32_t uid, std::string_vi
   if (keeps_ids) spec.subset = job->spec.subset;  // the ids file's subset stays
   if (job->started) {
     // A rerun of the same training script writes the same spec again.
-    if (spec.ToString() == job->spec.ToString() && (keeps_ids || subset == job->subset)) {
+    // A random subset's ids are the ones drawn when the job was made (an
+    // older daemon's draw for a job it stored), whatever the draw is now.
+    const bool drawn = spec.subset.kind == SubsetSpec::Kind::kRandom;
+    if (spec.ToString() == job->spec.ToString() && (keeps_ids || drawn || subset == job->subset)) {
       return Status::Ok();
     }
     return Status::Busy("job " + name +
