@@ -71,6 +71,7 @@ commands=(
   "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
   "source|python bench.scale.source|SOURCE in an S3 bucket (rclone serve s3 behind HAProxy on loopback, and 20 ms added per request; installs both) vs a local tree: 4 jobs, RAM at 10%, samples/s and decodes per distinct, plan-driven reads beside one read per decode thread, and beside joaderfs over an s3fs mount of the bucket (installs Debian's s3fs)"
   "peers|python bench.client.peers|joaderfs against the loaders a user would pick (DataLoader + PIL or decode_jpeg, tf.data, DALI CPU, SPDL): 1 job x 2 epochs and 4 jobs, samples/s and samples per CPU-second, daemon included"
+  "scale-catalog|python bench.scale.catalog|the catalog at ImageNet scale (128k, 1.28M, 5M with --big tiny JPEGs in 1000 classes): fresh mount, remount and full-disk-tier restart time and RSS per sample, manifest read, a random-subset job's creation, against ImageFolder and find (issue 44's targets)"
   "memory|python bench.memory.rss|the daemon's RSS before, at peak and after the loads of issue 20 (a second uid's 200 ranks=4096 jobs, 300 readers of a huge sample, 6 jobs, job churn): freed memory goes back"
 )
 
@@ -200,7 +201,7 @@ case $how in
     extra=()
     case $command in
       tiers) has_arg --bin "$@" || extra+=(--bin "$build/joaderfs") ;;
-      client-cost|train|drift|tf|peers) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
+      client-cost|train|drift|tf|peers|scale-catalog) has_arg --joaderfs "$@" || extra+=(--joaderfs "$build/joaderfs") ;;
     esac
     case $command in
       tiers|client-cost|train|source)
