@@ -7,10 +7,9 @@ Batches (the fast path)::
     from joaderfs import JobDataset
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dataset = JobDataset(job, batch_size=30)
-    loader = DataLoader(dataset, batch_size=None, num_workers=2,
-                        persistent_workers=True,
-                        pin_memory=torch.cuda.is_available())
+    dataset = JobDataset(job, batch_size=30,
+                         pin_memory=torch.cuda.is_available())
+    loader = DataLoader(dataset, batch_size=None, num_workers=0)
     for epoch in range(epochs):
         for images, labels, ids in loader:  # images: [B, 3, H, W] uint8
             images = images.to(device, non_blocking=True)
@@ -22,10 +21,19 @@ straight into one array, so the DataLoader must not batch again
 ``channels_last`` layout (the stream's HWC records, permuted without a copy);
 models and ``.to(device)`` accept it as is.  No batch is copied on its way
 to the training loop: batch buffers are reused once every tensor made from
-one has been dropped (fresh memory costs a page fault per 4 KiB).  A worker
-reads into shared-memory buffers that the training process maps once, the
-first time it receives each, and then hands out as they are; a tensor the
-training code keeps stays valid, its buffer is simply not reused.
+one has been dropped (fresh memory costs a page fault per 4 KiB); a tensor
+the training code keeps stays valid, its buffer is simply not reused.
+
+``num_workers=0`` is the fast setting for batches: the daemon decodes, so
+there is nothing for worker processes to do but copy, and on a machine
+where the daemon's decode threads need the cores, workers compete with them
+(on 2 cores one job's cold epoch ran about 20 % faster without them,
+docs/benchmarks.md).  The training process reads the batches itself, on a
+thread of the dataset's own (``prefetch=2``: up to 2 batches read ahead),
+so that reading overlaps the training step.  With workers
+(``num_workers=K``) each worker reads into shared-memory buffers that the
+training process maps once, the first time it receives each, and then
+hands out as they are.
 
 Per sample::
 
@@ -66,6 +74,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
+import threading
 import warnings
 import weakref
 from typing import Any, Callable, Iterator
@@ -111,13 +121,27 @@ class JobDataset(IterableDataset):
     ``loader_batch_size=B`` (per sample only): the DataLoader's
     ``batch_size``, so that its workers take whole batches, as the batch
     path's do.
+
+    ``prefetch=P`` (batches, in the training process: ``num_workers=0`` or
+    the dataset iterated directly): a thread reads up to P batches ahead of
+    the caller, so that reading overlaps the training step; 0 reads each
+    batch when it is asked for.  Within an epoch every sample is still
+    handed out once; a ``break`` ends the thread and closes ``next`` at
+    once (the batches read ahead are lost for that epoch, as a worker's
+    are).  A read error is raised in the caller.  Workers read ahead
+    already (the DataLoader's ``prefetch_factor``) and ignore it, as does
+    the per-sample path.
+
+    One iteration is for one thread; iterations in several threads at once
+    share the buffer pool safely.
     """
 
     def __init__(self, job: PathLike, layout: str = "CHW",
                  transform: Transform | None = None,
                  batch_size: int | None = None, drop_last: bool = False,
                  pin_memory: bool = False, rank: int | None = None,
-                 loader_batch_size: int | None = None) -> None:
+                 loader_batch_size: int | None = None,
+                 prefetch: int = 2) -> None:
         super().__init__()
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', not {layout!r}")
@@ -129,6 +153,8 @@ class JobDataset(IterableDataset):
                                               loader_batch_size < 1):
             raise ValueError("loader_batch_size is for a per-sample dataset "
                              "and must be positive")
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be 0 or more, not {prefetch}")
         self._path = next_path(job, default_rank(job, rank))
         self._chw = layout == "CHW"
         self._transform = transform
@@ -136,6 +162,7 @@ class JobDataset(IterableDataset):
         self._loader_batch_size = loader_batch_size
         self._drop_last = drop_last
         self._pin_memory = pin_memory
+        self._prefetch = prefetch
         # The training process's batch buffers, kept from epoch to epoch.
         self._pool: _BufferPool | None = None
         # Items handed out in the pass under way, and of how many if known
@@ -164,6 +191,11 @@ class JobDataset(IterableDataset):
         return dict(self.__dict__, _pool=None)
 
     def __iter__(self) -> Iterator[tuple[Any, Any, Any]]:
+        if (self._batch_size is not None and self._pool is None
+                and get_worker_info() is None):
+            # Here, not in the prefetch thread: a warning about pinned
+            # memory reaches the caller's thread.
+            self._pool = _BufferPool(self._allocator())
         # The file is opened now, when the worker starts, so that no worker
         # joins after the others have emptied the epoch.
         raw = open_next(self._path)
@@ -180,7 +212,10 @@ class JobDataset(IterableDataset):
         if sizes is not None:
             short = self._drop_last and sizes and sizes[-1] < self._batch_size
             total = len(sizes) - short
-        return self._counted(self._batches(raw, sizes), total)
+        batches = self._batches(raw, sizes)
+        if self._prefetch and get_worker_info() is None:
+            batches = _prefetched(batches, self._prefetch)
+        return self._counted(batches, total)
 
     # torchdata's StatefulDataLoader uses these two (its Stateful protocol).
     # Without them it would resume a pass by reading and dropping as many
@@ -235,8 +270,6 @@ class JobDataset(IterableDataset):
         # transform's output may alias its input, so a worker with one
         # hands out fresh shared memory that torch sends as usual.
         ring = WorkerRing() if in_worker and self._transform is None else None
-        if not in_worker and self._pool is None:
-            self._pool = _BufferPool(self._allocator())
         pool = None if in_worker else self._pool
         allocate = (ring.take if ring else shared_empty if in_worker
                     else pool.take)
@@ -301,6 +334,65 @@ class _BufferPool:
         view = images[:]
         weakref.finalize(view, self._free.append, images.base)
         return torch.from_numpy(view)
+
+
+# What the prefetch thread puts in its queue: (_BATCH, batch), then
+# (_END, None) or (_ERROR, exception).
+_BATCH, _END, _ERROR = range(3)
+
+
+def _prefetched(batches: Iterator[Any], depth: int) -> Iterator[Any]:
+    """Yields the items of ``batches``, read ahead by a thread of its own, at
+    most ``depth`` of them waiting, so that reading (readv releases the GIL)
+    overlaps the training step.  Owns ``batches``: the thread closes it, and
+    so the job's ``next``, when the epoch ends, on an error (raised here, in
+    the consumer) or when this iterator is closed or dropped (a ``break``),
+    which waits for the thread to end: a later ``iter()`` then opens
+    ``next`` as the only reader again.  Buffers are never written while
+    handed out: the thread reads into buffers from the dataset's pool, which
+    holds only those whose tensors are all gone.  One consumer thread."""
+    ready: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    thread = threading.Thread(target=_prefetch, args=(batches, ready, stop),
+                              name="joaderfs-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = ready.get()
+            if kind == _END:
+                return
+            if kind == _ERROR:
+                raise value
+            yield value
+            del value  # the caller's batch alone decides when it is freed
+    finally:
+        stop.set()
+        # Frees the thread from a put into a full queue; it then sees stop
+        # (it puts at most once more, into the room made here).
+        try:
+            while True:
+                ready.get_nowait()
+        except queue.Empty:
+            pass
+        thread.join()
+
+
+def _prefetch(batches: Iterator[Any], ready: queue.Queue,
+              stop: threading.Event) -> None:
+    """The prefetch thread of _prefetched."""
+    try:
+        try:
+            for batch in batches:
+                ready.put((_BATCH, batch))
+                del batch  # else it would hold a buffer through the next read
+                if stop.is_set():
+                    return
+        finally:
+            batches.close()  # closes next: the daemon's reader count
+        ready.put((_END, None))
+    except BaseException as e:  # noqa: B036 - the consumer re-raises it
+        if not stop.is_set():
+            ready.put((_ERROR, e))
 
 
 def _pinned_empty(shape: tuple[int, ...]) -> np.ndarray:
