@@ -7,8 +7,7 @@ received, as a ``state_dict`` for its checkpoints, and the ``resume`` file::
     import joaderfs
 
     loader = DataLoader(joaderfs.JobDataset(job, batch_size=30),
-                        batch_size=None, num_workers=2,
-                        persistent_workers=True)
+                        batch_size=None, num_workers=0)
     state = joaderfs.StreamState(job)                  # or rank=R
     if os.path.exists("checkpoint.pt"):
         checkpoint = torch.load("checkpoint.pt")
@@ -24,7 +23,8 @@ received, as a ``state_dict`` for its checkpoints, and the ``resume`` file::
 ``track`` wraps any iterable of batches or samples whose third item is the
 ids (``JobDataset``'s tuples, through a DataLoader with any ``num_workers``)
 and records the ids as the training process receives them, so what a
-checkpoint holds is what was consumed, whatever the workers had read ahead.
+checkpoint holds is what was consumed, whatever the workers (or the
+dataset's prefetch thread) had read ahead.
 ``load_state_dict`` writes ``epoch=E`` (and ``rank=R``) and those ids to the
 job's ``resume`` file before the next read: the job then delivers exactly
 the rest of epoch E, then E+1 in full.  Samples the workers had read but the

@@ -61,11 +61,13 @@ per-sample dataset needs the DataLoader's batch size for that
 (``loader_batch_size=B``); without it each worker reads until EOF and makes
 its own short last batch.
 
-Use ``persistent_workers=True``: each ``for`` over the loader then makes the
-same workers iterate the dataset again, which re-opens ``next`` and so reads
-the next epoch.  Without it every epoch starts fresh workers and pays their
-start-up: on a 16-core GPU machine, going from 2 to 8 workers over
-6000-image epochs cut throughput from 5758 to 2785 samples/s that way.
+With workers, use ``persistent_workers=True``: each ``for`` over the loader
+then makes the same workers iterate the dataset again, which re-opens
+``next`` and so reads the next epoch.  Without it every epoch starts fresh
+workers and pays their start-up: on a 16-core GPU machine, going from 2 to 8
+workers over 6000-image epochs cut throughput from 5758 to 2785 samples/s
+that way.  (Without workers each ``for`` iterates the dataset again in the
+training process: the next epoch too.)
 Samples are not shuffled on the client: the daemon already hands each job a
 uniformly random order.
 """
