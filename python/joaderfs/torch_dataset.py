@@ -27,10 +27,10 @@ the training code keeps stays valid, its buffer is simply not reused.
 ``num_workers=0`` is the fast setting for batches: the daemon decodes, so
 there is nothing for worker processes to do but copy, and on a machine
 where the daemon's decode threads need the cores, workers compete with them
-(on 2 cores one job's cold epoch ran about 20 % faster without them,
-docs/benchmarks.md).  The training process reads the batches itself, on a
-thread of the dataset's own (``prefetch=2``: up to 2 batches read ahead),
-so that reading overlaps the training step.  With workers
+(on 2 cores one job's cold epoch ran 5-30 % faster without them, at 6-21 %
+less CPU a sample, docs/benchmarks.md).  The training process reads the
+batches itself, on a thread of the dataset's own (``prefetch=2``: up to 2
+batches read ahead), so that reading overlaps the training step.  With workers
 (``num_workers=K``) each worker reads into shared-memory buffers that the
 training process maps once, the first time it receives each, and then
 hands out as they are.
@@ -349,8 +349,8 @@ def _prefetched(batches: Iterator[Any], depth: int) -> Iterator[Any]:
     overlaps the training step.  Owns ``batches``: the thread closes it, and
     so the job's ``next``, when the epoch ends, on an error (raised here, in
     the consumer) or when this iterator is closed or dropped (a ``break``),
-    which waits for the thread to end: a later ``iter()`` then opens
-    ``next`` as the only reader again.  Buffers are never written while
+    which waits for the thread to end (its read under way first): a later
+    ``iter()`` then opens ``next`` as the only reader again.  Buffers are never written while
     handed out: the thread reads into buffers from the dataset's pool, which
     holds only those whose tensors are all gone.  One consumer thread."""
     ready: queue.Queue = queue.Queue(depth)
@@ -392,7 +392,7 @@ def _prefetch(batches: Iterator[Any], ready: queue.Queue,
         finally:
             batches.close()  # closes next: the daemon's reader count
         ready.put((_END, None))
-    except BaseException as e:  # noqa: B036 - the consumer re-raises it
+    except BaseException as e:  # whatever it is, the consumer raises it
         if not stop.is_set():
             ready.put((_ERROR, e))
 
