@@ -58,8 +58,10 @@ k + K, ... of the epoch's ceil(N/B) and not a sample more, so the loader
 yields ceil(N/B) batches, only the last one short, whatever the workers'
 speeds: the ranks of a data-parallel job run the same number of steps.  The
 per-sample dataset needs the DataLoader's batch size for that
-(``loader_batch_size=B``); without it each worker reads until EOF and makes
-its own short last batch.
+(``loader_batch_size=B``); without it each worker reads its share of single
+samples (samples k, k + K, ... of the epoch's N, never more), so the epoch
+still ends whole however late a worker starts, but each worker makes its own
+short last batch.
 
 With workers, use ``persistent_workers=True``: each ``for`` over the loader
 then makes the same workers iterate the dataset again, which re-opens
@@ -247,13 +249,20 @@ class JobDataset(IterableDataset):
 
     def _share(self) -> Iterator[int] | None:
         """This worker's batch sizes, of the epoch it has just opened; None
-        (read until EOF) for the only reader of the loader."""
+        (read until EOF) for the only reader of the loader.  A per-sample
+        dataset without ``loader_batch_size`` takes single samples: a worker
+        that reads until EOF would, if it started after the others had
+        emptied the epoch, read the whole next one within this pass."""
         info = get_worker_info()
-        batch_size = self._batch_size or self._loader_batch_size
-        if info is None or info.num_workers == 1 or batch_size is None:
+        if info is None or info.num_workers == 1:
             return None
-        return batch_sizes(epoch_length(self._path), batch_size, info.id,
-                           info.num_workers)
+        length = epoch_length(self._path)
+        batch_size = self._batch_size or self._loader_batch_size
+        if batch_size is None:
+            # Samples k, k + K, ...: their count alone (sizes of 1 would make
+            # a list as long as the share).
+            return iter([len(range(info.id, length, info.num_workers))])
+        return batch_sizes(length, batch_size, info.id, info.num_workers)
 
     def _samples(self, raw, limit: int | None
                  ) -> Iterator[tuple[Any, int, int]]:

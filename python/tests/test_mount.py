@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import unittest
 from pathlib import Path
 
@@ -68,6 +69,13 @@ def unmount_cleanly(mount: harness.Mount) -> None:
         print(f"\njoaderfs exited with {status}:\n{mount.saved_log}",
               file=sys.stderr)
         raise RuntimeError(f"joaderfs exited with {status} after unmounting")
+
+
+def start_second_worker_late(worker_id: int) -> None:
+    """A DataLoader worker_init_fn: worker 1 starts a while after worker 0,
+    as a worker of a loaded machine does."""
+    if worker_id == 1:
+        time.sleep(3)
 
 
 def _deadline_passed(signum, frame):
@@ -356,6 +364,23 @@ class MountTest(MountedCase):
             ids, labels = [], []
             for images, batch_labels, batch_ids in loader:
                 self.assertEqual(tuple(images.shape[1:]), (SIZE, SIZE, 3))
+                ids += batch_ids.tolist()
+                labels += batch_labels.tolist()
+            with self.subTest(epoch=epoch):
+                self.check_epoch(ids, labels)
+
+    def test_a_late_worker_takes_its_share_of_the_epoch(self) -> None:
+        # Per sample, no loader_batch_size: worker 1 starts after worker 0
+        # has read all it may. It must read the rest of this epoch, not the
+        # whole next one within this pass.
+        job = self.make_job("torch-late-worker")
+        loader = DataLoader(joaderfs.JobDataset(job, layout="HWC"),
+                            batch_size=50, num_workers=2,
+                            persistent_workers=True, timeout=60,
+                            worker_init_fn=start_second_worker_late)
+        for epoch in range(2):
+            ids, labels = [], []
+            for _, batch_labels, batch_ids in loader:
                 ids += batch_ids.tolist()
                 labels += batch_labels.tolist()
             with self.subTest(epoch=epoch):
