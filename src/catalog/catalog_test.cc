@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "catalog/manifest.h"
+#include "common/hash.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -784,6 +785,101 @@ TEST(CatalogTest, NamesWithControlCharactersAreLeftOutAndCounted) {
   ASSERT_TRUE(m);
   EXPECT_EQ(Relpaths(*m), (std::vector<std::string>{"a/ok.jpg"}));
   EXPECT_EQ(m->scan_skips().unprintable, 1u);
+}
+
+// The fingerprint as the disk tier has stored it since v3: FNV-1a of the
+// relpath and its NUL, then label, size, mtime seconds, nanoseconds, inode.
+uint64_t ExpectedFingerprint(const std::string& relpath, int64_t label, const FileRange& r) {
+  const uint64_t parts[] = {static_cast<uint64_t>(label), r.file_size,
+                            static_cast<uint64_t>(r.mtime_ns / 1'000'000'000),
+                            static_cast<uint64_t>(r.mtime_ns % 1'000'000'000), r.inode};
+  return Fnv1a(Fnv1a(kFnv1aBasis, relpath.c_str(), relpath.size() + 1), parts, sizeof parts);
+}
+
+// Each sample's relpath, label, location and fingerprint are what its file
+// says, and FindRelpath() finds the first id of each relpath.
+void ExpectSamplesMatchTheirFiles(const Catalog& c) {
+  for (SampleId id = 0; id < c.size(); ++id) {
+    const std::string rel = c.relpath(id);
+    const FileRange r = c.location(id);
+    EXPECT_EQ(r.path, c.path(id));
+    EXPECT_TRUE(c.path(id).ends_with("/" + rel)) << c.path(id);
+    struct stat st {};
+    if (::stat(r.path.c_str(), &st) == 0) {
+      EXPECT_EQ(r.file_size, static_cast<uint64_t>(st.st_size)) << rel;
+      EXPECT_EQ(r.mtime_ns, st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec) << rel;
+      EXPECT_EQ(r.inode, st.st_ino) << rel;
+    } else {
+      EXPECT_EQ(r.file_size + r.inode + static_cast<uint64_t>(r.mtime_ns), 0u) << rel;
+    }
+    EXPECT_EQ(c.fingerprint(id), ExpectedFingerprint(rel, c.label(id), r)) << rel;
+    const std::optional<SampleId> found = c.FindRelpath(rel);
+    ASSERT_TRUE(found) << rel;
+    EXPECT_EQ(c.relpath(*found), rel);
+    EXPECT_LE(*found, id);
+  }
+}
+
+TEST(CompactCatalogTest, ImageFolderSamplesAreWhatTheirFilesSay) {
+  TempDir d, outside;
+  MakeImageFolder(d);
+  WriteFile(outside / "linked/deep/l.jpg", "linked");
+  WriteFile(d / "a/tab\there.jpg");
+  fs::create_directory_symlink(outside / "linked", d / "b/link");
+  WriteFile(d / "b/sizes.jpg", std::string(70'000, 'x'));
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"a/sub/deeper/k.webp", "a/sub/y.jpeg", "a/sub-2/w.bmp",
+                                      "a/x.jpg", "a-b/c.jpg", "b/a.PNG", "b/link/deep/l.jpg",
+                                      "b/sizes.jpg", "b/z.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 0, 0, 0, 1, 2, 2, 2, 2}));
+  EXPECT_EQ(c->location(7).file_size, 70'000u);
+  ExpectSamplesMatchTheirFiles(*c);
+  EXPECT_EQ(c->FindRelpath("a/sub"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("sub/y.jpeg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a/sub/y.jpe"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("/a/x.jpg"), std::nullopt);
+}
+
+TEST(CompactCatalogTest, ManifestPathsKeepEveryByte) {
+  TempDir d;
+  WriteFile(d / "top.jpg", "t");
+  WriteFile(d / "img/one.jpg", "one");
+  WriteFile(d / "m.tsv",
+            "top.jpg\t4\n"
+            "img//one.jpg\t1\n"
+            "./img/one.jpg\t1\n"
+            "img/one.jpg\t2\n"
+            "img/missing.jpg\t0\n"
+            "top.jpg\t3\n");  // a second id for one path
+  auto c = OpenOk(d / "m.tsv");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"top.jpg", "img//one.jpg", "./img/one.jpg",
+                                                    "img/one.jpg", "img/missing.jpg", "top.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{4, 1, 1, 2, 0, 3}));
+  ExpectSamplesMatchTheirFiles(*c);
+  EXPECT_EQ(c->FindRelpath("top.jpg"), 0u);  // the first of two
+  EXPECT_EQ(c->FindRelpath("img/one.jpg"), 3u);
+  EXPECT_EQ(c->location(4).file_size, 0u);
+}
+
+// The index costs each sample its name plus a few dozen bytes, with no heap
+// block of its own (issue 44: at most 64 bytes a sample in all).
+TEST(CompactCatalogTest, IndexBytesPerSample) {
+  TempDir d;
+  constexpr int kClasses = 20, kPerClass = 500;
+  for (int k = 0; k < kClasses; ++k) {
+    for (int i = 0; i < kPerClass; ++i) {
+      WriteFile(d / ("n0000" + std::to_string(k) + "/img_" + std::to_string(100000 + i) + ".JPEG"));
+    }
+  }
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->size(), size_t{kClasses} * kPerClass);
+  constexpr size_t kName = 15;  // "img_1xxxxx.JPEG"
+  // 4 (name offset) + 24 (identity) + at most 4 / 0.7 * 2 (lookup slots).
+  EXPECT_LE(c->index_bytes(), c->size() * (kName + 4 + 24 + 12)) << c->index_bytes();
 }
 
 }  // namespace

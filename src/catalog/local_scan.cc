@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "catalog/catalog.h"
 #include "catalog/layout.h"
@@ -106,49 +107,53 @@ Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
     claimed[label] = visited.insert(classes[label].second).second;
     scan_skips_.revisits += !claimed[label];
   }
-  std::vector<std::string> files;
   for (size_t label = 0; label < classes.size(); ++label) {
-    if (!claimed[label]) continue;
-    files.clear();
-    WalkClass(classes[label].first, &visited, &files);
-    std::sort(files.begin(), files.end(), PathLess);
-    for (auto& f : files) entries_.push_back({std::move(f), static_cast<int64_t>(label)});
+    if (claimed[label]) WalkClass(classes[label].first, static_cast<int32_t>(label), &visited);
   }
   return Status::Ok();
 }
 
-void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
-                        std::vector<std::string>* files) {
-  // Depth first with a stack of relative paths, children in name order, so
-  // that the first of two links to one folder in path order is the one
-  // entered. Every folder pushed is new to `visited`: the walk lists each
-  // distinct folder once, whatever the links.
-  std::vector<std::string> pending{cls};
-  std::vector<FolderEntry> entries;
-  std::vector<std::string> subfolders;
+void Catalog::WalkClass(const std::string& cls, int32_t label,
+                        std::set<std::pair<dev_t, ino_t>>* visited) {
+  // Depth first, each folder's entries in name order, files added where
+  // they fall: that is the component-wise path order (PathLess), with no
+  // sort of whole relpaths. A folder's subfolders are claimed in `visited`
+  // when it is listed, before any is entered, so that the first of two
+  // links to one folder in path order is the one entered: the walk lists
+  // each distinct folder once, whatever the links.
+  enum Action : uint8_t { kSkip, kAdd, kEnter };
+  struct Frame {
+    std::string folder;  // relative to root_, with a trailing '/'
+    std::vector<FolderEntry> entries;
+    std::vector<Action> actions;
+    size_t next = 0;
+  };
+  std::vector<Frame> stack;
   struct stat st {};
-  while (!pending.empty()) {
-    const std::string rel = std::move(pending.back());
-    pending.pop_back();
+  const auto enter = [&](std::string rel) {
+    Frame f;
+    f.folder = std::move(rel) + "/";
     DIR* dir = nullptr;
-    if (!ListFolder(root_ + "/" + rel, &dir, &entries)) {
+    if (!ListFolder(root_ + "/" + f.folder, &dir, &f.entries)) {
       ++scan_skips_.unreadable;
-      entries.clear();
+      f.entries.clear();
     }
-    subfolders.clear();
-    for (const FolderEntry& e : entries) {
-      if (e.name[0] == '.' || Unprintable(rel + "/" + e.name)) continue;
+    f.actions.assign(f.entries.size(), kSkip);
+    for (size_t i = 0; i < f.entries.size(); ++i) {
+      const FolderEntry& e = f.entries[i];
+      // The folder's own name was looked at in its parent.
+      if (e.name[0] == '.' || (HasControlByte(e.name) && Unprintable(f.folder + e.name))) continue;
       const bool image = IsImageName(e.name);
       switch (Examine(dir, e, &st)) {
         case EntryKind::kFolder:
           if (visited->insert({st.st_dev, st.st_ino}).second) {
-            subfolders.push_back(rel + "/" + e.name);
+            f.actions[i] = kEnter;
           } else {
             ++scan_skips_.revisits;
           }
           break;
         case EntryKind::kFile:
-          if (image) files->push_back(rel + "/" + e.name);
+          if (image) f.actions[i] = kAdd;
           break;
         case EntryKind::kSpecial: special_files_ += image; break;
         case EntryKind::kLoop: image ? ++special_files_ : ++scan_skips_.link_loops; break;
@@ -157,30 +162,83 @@ void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>
       }
     }
     if (dir) ::closedir(dir);
-    pending.insert(pending.end(), std::make_move_iterator(subfolders.rbegin()),
-                   std::make_move_iterator(subfolders.rend()));
+    stack.push_back(std::move(f));
+  };
+  enter(cls);
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.next == f.entries.size()) {
+      stack.pop_back();
+      continue;
+    }
+    const size_t i = f.next++;
+    if (f.actions[i] == kAdd && !samples_.Add(f.folder, f.entries[i].name, label)) {
+      ++scan_skips_.unreadable;
+    }
+    if (f.actions[i] == kEnter) enter(f.folder + f.entries[i].name);  // invalidates f
   }
 }
 
 void Catalog::StatLocalFiles(std::vector<uint8_t>* kinds) {
-  kinds->assign(entries_.size(), kMissing);
-  const std::vector<size_t> stuck =
-      WalkWithDeadline(entries_.size(), scan_timeout_, [&](size_t i, const WalkPublisher& p) {
-        std::string path;
-        if (!p.Publish([&] { path = root_ + "/" + entries_[i].relpath; })) return;
-        struct stat st {};
-        const bool found = ::stat(path.c_str(), &st) == 0;
-        p.Publish([&] {
-          if (!found) return;
-          (*kinds)[i] = S_ISREG(st.st_mode) ? kRegular : kSpecial;
-          Entry& e = entries_[i];
-          e.size = static_cast<uint64_t>(st.st_size);
-          e.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
-          e.inode = st.st_ino;
-        });
+  kinds->assign(samples_.size(), kMissing);
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 2u, 8u);
+  // A thread works on one folder at a time, and keeps it open: a stat
+  // relative to it looks up one name, not the whole path. On a filesystem
+  // where a lookup that hangs blocks the others in its folder (FUSE
+  // without parallel lookups), no second thread is caught behind it; only
+  // folders over kBatch samples are shared.
+  constexpr size_t kBatch = 16384;
+  struct OpenFolder {
+    uint32_t index = UINT32_MAX;
+    std::string path;  // with its trailing '/'
+    int fd = -1;
+    ~OpenFolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  const std::vector<size_t> stuck = ParallelWalkWithDeadline(
+      samples_.size(), samples_.FolderBatches(kBatch), threads, scan_timeout_, [this, kinds] {
+        auto folder = std::make_shared<OpenFolder>();
+        return [this, kinds, folder](size_t i, const WalkPublisher& p) {
+          // What the step reads of the catalog it copies under Publish; one
+          // capture, so that the function needs no allocation.
+          struct Work {
+            uint32_t index;
+            std::string name, folder_path;
+            struct stat st;
+            bool found;
+          } w{};
+          Work* q = &w;
+          if (!p.Publish([this, q, i, &folder] {
+                q->index = samples_.folder_index(i);
+                q->name = samples_.name(i);
+                if (q->index != folder->index) {
+                  q->folder_path = root_ + "/" + std::string(samples_.FolderAt(q->index));
+                }
+              })) {
+            return;
+          }
+          if (w.index != folder->index) {
+            if (folder->fd >= 0) ::close(folder->fd);
+            folder->index = w.index;
+            folder->path = std::move(w.folder_path);
+            folder->fd = ::open(folder->path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+          }
+          w.found = folder->fd >= 0 && !w.name.empty()
+                        ? ::fstatat(folder->fd, w.name.c_str(), &w.st, 0) == 0
+                        : ::stat((folder->path + w.name).c_str(), &w.st) == 0;
+          p.Publish([this, q, i, kinds] {
+            if (!q->found) return;
+            (*kinds)[i] = S_ISREG(q->st.st_mode) ? kRegular : kSpecial;
+            samples_.set_identity(i,
+                                  {static_cast<uint64_t>(q->st.st_size),
+                                   q->st.st_mtim.tv_sec * 1'000'000'000LL + q->st.st_mtim.tv_nsec,
+                                   static_cast<uint64_t>(q->st.st_ino)});
+          });
+        };
       });
   for (size_t i : stuck) (*kinds)[i] = kStuck;
-  NoteStuck(stuck.size(), stuck.empty() ? "" : entries_[stuck.front()].relpath);
+  NoteStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
 }
 
 void Catalog::NoteStuck(uint64_t count, const std::string& first) {

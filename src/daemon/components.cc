@@ -8,6 +8,7 @@
 #include "cache/remote_tier.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/memory_trim.h"
 #include "common/rocksdb_support.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/machine.h"
@@ -135,6 +136,8 @@ Status Components::OpenCatalog(const DaemonOptions& o) {
   co.s3_profile = o.s3_profile;
   co.read_timeout = std::chrono::seconds(o.read_timeout);
   const Status s = Catalog::Open(o.source, co, &catalog_);
+  // The scan's lists and names are freed: RSS returns to what the catalog holds.
+  TrimFreeMemory(kKeepFreeBytes);
   // The credentials were read (or never needed): none stays in the
   // environment /proc/PID/environ shows.
   ScrubEnvironment(kSecretVariables);
