@@ -92,16 +92,36 @@ Status Catalog::Open(const std::string& source, const CatalogOptions& options,
   if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("SOURCE " + source + " is neither a folder nor a manifest file");
   }
+  // The snapshot of an earlier scan, when cache_dir holds a sound one of
+  // this SOURCE.
+  std::string snapshot_path;
+  CatalogSnapshot snapshot;
+  bool have_snapshot = false;
+  if (S_ISDIR(st.st_mode) && !options.cache_dir.empty()) {
+    snapshot_path = SourceFolder(options.cache_dir, c->source_, "catalog1");
+    Status r = ReadSnapshotFile(snapshot_path, &snapshot);
+    if (r.ok() && snapshot.source != c->source_) r = Status::Corruption("of another SOURCE");
+    have_snapshot = r.ok();
+    if (!r.ok() && r.code() != Status::Code::kNotFound) {
+      spdlog::warn("catalog snapshot {} ignored ({}): a full scan", snapshot_path, r.message());
+    }
+  }
   std::vector<std::string> shards;
-  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder(&shards) : c->ReadManifest();
+  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder(&shards, have_snapshot ? &snapshot : nullptr)
+                                 : c->ReadManifest();
   if (!s.ok()) return s;
+  snapshot = CatalogSnapshot();
   if (c->samples_.size() == 0 && !shards.empty()) {
     s = c->ScanShards(std::move(shards), options.label_key);
     if (!s.ok()) return s;
     c->IndexShards();
   } else {
     c->Index();
+    if (!snapshot_path.empty() && c->size() > 0 && !c->snapshot_current_) {
+      c->WriteSnapshot(snapshot_path);
+    }
   }
+  c->class_scans_ = {};
   c->LogSkips();
   if (c->size() == 0) {
     if (!S_ISDIR(st.st_mode))
@@ -245,6 +265,26 @@ void Catalog::Index() {
     h = Fnv1a(h, &f, sizeof f);
   }
   identity_ = h;
+}
+
+void Catalog::WriteSnapshot(const std::string& path) {
+  CatalogSnapshot snapshot;
+  snapshot.source = source_;
+  snapshot.classes = std::move(class_scans_);
+  // Each class's samples after Index(): labels rise with ids.
+  SampleId first = 0;
+  for (size_t label = 0; label < snapshot.classes.size(); ++label) {
+    SampleId end = first;
+    while (end < samples_.size() && samples_.label(end) == static_cast<int32_t>(label)) ++end;
+    snapshot.classes[label].first = first;
+    snapshot.classes[label].count = end - first;
+    first = end;
+  }
+  snapshot.samples = std::move(samples_);
+  const Status s = WriteSnapshotFile(path, snapshot);
+  samples_ = std::move(snapshot.samples);
+  class_scans_ = std::move(snapshot.classes);
+  if (!s.ok()) spdlog::warn("catalog snapshot not kept: {}", s.message());
 }
 
 void Catalog::AddShard(Shard shard,

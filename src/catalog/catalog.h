@@ -52,11 +52,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <roaring/roaring.hh>
 
 #include "catalog/sample_table.h"
+#include "catalog/snapshot.h"
 #include "catalog/source_store.h"
 #include "catalog/tar_index.h"
 #include "common/file_range.h"
@@ -97,6 +99,10 @@ struct CatalogOptions {
   // local SOURCE's scan: how long a stat or a read may go without an answer
   // before its file or shard is left out.
   std::chrono::milliseconds read_timeout{30'000};
+  // Where an ImageFolder SOURCE's scan is kept for the next mount
+  // (catalog/snapshot.h): <cache_dir>/<FNV-1a of SOURCE>-catalog1. Empty:
+  // nowhere. The caller holds cache_dir's lock.
+  std::string cache_dir;
 };
 
 // What the shard scan left out or could not label (tar_index.h ShardCounts),
@@ -138,6 +144,9 @@ class Catalog {
   // Manifest paths that could leave its folder (manifest.h): left out.
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
+  // Folders the scan listed, SOURCE's top included: with a snapshot, only
+  // those of the classes that changed.
+  uint64_t folders_listed() const { return folders_listed_; }
 
   // Built on each call for tar samples (`<shard>/<member>`).
   std::string relpath(SampleId id) const;
@@ -213,12 +222,21 @@ class Catalog {
   void IndexShards();
   // Where the hash of (shard, member name) starts its probe in by_member_.
   size_t MemberSlot(uint32_t shard, std::string_view member) const;
-  // Also lists the `*.tar` files at SOURCE's top into `shards`.
-  Status ScanImageFolder(std::vector<std::string>* shards);
-  // Adds the image files under the class folder `cls` (relative to root_)
-  // in path order with label `label`, entering no folder already in
-  // `visited`.
-  void WalkClass(const std::string& cls, int32_t label, std::set<std::pair<dev_t, ino_t>>* visited);
+  // Also lists the `*.tar` files at SOURCE's top into `shards`. Classes
+  // whose folders are as `snapshot` (may be null) recorded are taken from
+  // it unlisted.
+  Status ScanImageFolder(std::vector<std::string>* shards, const CatalogSnapshot* snapshot);
+  // Adds the image files under the class folder `cls` (relative to root_;
+  // `st` its stat) in path order with label `label`, entering no folder
+  // already in `visited`, and records the walk in class_scans_[label].
+  void WalkClass(const std::string& cls, int32_t label, const struct stat& st,
+                 std::set<std::pair<dev_t, ino_t>>* visited);
+  // Takes the class `c` of `snapshot` as label `label` when each of its
+  // folders is as recorded; false, adding nothing, when not.
+  bool ReuseClass(const CatalogSnapshot& snapshot, const ClassScan& c, int32_t label,
+                  std::set<std::pair<dev_t, ino_t>>* visited);
+  // Writes the snapshot of this scan to `path` (one warning if it cannot).
+  void WriteSnapshot(const std::string& path);
   // Appends `relpath` (split at its last '/') as the next sample; one that
   // does not fit (past 4 GiB of names) is counted as unreadable.
   void AddSample(std::string_view relpath, int64_t label);
@@ -251,6 +269,13 @@ class Catalog {
   uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
   ScanSkips scan_skips_;
   std::chrono::milliseconds scan_timeout_{30'000};
+  uint64_t folders_listed_ = 0;
+  int64_t scan_started_ns_ = 0;  // the wall clock's, for the snapshot's racy folders
+  // The walk of each class, by label (ImageFolder trees), until Open()
+  // has written the snapshot; none is written when the one read held
+  // (snapshot_current_).
+  std::vector<ClassScan> class_scans_;
+  bool snapshot_current_ = false;
   std::string first_unprintable_;  // Printable(), for the warning
   uint64_t rejected_paths_ = 0;
   // Shards (empty for other sources).

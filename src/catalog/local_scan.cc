@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include "catalog/catalog.h"
 #include "catalog/layout.h"
@@ -68,22 +69,37 @@ EntryKind Examine(DIR* dir, const FolderEntry& e, struct stat* st) {
 
 }  // namespace
 
-Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
+namespace {
+
+int64_t Nanoseconds(const struct timespec& t) { return t.tv_sec * 1'000'000'000LL + t.tv_nsec; }
+
+FolderStamp Stamp(std::string rel, const struct stat& st) {
+  return {std::move(rel), static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+          Nanoseconds(st.st_mtim), Nanoseconds(st.st_ctim)};
+}
+
+}  // namespace
+
+Status Catalog::ScanImageFolder(std::vector<std::string>* shards, const CatalogSnapshot* snapshot) {
   root_ = source_;
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  scan_started_ns_ = Nanoseconds(now);
   std::set<std::pair<dev_t, ino_t>> visited;
   struct stat st {};
   if (::stat(root_.c_str(), &st) != 0) return Status::IOError("cannot examine " + root_);
   visited.emplace(st.st_dev, st.st_ino);
   DIR* dir = nullptr;
   std::vector<FolderEntry> top;
+  ++folders_listed_;
   const bool listed = ListFolder(root_, &dir, &top);
   const int error = errno;
-  std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> classes;
+  std::vector<std::pair<std::string, struct stat>> classes;
   if (listed) {
     for (const FolderEntry& e : top) {
       if (e.name[0] == '.' || Unprintable(e.name)) continue;
       switch (Examine(dir, e, &st)) {
-        case EntryKind::kFolder: classes.push_back({e.name, {st.st_dev, st.st_ino}}); break;
+        case EntryKind::kFolder: classes.emplace_back(e.name, st); break;
         case EntryKind::kFile:
           flat_images_ += IsImageName(e.name);
           if (IsTarName(e.name)) shards->push_back(e.name);
@@ -98,22 +114,80 @@ Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
   if (dir) ::closedir(dir);
   if (!listed) return Status::IOError("cannot list " + root_ + ": " + std::strerror(error));
   num_classes_ = static_cast<uint32_t>(classes.size());
+  class_scans_.assign(classes.size(), ClassScan());
   // Class folders are claimed before any walk, so that a link from one
   // class into another adds nothing to the first. A class folder that is a
   // second link to another keeps its label (torchvision's class indices)
   // but adds no sample.
   std::vector<bool> claimed(classes.size());
   for (size_t label = 0; label < classes.size(); ++label) {
-    claimed[label] = visited.insert(classes[label].second).second;
+    claimed[label] =
+        visited.insert({classes[label].second.st_dev, classes[label].second.st_ino}).second;
     scan_skips_.revisits += !claimed[label];
   }
+  // Which folder a link reaches first depends on every class before it: a
+  // tree with a folder reached twice is walked whole.
+  if (snapshot && scan_skips_.revisits == 0 &&
+      std::none_of(snapshot->classes.begin(), snapshot->classes.end(),
+                   [](const ClassScan& c) { return c.revisits > 0; })) {
+    std::unordered_map<std::string_view, const ClassScan*> by_name;
+    for (const ClassScan& c : snapshot->classes) by_name.emplace(c.name, &c);
+    uint64_t walked = 0;
+    for (size_t label = 0; label < classes.size(); ++label) {
+      const auto it = by_name.find(classes[label].first);
+      const auto l = static_cast<int32_t>(label);
+      if (it != by_name.end() && ReuseClass(*snapshot, *it->second, l, &visited)) continue;
+      WalkClass(classes[label].first, l, classes[label].second, &visited);
+      ++walked;
+    }
+    if (scan_skips_.revisits == 0) {
+      snapshot_current_ = walked == 0;
+      spdlog::info("SOURCE {}: {} of {} classes listed again, the rest as the snapshot had them",
+                   Printable(source_), walked, classes.size());
+      return Status::Ok();
+    }
+    // A changed class reached a folder of another: walk it all.
+    samples_ = SampleTable();
+    special_files_ = flat_images_ = 0;
+    scan_skips_ = ScanSkips();
+    first_unprintable_.clear();
+    shards->clear();
+    return ScanImageFolder(shards, nullptr);
+  }
   for (size_t label = 0; label < classes.size(); ++label) {
-    if (claimed[label]) WalkClass(classes[label].first, static_cast<int32_t>(label), &visited);
+    if (claimed[label]) {
+      WalkClass(classes[label].first, static_cast<int32_t>(label), classes[label].second, &visited);
+    }
   }
   return Status::Ok();
 }
 
-void Catalog::WalkClass(const std::string& cls, int32_t label,
+bool Catalog::ReuseClass(const CatalogSnapshot& snapshot, const ClassScan& c, int32_t label,
+                         std::set<std::pair<dev_t, ino_t>>* visited) {
+  if (!c.reusable || c.folders.empty()) return false;
+  struct stat st {};
+  for (const FolderStamp& f : c.folders) {
+    if (::stat((root_ + "/" + f.rel).c_str(), &st) != 0) return false;
+    const FolderStamp now = Stamp(f.rel, st);
+    if (now.dev != f.dev || now.ino != f.ino || now.mtime_ns != f.mtime_ns ||
+        now.ctime_ns != f.ctime_ns) {
+      return false;
+    }
+  }
+  if (!samples_.AppendFrom(snapshot.samples, c.first, c.count, label)) return false;
+  for (const FolderStamp& f : c.folders) visited->insert({f.dev, f.ino});
+  special_files_ += c.special_files;
+  scan_skips_.link_loops += c.link_loops;
+  scan_skips_.broken_links += c.broken_links;
+  scan_skips_.unreadable += c.unreadable;
+  if (c.unprintable > 0 && scan_skips_.unprintable == 0) first_unprintable_ = c.first_unprintable;
+  scan_skips_.unprintable += c.unprintable;
+  ClassScan& kept = class_scans_[label];
+  kept = c;
+  return true;
+}
+
+void Catalog::WalkClass(const std::string& cls, int32_t label, const struct stat& class_st,
                         std::set<std::pair<dev_t, ino_t>>* visited) {
   // Depth first, each folder's entries in name order, files added where
   // they fall: that is the component-wise path order (PathLess), with no
@@ -121,19 +195,33 @@ void Catalog::WalkClass(const std::string& cls, int32_t label,
   // when it is listed, before any is entered, so that the first of two
   // links to one folder in path order is the one entered: the walk lists
   // each distinct folder once, whatever the links.
+  ClassScan& scan = class_scans_[label];
+  scan.name = cls;
+  const uint64_t special_before = special_files_;
+  const ScanSkips skips_before = scan_skips_;
   enum Action : uint8_t { kSkip, kAdd, kEnter };
   struct Frame {
     std::string folder;  // relative to root_, with a trailing '/'
     std::vector<FolderEntry> entries;
     std::vector<Action> actions;
-    size_t next = 0;
+    std::vector<struct stat> subfolders;  // of the entries to enter, in order
+    size_t next = 0, next_subfolder = 0;
   };
   std::vector<Frame> stack;
   struct stat st {};
-  const auto enter = [&](std::string rel) {
+  // `folder_st`: its stat, taken before it is listed.
+  const auto enter = [&](std::string rel, const struct stat& folder_st) {
+    scan.folders.push_back(Stamp(rel, folder_st));
+    // A folder changed so near the scan that a later change may leave its
+    // times as they are is not trusted at the next mount.
+    if (scan.folders.back().mtime_ns > scan_started_ns_ - 2'000'000'000 ||
+        scan.folders.back().ctime_ns > scan_started_ns_ - 2'000'000'000) {
+      scan.reusable = false;
+    }
     Frame f;
     f.folder = std::move(rel) + "/";
     DIR* dir = nullptr;
+    ++folders_listed_;
     if (!ListFolder(root_ + "/" + f.folder, &dir, &f.entries)) {
       ++scan_skips_.unreadable;
       f.entries.clear();
@@ -148,6 +236,7 @@ void Catalog::WalkClass(const std::string& cls, int32_t label,
         case EntryKind::kFolder:
           if (visited->insert({st.st_dev, st.st_ino}).second) {
             f.actions[i] = kEnter;
+            f.subfolders.push_back(st);
           } else {
             ++scan_skips_.revisits;
           }
@@ -164,7 +253,7 @@ void Catalog::WalkClass(const std::string& cls, int32_t label,
     if (dir) ::closedir(dir);
     stack.push_back(std::move(f));
   };
-  enter(cls);
+  enter(cls, class_st);
   while (!stack.empty()) {
     Frame& f = stack.back();
     if (f.next == f.entries.size()) {
@@ -175,7 +264,20 @@ void Catalog::WalkClass(const std::string& cls, int32_t label,
     if (f.actions[i] == kAdd && !samples_.Add(f.folder, f.entries[i].name, label)) {
       ++scan_skips_.unreadable;
     }
-    if (f.actions[i] == kEnter) enter(f.folder + f.entries[i].name);  // invalidates f
+    if (f.actions[i] == kEnter) {
+      const struct stat sub = f.subfolders[f.next_subfolder++];
+      enter(f.folder + f.entries[i].name, sub);  // invalidates f
+    }
+  }
+  scan.special_files = special_files_ - special_before;
+  scan.link_loops = scan_skips_.link_loops - skips_before.link_loops;
+  scan.broken_links = scan_skips_.broken_links - skips_before.broken_links;
+  scan.revisits = scan_skips_.revisits - skips_before.revisits;
+  scan.unreadable = scan_skips_.unreadable - skips_before.unreadable;
+  scan.unprintable = scan_skips_.unprintable - skips_before.unprintable;
+  // The name the warning shows, when this class met the first one.
+  if (skips_before.unprintable == 0 && scan.unprintable > 0) {
+    scan.first_unprintable = first_unprintable_;
   }
 }
 

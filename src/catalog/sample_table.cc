@@ -39,6 +39,43 @@ bool SampleTable::AddIn(uint32_t folder, std::string_view name, int32_t label,
   return true;
 }
 
+bool SampleTable::FromParts(Parts p, SampleTable* out) {
+  const auto ordered = [](const std::vector<uint32_t>& at, size_t limit) {
+    if (!at.empty() && at[0] != 0) return false;
+    for (size_t i = 0; i < at.size(); ++i) {
+      if (at[i] > limit || (i > 0 && at[i] < at[i - 1])) return false;
+    }
+    return true;
+  };
+  if (p.names.size() > UINT32_MAX || p.folders.size() > UINT32_MAX ||
+      p.name_at.size() >= UINT32_MAX - 1 || !ordered(p.name_at, p.names.size()) ||
+      !ordered(p.folder_at, p.folders.size()) || p.runs.empty() != p.name_at.empty()) {
+    return false;
+  }
+  for (size_t r = 0; r < p.runs.size(); ++r) {
+    if (p.runs[r].folder >= p.folder_at.size() || p.runs[r].first >= p.name_at.size() ||
+        (r == 0 ? p.runs[r].first != 0 : p.runs[r].first <= p.runs[r - 1].first)) {
+      return false;
+    }
+  }
+  SampleTable t;
+  t.names_ = std::move(p.names);
+  t.name_at_ = std::move(p.name_at);
+  t.folders_ = std::move(p.folders);
+  t.folder_at_ = std::move(p.folder_at);
+  t.runs_ = std::move(p.runs);
+  t.identities_.resize(t.name_at_.size());
+  *out = std::move(t);
+  return true;
+}
+
+bool SampleTable::AppendFrom(const SampleTable& other, SampleId from, size_t count, int32_t label) {
+  for (SampleId id = from; id < from + count; ++id) {
+    if (!Add(other.folder(id), other.name(id), label)) return false;
+  }
+  return true;
+}
+
 const SampleTable::Run& SampleTable::RunOf(SampleId id) const {
   const auto it = std::upper_bound(runs_.begin(), runs_.end(), id,
                                    [](SampleId i, const Run& r) { return i < r.first; });

@@ -62,8 +62,38 @@ class SampleTable {
   // Bytes held, for Catalog::index_bytes().
   size_t bytes() const;
 
+  // Consecutive samples from `first` on with one folder and one label.
+  struct Run {
+    SampleId first;
+    uint32_t folder;
+    int32_t label;
+  };
+  // The table less its identities and lookup: what a snapshot keeps
+  // (snapshot.h).
+  struct Parts {
+    std::string names;
+    std::vector<uint32_t> name_at;
+    std::string folders;
+    std::vector<uint32_t> folder_at;
+    std::vector<Run> runs;
+  };
+  struct PartsRef {
+    const std::string& names;
+    const std::vector<uint32_t>& name_at;
+    const std::string& folders;
+    const std::vector<uint32_t>& folder_at;
+    const std::vector<Run>& runs;
+  };
+  PartsRef parts() const { return {names_, name_at_, folders_, folder_at_, runs_}; }
+  // A table of `parts` with zero identities, not finished; false when they
+  // do not make one (an offset out of order or out of bounds, a run out of
+  // order or naming no folder).
+  static bool FromParts(Parts parts, SampleTable* out);
+  // Appends the samples [from, from + count) of `other` with label `label`.
+  bool AppendFrom(const SampleTable& other, SampleId from, size_t count, int32_t label);
+
   // Folders (each its relpath part with the trailing '/') in first-use
-  // order, and each sample's folder index: what a snapshot records.
+  // order, and each sample's folder index.
   size_t folder_count() const { return folder_at_.size(); }
   std::string_view FolderAt(uint32_t folder) const {
     const uint32_t end = folder + 1 < folder_at_.size() ? folder_at_[folder + 1]
@@ -76,13 +106,6 @@ class SampleTable {
   std::vector<size_t> FolderBatches(size_t at_most) const;
 
  private:
-  // Consecutive samples from `first` on with one folder and one label.
-  struct Run {
-    SampleId first;
-    uint32_t folder;
-    int32_t label;
-  };
-
   uint32_t NameEnd(SampleId id) const {
     return id + 1 < name_at_.size() ? name_at_[id + 1] : static_cast<uint32_t>(names_.size());
   }
