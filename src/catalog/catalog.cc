@@ -23,7 +23,7 @@
 namespace joaderfs {
 namespace fs = std::filesystem;
 
-bool IsImageName(const std::string& name) {
+bool IsImageName(std::string_view name) {
   static const std::string_view kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                                  ".pgm", ".tif",  ".tiff", ".webp"};
   // Asked of every name of a tree: no copy of it.

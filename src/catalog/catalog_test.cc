@@ -1045,5 +1045,33 @@ TEST_F(SnapshotTest, CraftedSnapshotsAreRefused) {
   EXPECT_FALSE(DecodeSnapshot(forge(huge), &decoded).ok());
 }
 
+// Names in a snapshot are checked as the walk makes them: one naming a
+// file outside SOURCE (or a hidden one) makes its class walked again.
+TEST_F(SnapshotTest, CraftedPathsAreNotTrusted) {
+  auto first = OpenCached();
+  ASSERT_TRUE(first);
+  const std::string path = SnapshotPath(*first);
+  CatalogSnapshot snapshot;
+  ASSERT_TRUE(ReadSnapshotFile(path, &snapshot).ok());
+  for (const std::string bad : {"../../../outside.jpg", ".hidden.jpg", "tab\t.jpg"}) {
+    SampleTable crafted;
+    for (SampleId id = 0; id < snapshot.samples.size(); ++id) {
+      const bool swap = snapshot.samples.relpath(id) == "a/x.jpg";
+      ASSERT_TRUE(crafted.Add(snapshot.samples.folder(id), swap ? bad : snapshot.samples.name(id),
+                              snapshot.samples.label(id)));
+    }
+    CatalogSnapshot forged;
+    forged.source = snapshot.source;
+    forged.classes = snapshot.classes;
+    forged.samples = std::move(crafted);
+    ASSERT_TRUE(WriteSnapshotFile(path, forged).ok());
+    auto c = OpenCached();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->folders_listed(), 1u + 4) << bad;  // the root and class a
+    EXPECT_FALSE(c->FindRelpath("a/" + bad));
+    ExpectAsAFullScan(*c);
+  }
+}
+
 }  // namespace
 }  // namespace joaderfs

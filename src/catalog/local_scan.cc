@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "catalog/catalog.h"
 #include "catalog/layout.h"
@@ -72,6 +73,24 @@ EntryKind Examine(DIR* dir, const FolderEntry& e, struct stat* st) {
 namespace {
 
 int64_t Nanoseconds(const struct timespec& t) { return t.tv_sec * 1'000'000'000LL + t.tv_nsec; }
+
+// A name the walk keeps: not hidden (nor "." or ".."), no '/', no control
+// character.
+bool ComponentOk(std::string_view name) {
+  return !name.empty() && name[0] != '.' && name.find('/') == std::string_view::npos &&
+         !HasControlByte(name);
+}
+
+// A folder path the walk makes: components it keeps, joined by '/'.
+bool FolderPathOk(std::string_view rel) {
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = std::min(rel.find('/', start), rel.size());
+    if (!ComponentOk(rel.substr(start, slash - start))) return false;
+    if (slash == rel.size()) return true;
+    start = slash + 1;
+  }
+}
 
 FolderStamp Stamp(std::string rel, const struct stat& st) {
   return {std::move(rel), static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
@@ -164,7 +183,27 @@ Status Catalog::ScanImageFolder(std::vector<std::string>* shards, const CatalogS
 
 bool Catalog::ReuseClass(const CatalogSnapshot& snapshot, const ClassScan& c, int32_t label,
                          std::set<std::pair<dev_t, ino_t>>* visited) {
-  if (!c.reusable || c.folders.empty()) return false;
+  if (!c.reusable || c.folders.empty() || c.folders.front().rel != c.name) return false;
+  // Its paths are checked as the walk would have made them, so that no
+  // crafted snapshot names a file outside SOURCE or a name the walk leaves
+  // out: folders are the class's and plain components, samples lie in one
+  // of them and their names are images' names.
+  std::unordered_set<std::string_view> folders;
+  for (const FolderStamp& f : c.folders) {
+    if (!FolderPathOk(f.rel) || !f.rel.starts_with(c.name) ||
+        (f.rel.size() > c.name.size() && f.rel[c.name.size()] != '/')) {
+      return false;
+    }
+    folders.insert(f.rel);
+  }
+  if (uint64_t{c.first} + c.count > snapshot.samples.size()) return false;
+  for (SampleId id = c.first; id < c.first + c.count; ++id) {
+    const std::string_view folder = snapshot.samples.folder(id), name = snapshot.samples.name(id);
+    if (folder.empty() || !folders.contains(folder.substr(0, folder.size() - 1)) ||
+        !ComponentOk(name) || !IsImageName(name)) {
+      return false;
+    }
+  }
   struct stat st {};
   for (const FolderStamp& f : c.folders) {
     if (::stat((root_ + "/" + f.rel).c_str(), &st) != 0) return false;

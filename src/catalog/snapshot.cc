@@ -1,6 +1,7 @@
 #include "catalog/snapshot.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -78,9 +79,7 @@ class Reader {
   bool ok_ = true;
 };
 
-}  // namespace
-
-std::string EncodeSnapshot(const CatalogSnapshot& snapshot) {
+std::string EncodePayload(const CatalogSnapshot& snapshot) {
   Writer w;
   w.PutBytes(snapshot.source);
   w.Put<uint64_t>(snapshot.classes.size());
@@ -110,15 +109,21 @@ std::string EncodeSnapshot(const CatalogSnapshot& snapshot) {
   w.PutVector(p.folder_at);
   w.PutVector(p.runs);
 
+  return std::move(w.out);
+}
+
+std::string EncodeHeader(std::string_view payload) {
   std::string out(kMagic, sizeof kMagic);
   const uint32_t version = kVersion;
-  const uint64_t length = w.out.size();
-  const uint32_t crc = Crc32c(w.out.data(), w.out.size());
+  const uint64_t length = payload.size();
+  const uint32_t crc = Crc32c(payload.data(), payload.size());
   out.append(reinterpret_cast<const char*>(&version), sizeof version);
   out.append(reinterpret_cast<const char*>(&length), sizeof length);
   out.append(reinterpret_cast<const char*>(&crc), sizeof crc);
-  return out + w.out;
+  return out;
 }
+
+}  // namespace
 
 Status DecodeSnapshot(std::string_view bytes, CatalogSnapshot* out) {
   if (bytes.size() < kHeader || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
@@ -192,6 +197,8 @@ Status ReadSnapshotFile(const std::string& path, CatalogSnapshot* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::NotFound(path + ": " + std::strerror(errno));
   std::string bytes;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) bytes.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
@@ -204,21 +211,24 @@ Status ReadSnapshotFile(const std::string& path, CatalogSnapshot* out) {
 }
 
 Status WriteSnapshotFile(const std::string& path, const CatalogSnapshot& snapshot) {
-  const std::string bytes = EncodeSnapshot(snapshot);
+  // The header and the payload are written apart: no copy of the payload.
+  const std::string payload = EncodePayload(snapshot);
+  const std::string header = EncodeHeader(payload);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::IOError(tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::IOError(tmp + ": " + std::strerror(error));
+  for (std::string_view bytes : {std::string_view(header), std::string_view(payload)}) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int error = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return Status::IOError(tmp + ": " + std::strerror(error));
+      }
+      bytes.remove_prefix(static_cast<size_t>(n));
     }
-    done += static_cast<size_t>(n);
   }
   // No fsync: a torn file after a crash fails its length or checksum and is
   // ignored (a full scan runs).

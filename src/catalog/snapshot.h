@@ -65,7 +65,6 @@ struct CatalogSnapshot {
   SampleTable samples;             // names, folders and labels (no identities)
 };
 
-std::string EncodeSnapshot(const CatalogSnapshot& snapshot);
 // Corruption naming what is wrong.
 Status DecodeSnapshot(std::string_view bytes, CatalogSnapshot* out);
 
