@@ -23,13 +23,17 @@
 namespace joaderfs {
 namespace fs = std::filesystem;
 
-bool IsImageName(const std::string& name) {
-  static const char* const kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
-                                            ".pgm", ".tif",  ".tiff", ".webp"};
-  std::string lower = name;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* ext : kExtensions) {
-    if (lower.ends_with(ext)) return true;
+bool IsImageName(std::string_view name) {
+  static const std::string_view kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                 ".pgm", ".tif",  ".tiff", ".webp"};
+  // Asked of every name of a tree: no copy of it.
+  for (std::string_view ext : kExtensions) {
+    if (name.size() >= ext.size() &&
+        std::equal(
+            ext.begin(), ext.end(), name.end() - static_cast<ptrdiff_t>(ext.size()),
+            [](char e, char c) { return e == std::tolower(static_cast<unsigned char>(c)); })) {
+      return true;
+    }
   }
   return false;
 }
@@ -88,16 +92,36 @@ Status Catalog::Open(const std::string& source, const CatalogOptions& options,
   if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("SOURCE " + source + " is neither a folder nor a manifest file");
   }
+  // The snapshot of an earlier scan, when cache_dir holds a sound one of
+  // this SOURCE.
+  std::string snapshot_path;
+  CatalogSnapshot snapshot;
+  bool have_snapshot = false;
+  if (S_ISDIR(st.st_mode) && !options.cache_dir.empty()) {
+    snapshot_path = SourceFolder(options.cache_dir, c->source_, "catalog1");
+    Status r = ReadSnapshotFile(snapshot_path, &snapshot);
+    if (r.ok() && snapshot.source != c->source_) r = Status::Corruption("of another SOURCE");
+    have_snapshot = r.ok();
+    if (!r.ok() && r.code() != Status::Code::kNotFound) {
+      spdlog::warn("catalog snapshot {} ignored ({}): a full scan", snapshot_path, r.message());
+    }
+  }
   std::vector<std::string> shards;
-  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder(&shards) : c->ReadManifest();
+  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder(&shards, have_snapshot ? &snapshot : nullptr)
+                                 : c->ReadManifest();
   if (!s.ok()) return s;
-  if (c->entries_.empty() && !shards.empty()) {
+  snapshot = CatalogSnapshot();
+  if (c->samples_.size() == 0 && !shards.empty()) {
     s = c->ScanShards(std::move(shards), options.label_key);
     if (!s.ok()) return s;
     c->IndexShards();
   } else {
     c->Index();
+    if (!snapshot_path.empty() && c->size() > 0 && !c->snapshot_current_) {
+      c->WriteSnapshot(snapshot_path);
+    }
   }
+  c->class_scans_ = {};
   c->LogSkips();
   if (c->size() == 0) {
     if (!S_ISDIR(st.st_mode))
@@ -195,9 +219,9 @@ Status Catalog::ReadManifest() {
                                    "; " + kLayouts + ")");
   }
   int64_t max_label = -1;
-  for (ManifestEntry& e : manifest.entries) {
+  for (const ManifestEntry& e : manifest.entries) {
     max_label = std::max(max_label, e.label);
-    entries_.push_back({std::move(e.relpath), e.label});
+    AddSample(e.relpath, e.label);
   }
   num_classes_ = static_cast<uint32_t>(max_label + 1);
   rejected_paths_ = manifest.rejected;
@@ -211,34 +235,56 @@ Status Catalog::ReadManifest() {
   return Status::Ok();
 }
 
+void Catalog::AddSample(std::string_view relpath, int64_t label) {
+  const size_t slash = relpath.rfind('/');
+  const size_t split = slash == std::string_view::npos ? 0 : slash + 1;
+  if (!samples_.Add(relpath.substr(0, split), relpath.substr(split), static_cast<int32_t>(label))) {
+    ++scan_skips_.unreadable;
+  }
+}
+
 void Catalog::Index() {
-  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
   // A local file's identity is its stat, which a hung filesystem may never
   // answer: those are left out. An object's is its listing's size and
   // ETag digest (OpenS3).
   std::vector<uint8_t> kinds;
-  if (!is_object_store()) StatLocalFiles(&kinds);
-  size_t kept = 0;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    Entry& e = entries_[i];
-    if (!kinds.empty()) {
-      if (kinds[i] == kSpecial) ++special_files_;
-      if (kinds[i] == kSpecial || kinds[i] == kStuck) continue;
-      // Missing now: kept, its decode fails and is counted then.
-      if (kinds[i] == kMissing) e.size = e.mtime_ns = e.inode = 0;
+  if (!is_object_store()) {
+    StatLocalFiles(&kinds);
+    for (uint8_t kind : kinds) special_files_ += kind == kSpecial;
+    if (std::any_of(kinds.begin(), kinds.end(),
+                    [](uint8_t k) { return k == kSpecial || k == kStuck; })) {
+      samples_ = samples_.Filtered(
+          [&](SampleId id) { return kinds[id] != kSpecial && kinds[id] != kStuck; });
     }
-    const uint64_t parts[] = {static_cast<uint64_t>(e.label), e.size,
-                              static_cast<uint64_t>(e.mtime_ns / 1'000'000'000),
-                              static_cast<uint64_t>(e.mtime_ns % 1'000'000'000), e.inode};
-    e.fingerprint =
-        Fnv1a(Fnv1a(kFnv1aBasis, e.relpath.data(), e.relpath.size() + 1), parts, sizeof parts);
-    h = Fnv1a(h, &e.fingerprint, sizeof e.fingerprint);
-    if (&entries_[kept] != &e) entries_[kept] = std::move(e);
-    ++kept;
   }
-  entries_.resize(kept);
-  for (SampleId id = 0; id < entries_.size(); ++id) by_relpath_.emplace(entries_[id].relpath, id);
+  kinds = {};
+  samples_.Finish();
+  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
+  for (SampleId id = 0; id < samples_.size(); ++id) {
+    const uint64_t f = samples_.fingerprint(id);
+    h = Fnv1a(h, &f, sizeof f);
+  }
   identity_ = h;
+}
+
+void Catalog::WriteSnapshot(const std::string& path) {
+  CatalogSnapshot snapshot;
+  snapshot.source = source_;
+  snapshot.classes = std::move(class_scans_);
+  // Each class's samples after Index(): labels rise with ids.
+  SampleId first = 0;
+  for (size_t label = 0; label < snapshot.classes.size(); ++label) {
+    SampleId end = first;
+    while (end < samples_.size() && samples_.label(end) == static_cast<int32_t>(label)) ++end;
+    snapshot.classes[label].first = first;
+    snapshot.classes[label].count = end - first;
+    first = end;
+  }
+  snapshot.samples = std::move(samples_);
+  const Status s = WriteSnapshotFile(path, snapshot);
+  samples_ = std::move(snapshot.samples);
+  class_scans_ = std::move(snapshot.classes);
+  if (!s.ok()) spdlog::warn("catalog snapshot not kept: {}", s.message());
 }
 
 void Catalog::AddShard(Shard shard,
@@ -321,7 +367,7 @@ size_t Catalog::MemberSlot(uint32_t shard, std::string_view member) const {
 }
 
 std::string Catalog::relpath(SampleId id) const {
-  if (shards_.empty()) return entries_[id].relpath;
+  if (shards_.empty()) return samples_.relpath(id);
   const Member& m = members_[id];
   std::string out = shards_[m.shard].name;
   out += '/';
@@ -330,7 +376,7 @@ std::string Catalog::relpath(SampleId id) const {
 }
 
 std::string Catalog::path(SampleId id) const {
-  if (shards_.empty()) return root_ + "/" + entries_[id].relpath;
+  if (shards_.empty()) return root_ + "/" + samples_.relpath(id);
   return root_ + "/" + shards_[members_[id].shard].name;
 }
 
@@ -338,7 +384,7 @@ FileRange Catalog::location(SampleId id) const {
   FileRange r = FileRange::WholeFile(path(id));
   r.checked = true;
   if (shards_.empty()) {
-    const Entry& e = entries_[id];
+    const SampleTable::Identity& e = samples_.identity(id);
     r.file_size = e.size;
     r.mtime_ns = e.mtime_ns;
     r.inode = e.inode;
@@ -356,7 +402,7 @@ FileRange Catalog::location(SampleId id) const {
 }
 
 uint64_t Catalog::fingerprint(SampleId id) const {
-  if (shards_.empty()) return entries_[id].fingerprint;
+  if (shards_.empty()) return samples_.fingerprint(id);
   const Member& m = members_[id];
   const Shard& shard = shards_[m.shard];
   const std::string rel = relpath(id);
@@ -373,12 +419,7 @@ size_t Catalog::index_bytes() const {
   size_t bytes = members_.capacity() * sizeof(Member) + names_.capacity() +
                  by_member_.capacity() * sizeof(uint32_t);
   for (const Shard& s : shards_) bytes += sizeof(Shard) + s.name.capacity();
-  bytes += entries_.capacity() * sizeof(Entry);
-  for (const Entry& e : entries_) bytes += e.relpath.capacity() > 15 ? e.relpath.capacity() : 0;
-  // by_relpath_: one node (next, key, value, cached hash) and one bucket per entry.
-  bytes += by_relpath_.size() * (sizeof(void*) * 2 + sizeof(std::string_view) + sizeof(SampleId)) +
-           by_relpath_.bucket_count() * sizeof(void*);
-  return bytes;
+  return bytes + samples_.bytes();
 }
 
 Roaring Catalog::IdsWithLabels(std::vector<std::pair<uint64_t, uint64_t>> ranges) const {
@@ -424,9 +465,7 @@ std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {
       }
     }
   }
-  auto it = by_relpath_.find(relpath);
-  if (it == by_relpath_.end()) return {};
-  return it->second;
+  return samples_.Find(relpath);
 }
 
 }  // namespace joaderfs

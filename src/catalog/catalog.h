@@ -52,10 +52,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <roaring/roaring.hh>
 
+#include "catalog/sample_table.h"
+#include "catalog/snapshot.h"
 #include "catalog/source_store.h"
 #include "catalog/tar_index.h"
 #include "common/file_range.h"
@@ -96,6 +99,10 @@ struct CatalogOptions {
   // local SOURCE's scan: how long a stat or a read may go without an answer
   // before its file or shard is left out.
   std::chrono::milliseconds read_timeout{30'000};
+  // Where an ImageFolder SOURCE's scan is kept for the next mount
+  // (catalog/snapshot.h): <cache_dir>/<FNV-1a of SOURCE>-catalog1. Empty:
+  // nowhere. The caller holds cache_dir's lock.
+  std::string cache_dir;
 };
 
 // What the shard scan left out or could not label (tar_index.h ShardCounts),
@@ -122,12 +129,12 @@ class Catalog {
   // Where the bytes of location() are read from: local files or the bucket.
   const std::shared_ptr<const SourceStore>& store() const { return store_; }
   bool is_object_store() const { return store_ != LocalSourceStore(); }
-  size_t size() const { return shards_.empty() ? entries_.size() : members_.size(); }
+  size_t size() const { return shards_.empty() ? samples_.size() : members_.size(); }
   // Whether SOURCE is a folder of WebDataset shards.
   bool is_tar() const { return !shards_.empty(); }
   const ShardSkips& shard_skips() const { return shard_skips_; }
-  // Bytes the per-sample index holds (entries, names, the relpath lookup
-  // tables), for the benchmarks.
+  // Bytes the per-sample index holds (names, identities, labels, the
+  // relpath lookup tables), for the benchmarks.
   size_t index_bytes() const;
   // Image names that were not regular files at the scan (FIFOs, devices,
   // sockets, folders, broken or looping symlinks): left out.
@@ -137,11 +144,14 @@ class Catalog {
   // Manifest paths that could leave its folder (manifest.h): left out.
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
+  // Folders the scan listed, SOURCE's top included: with a snapshot, only
+  // those of the classes that changed.
+  uint64_t folders_listed() const { return folders_listed_; }
 
   // Built on each call for tar samples (`<shard>/<member>`).
   std::string relpath(SampleId id) const;
   int64_t label(SampleId id) const {
-    return shards_.empty() ? entries_[id].label : members_[id].label;
+    return shards_.empty() ? samples_.label(id) : members_[id].label;
   }
   // The file to read for `id` (for a tar sample, its shard).
   std::string path(SampleId id) const;
@@ -171,17 +181,6 @@ class Catalog {
   uint64_t identity() const { return identity_; }
 
  private:
-  struct Entry {
-    std::string relpath;
-    int64_t label;
-    uint64_t fingerprint = 0;
-    // The file at the scan (all 0 when it was missing): a decode reads it
-    // only while it is still this file (common/file_range.h).
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    uint64_t inode = 0;
-  };
-
   // One sample of a shard: 24 bytes plus its member name in names_.
   struct Member {
     uint32_t name_at;  // in names_
@@ -200,7 +199,7 @@ class Catalog {
   };
 
   Catalog() = default;
-  // Lists an s3:// SOURCE and builds entries_ (or shards) from its keys
+  // Lists an s3:// SOURCE and builds samples_ (or shards) from its keys
   // (s3_source.cc; without S3 support in the build, s3_source_off.cc's
   // refuses it).
   Status OpenS3(const std::string& source, const CatalogOptions& options);
@@ -223,18 +222,31 @@ class Catalog {
   void IndexShards();
   // Where the hash of (shard, member name) starts its probe in by_member_.
   size_t MemberSlot(uint32_t shard, std::string_view member) const;
-  // Also lists the `*.tar` files at SOURCE's top into `shards`.
-  Status ScanImageFolder(std::vector<std::string>* shards);
-  // Lists the image files under the class folder `cls` (relative to root_)
-  // into `files`, entering no folder already in `visited`.
-  void WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
-                 std::vector<std::string>* files);
+  // Also lists the `*.tar` files at SOURCE's top into `shards`. Classes
+  // whose folders are as `snapshot` (may be null) recorded are taken from
+  // it unlisted.
+  Status ScanImageFolder(std::vector<std::string>* shards, const CatalogSnapshot* snapshot);
+  // Adds the image files under the class folder `cls` (relative to root_;
+  // `st` its stat) in path order with label `label`, entering no folder
+  // already in `visited`, and records the walk in class_scans_[label].
+  void WalkClass(const std::string& cls, int32_t label, const struct stat& st,
+                 std::set<std::pair<dev_t, ino_t>>* visited);
+  // Takes the class `c` of `snapshot` as label `label` when each of its
+  // folders is as recorded; false, adding nothing, when not.
+  bool ReuseClass(const CatalogSnapshot& snapshot, const ClassScan& c, int32_t label,
+                  std::set<std::pair<dev_t, ino_t>>* visited);
+  // Writes the snapshot of this scan to `path` (one warning if it cannot).
+  void WriteSnapshot(const std::string& path);
+  // Appends `relpath` (split at its last '/') as the next sample; one that
+  // does not fit (past 4 GiB of names) is counted as unreadable.
+  void AddSample(std::string_view relpath, int64_t label);
   Status ReadManifest();
-  // Drops the entries that are not regular files, then indexes the rest.
-  // For an object store, the entries carry their sizes and ETag digests
+  // Drops the samples that are not regular files, then indexes the rest.
+  // For an object store, the samples carry their sizes and ETag digests
   // from the listing and nothing is looked at.
   void Index();
-  // What a stat says of each local entry, under the scan's deadline.
+  // What a stat says of each local sample, under the scan's deadline; it
+  // sets the identities of those found.
   enum EntryStat : uint8_t { kMissing, kRegular, kSpecial, kStuck };
   void StatLocalFiles(std::vector<uint8_t>* kinds);
   // Counts and logs `count` entries given up at the deadline.
@@ -249,17 +261,23 @@ class Catalog {
 
   std::string source_;  // as given, made absolute (an s3:// URL as given)
   std::shared_ptr<const SourceStore> store_ = LocalSourceStore();
-  std::string root_;  // the folder relative paths start from
-  std::vector<Entry> entries_;
+  std::string root_;     // the folder relative paths start from
+  SampleTable samples_;  // for every layout but shards
   uint32_t num_classes_ = 0;
   uint64_t identity_ = 0;
   uint64_t special_files_ = 0;
   uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
   ScanSkips scan_skips_;
   std::chrono::milliseconds scan_timeout_{30'000};
+  uint64_t folders_listed_ = 0;
+  int64_t scan_started_ns_ = 0;  // the wall clock's, for the snapshot's racy folders
+  // The walk of each class, by label (ImageFolder trees), until Open()
+  // has written the snapshot; none is written when the one read held
+  // (snapshot_current_).
+  std::vector<ClassScan> class_scans_;
+  bool snapshot_current_ = false;
   std::string first_unprintable_;  // Printable(), for the warning
   uint64_t rejected_paths_ = 0;
-  std::unordered_map<std::string_view, SampleId> by_relpath_;
   // Shards (empty for other sources).
   std::vector<Shard> shards_;
   std::vector<Member> members_;

@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "catalog/manifest.h"
+#include "catalog/snapshot.h"
+#include "common/crc32c.h"
+#include "common/hash.h"
 #include "testing/test_util.h"
 
 namespace joaderfs {
@@ -784,6 +787,290 @@ TEST(CatalogTest, NamesWithControlCharactersAreLeftOutAndCounted) {
   ASSERT_TRUE(m);
   EXPECT_EQ(Relpaths(*m), (std::vector<std::string>{"a/ok.jpg"}));
   EXPECT_EQ(m->scan_skips().unprintable, 1u);
+}
+
+// The fingerprint as the disk tier has stored it since v3: FNV-1a of the
+// relpath and its NUL, then label, size, mtime seconds, nanoseconds, inode.
+uint64_t ExpectedFingerprint(const std::string& relpath, int64_t label, const FileRange& r) {
+  const uint64_t parts[] = {static_cast<uint64_t>(label), r.file_size,
+                            static_cast<uint64_t>(r.mtime_ns / 1'000'000'000),
+                            static_cast<uint64_t>(r.mtime_ns % 1'000'000'000), r.inode};
+  return Fnv1a(Fnv1a(kFnv1aBasis, relpath.c_str(), relpath.size() + 1), parts, sizeof parts);
+}
+
+// Each sample's relpath, label, location and fingerprint are what its file
+// says, and FindRelpath() finds the first id of each relpath.
+void ExpectSamplesMatchTheirFiles(const Catalog& c) {
+  for (SampleId id = 0; id < c.size(); ++id) {
+    const std::string rel = c.relpath(id);
+    const FileRange r = c.location(id);
+    EXPECT_EQ(r.path, c.path(id));
+    EXPECT_TRUE(c.path(id).ends_with("/" + rel)) << c.path(id);
+    struct stat st {};
+    if (::stat(r.path.c_str(), &st) == 0) {
+      EXPECT_EQ(r.file_size, static_cast<uint64_t>(st.st_size)) << rel;
+      EXPECT_EQ(r.mtime_ns, st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec) << rel;
+      EXPECT_EQ(r.inode, st.st_ino) << rel;
+    } else {
+      EXPECT_EQ(r.file_size + r.inode + static_cast<uint64_t>(r.mtime_ns), 0u) << rel;
+    }
+    EXPECT_EQ(c.fingerprint(id), ExpectedFingerprint(rel, c.label(id), r)) << rel;
+    const std::optional<SampleId> found = c.FindRelpath(rel);
+    ASSERT_TRUE(found) << rel;
+    EXPECT_EQ(c.relpath(*found), rel);
+    EXPECT_LE(*found, id);
+  }
+}
+
+TEST(CompactCatalogTest, ImageFolderSamplesAreWhatTheirFilesSay) {
+  TempDir d, outside;
+  MakeImageFolder(d);
+  WriteFile(outside / "linked/deep/l.jpg", "linked");
+  WriteFile(d / "a/tab\there.jpg");
+  fs::create_directory_symlink(outside / "linked", d / "b/link");
+  WriteFile(d / "b/sizes.jpg", std::string(70'000, 'x'));
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c),
+            (std::vector<std::string>{"a/sub/deeper/k.webp", "a/sub/y.jpeg", "a/sub-2/w.bmp",
+                                      "a/x.jpg", "a-b/c.jpg", "b/a.PNG", "b/link/deep/l.jpg",
+                                      "b/sizes.jpg", "b/z.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{0, 0, 0, 0, 1, 2, 2, 2, 2}));
+  EXPECT_EQ(c->location(7).file_size, 70'000u);
+  ExpectSamplesMatchTheirFiles(*c);
+  EXPECT_EQ(c->FindRelpath("a/sub"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("sub/y.jpeg"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("a/sub/y.jpe"), std::nullopt);
+  EXPECT_EQ(c->FindRelpath("/a/x.jpg"), std::nullopt);
+}
+
+TEST(CompactCatalogTest, ManifestPathsKeepEveryByte) {
+  TempDir d;
+  WriteFile(d / "top.jpg", "t");
+  WriteFile(d / "img/one.jpg", "one");
+  WriteFile(d / "m.tsv",
+            "top.jpg\t4\n"
+            "img//one.jpg\t1\n"
+            "./img/one.jpg\t1\n"
+            "img/one.jpg\t2\n"
+            "img/missing.jpg\t0\n"
+            "top.jpg\t3\n");  // a second id for one path
+  auto c = OpenOk(d / "m.tsv");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(Relpaths(*c), (std::vector<std::string>{"top.jpg", "img//one.jpg", "./img/one.jpg",
+                                                    "img/one.jpg", "img/missing.jpg", "top.jpg"}));
+  EXPECT_EQ(Labels(*c), (std::vector<int64_t>{4, 1, 1, 2, 0, 3}));
+  ExpectSamplesMatchTheirFiles(*c);
+  EXPECT_EQ(c->FindRelpath("top.jpg"), 0u);  // the first of two
+  EXPECT_EQ(c->FindRelpath("img/one.jpg"), 3u);
+  EXPECT_EQ(c->location(4).file_size, 0u);
+}
+
+// The index costs each sample its name plus a few dozen bytes, with no heap
+// block of its own (issue 44: at most 64 bytes a sample in all).
+TEST(CompactCatalogTest, IndexBytesPerSample) {
+  TempDir d;
+  constexpr int kClasses = 20, kPerClass = 500;
+  for (int k = 0; k < kClasses; ++k) {
+    for (int i = 0; i < kPerClass; ++i) {
+      WriteFile(d / ("n0000" + std::to_string(k) + "/img_" + std::to_string(100000 + i) + ".JPEG"));
+    }
+  }
+  auto c = OpenOk(d.path());
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->size(), size_t{kClasses} * kPerClass);
+  constexpr size_t kName = 15;  // "img_1xxxxx.JPEG"
+  // 4 (name offset) + 24 (identity) + at most 4 / 0.7 * 2 (lookup slots).
+  EXPECT_LE(c->index_bytes(), c->size() * (kName + 4 + 24 + 12)) << c->index_bytes();
+}
+
+// The snapshot in cache_dir (catalog/snapshot.h): a remount lists again
+// only the classes whose folders changed, and gives what a full scan gives.
+class SnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeImageFolder(d_);
+    WriteFile(d_ / "a/sub/more.jpg", "more");
+    fs::create_directories(cache_.path());
+    // Folders changed within two seconds of a scan are not trusted.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2'100));
+  }
+
+  std::unique_ptr<Catalog> OpenCached() {
+    CatalogOptions o;
+    o.cache_dir = cache_.path();
+    std::unique_ptr<Catalog> c;
+    const Status s = Catalog::Open(d_.path(), o, &c);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return c;
+  }
+
+  std::string SnapshotPath(const Catalog& c) const {
+    return SourceFolder(cache_.path(), c.source(), "catalog1");
+  }
+
+  // `c` holds what a scan without a snapshot finds now.
+  void ExpectAsAFullScan(const Catalog& c) {
+    auto full = OpenOk(d_.path());
+    ASSERT_TRUE(full);
+    EXPECT_EQ(Relpaths(c), Relpaths(*full));
+    EXPECT_EQ(Labels(c), Labels(*full));
+    EXPECT_EQ(c.num_classes(), full->num_classes());
+    EXPECT_EQ(c.identity(), full->identity());
+    for (SampleId id = 0; id < c.size() && id < full->size(); ++id) {
+      EXPECT_EQ(c.fingerprint(id), full->fingerprint(id)) << c.relpath(id);
+    }
+    EXPECT_EQ(c.special_files(), full->special_files());
+    EXPECT_EQ(c.scan_skips().total(), full->scan_skips().total());
+    ExpectSamplesMatchTheirFiles(c);
+  }
+
+  TempDir d_, cache_;
+  // The root, a, a/sub, a/sub/deeper, a/sub-2, a-b, b, c.
+  static constexpr uint64_t kFolders = 8;
+};
+
+TEST_F(SnapshotTest, ReusedWhenNothingChanged) {
+  auto first = OpenCached();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->folders_listed(), kFolders);
+  EXPECT_TRUE(fs::exists(SnapshotPath(*first)));
+  auto again = OpenCached();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->folders_listed(), 1u);  // the root only
+  EXPECT_EQ(Relpaths(*again), Relpaths(*first));
+  EXPECT_EQ(again->identity(), first->identity());
+  ExpectAsAFullScan(*again);
+}
+
+TEST_F(SnapshotTest, AFolderWithAnAddedOrRemovedFileIsListedAgain) {
+  ASSERT_TRUE(OpenCached());
+  WriteFile(d_ / "b/new.jpg", "new");
+  fs::remove(d_ / "a/sub/deeper/k.webp");
+  auto c = OpenCached();
+  ASSERT_TRUE(c);
+  // The root, b, and class a's five folders.
+  EXPECT_EQ(c->folders_listed(), 1u + 1 + 4);
+  EXPECT_TRUE(c->FindRelpath("b/new.jpg"));
+  EXPECT_FALSE(c->FindRelpath("a/sub/deeper/k.webp"));
+  ExpectAsAFullScan(*c);
+}
+
+TEST_F(SnapshotTest, AnAddedClassShiftsTheLabelsAfterIt) {
+  ASSERT_TRUE(OpenCached());
+  WriteFile(d_ / "a-a/new.jpg", "new");
+  auto c = OpenCached();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->folders_listed(), 2u);  // the root and the new class
+  EXPECT_EQ(c->label(*c->FindRelpath("b/z.jpg")), 3);
+  ExpectAsAFullScan(*c);
+}
+
+// Files are not trusted: one rewritten in place (its folder's times do not
+// move) has its new identity, so no tier serves the old pixels under it.
+TEST_F(SnapshotTest, AFileModifiedInPlaceHasItsNewIdentity) {
+  auto first = OpenCached();
+  ASSERT_TRUE(first);
+  const SampleId x = *first->FindRelpath("a/x.jpg");
+  {
+    std::ofstream out(d_ / "a/x.jpg", std::ios::binary | std::ios::trunc);
+    out << "rewritten in place";
+  }
+  auto c = OpenCached();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->folders_listed(), 1u);
+  EXPECT_EQ(c->location(x).file_size, 18u);
+  EXPECT_NE(c->fingerprint(x), first->fingerprint(x));
+  EXPECT_NE(c->identity(), first->identity());
+  ExpectAsAFullScan(*c);
+}
+
+TEST_F(SnapshotTest, DamagedSnapshotsAreIgnored) {
+  auto first = OpenCached();
+  ASSERT_TRUE(first);
+  const std::string path = SnapshotPath(*first);
+  const std::string good = ReadFile(path);
+  ASSERT_GT(good.size(), 64u);
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x20;
+  std::string version = good;
+  version[8] = 9;
+  TempDir other;
+  WriteFile(other / "k/only.jpg");
+  CatalogOptions o;
+  o.cache_dir = cache_.path();
+  std::unique_ptr<Catalog> elsewhere;
+  ASSERT_TRUE(Catalog::Open(other.path(), o, &elsewhere).ok());
+  const std::string of_another = ReadFile(SnapshotPath(*elsewhere));
+  for (const std::string& bad : {flipped, good.substr(0, good.size() - 1), good.substr(0, 10),
+                                 version, of_another, std::string()}) {
+    WriteFile(path, bad);
+    auto c = OpenCached();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->folders_listed(), kFolders);  // a full scan
+    ExpectAsAFullScan(*c);
+  }
+}
+
+// Past its checksum, a crafted snapshot is still bounds-checked: every cut
+// of its payload, with a length and checksum to match, is refused.
+TEST_F(SnapshotTest, CraftedSnapshotsAreRefused) {
+  auto first = OpenCached();
+  ASSERT_TRUE(first);
+  const std::string good = ReadFile(SnapshotPath(*first));
+  constexpr size_t kHeader = 24;
+  CatalogSnapshot decoded;
+  ASSERT_TRUE(DecodeSnapshot(good, &decoded).ok());
+  EXPECT_EQ(decoded.samples.size(), first->size());
+  const auto forge = [&](std::string payload) {
+    std::string out = good.substr(0, 12);
+    const uint64_t length = payload.size();
+    const uint32_t crc = Crc32c(payload.data(), payload.size());
+    out.append(reinterpret_cast<const char*>(&length), 8);
+    out.append(reinterpret_cast<const char*>(&crc), 4);
+    return out + payload;
+  };
+  const std::string payload = good.substr(kHeader);
+  ASSERT_TRUE(DecodeSnapshot(forge(payload), &decoded).ok());
+  for (size_t cut = 0; cut < payload.size(); ++cut) {
+    EXPECT_FALSE(DecodeSnapshot(forge(payload.substr(0, cut)), &decoded).ok()) << cut;
+  }
+  // The last run names a folder past the table.
+  std::string bad_run = payload;
+  bad_run[bad_run.size() - 8] = '\x7f';
+  EXPECT_FALSE(DecodeSnapshot(forge(bad_run), &decoded).ok());
+  // A length that would reach past the file.
+  std::string huge = payload;
+  huge[7] = '\x7f';
+  EXPECT_FALSE(DecodeSnapshot(forge(huge), &decoded).ok());
+}
+
+// Names in a snapshot are checked as the walk makes them: one naming a
+// file outside SOURCE (or a hidden one) makes its class walked again.
+TEST_F(SnapshotTest, CraftedPathsAreNotTrusted) {
+  auto first = OpenCached();
+  ASSERT_TRUE(first);
+  const std::string path = SnapshotPath(*first);
+  CatalogSnapshot snapshot;
+  ASSERT_TRUE(ReadSnapshotFile(path, &snapshot).ok());
+  for (const std::string bad : {"../../../outside.jpg", ".hidden.jpg", "tab\t.jpg"}) {
+    SampleTable crafted;
+    for (SampleId id = 0; id < snapshot.samples.size(); ++id) {
+      const bool swap = snapshot.samples.relpath(id) == "a/x.jpg";
+      ASSERT_TRUE(crafted.Add(snapshot.samples.folder(id), swap ? bad : snapshot.samples.name(id),
+                              snapshot.samples.label(id)));
+    }
+    CatalogSnapshot forged;
+    forged.source = snapshot.source;
+    forged.classes = snapshot.classes;
+    forged.samples = std::move(crafted);
+    ASSERT_TRUE(WriteSnapshotFile(path, forged).ok());
+    auto c = OpenCached();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->folders_listed(), 1u + 4) << bad;  // the root and class a
+    EXPECT_FALSE(c->FindRelpath("a/" + bad));
+    ExpectAsAFullScan(*c);
+  }
 }
 
 }  // namespace

@@ -9,11 +9,12 @@
 #define JOADERFS_CATALOG_LAYOUT_H_
 
 #include <string>
+#include <string_view>
 
 namespace joaderfs {
 
 // The extensions torchvision's ImageFolder accepts, in any case.
-bool IsImageName(const std::string& name);
+bool IsImageName(std::string_view name);
 
 // A WebDataset shard: NAME.tar.
 bool IsTarName(const std::string& name);

@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "catalog/catalog.h"
 #include "catalog/layout.h"
@@ -67,22 +70,55 @@ EntryKind Examine(DIR* dir, const FolderEntry& e, struct stat* st) {
 
 }  // namespace
 
-Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
+namespace {
+
+int64_t Nanoseconds(const struct timespec& t) { return t.tv_sec * 1'000'000'000LL + t.tv_nsec; }
+
+// A name the walk keeps: not hidden (nor "." or ".."), no '/', no control
+// character.
+bool ComponentOk(std::string_view name) {
+  return !name.empty() && name[0] != '.' && name.find('/') == std::string_view::npos &&
+         !HasControlByte(name);
+}
+
+// A folder path the walk makes: components it keeps, joined by '/'.
+bool FolderPathOk(std::string_view rel) {
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = std::min(rel.find('/', start), rel.size());
+    if (!ComponentOk(rel.substr(start, slash - start))) return false;
+    if (slash == rel.size()) return true;
+    start = slash + 1;
+  }
+}
+
+FolderStamp Stamp(std::string rel, const struct stat& st) {
+  return {std::move(rel), static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+          Nanoseconds(st.st_mtim), Nanoseconds(st.st_ctim)};
+}
+
+}  // namespace
+
+Status Catalog::ScanImageFolder(std::vector<std::string>* shards, const CatalogSnapshot* snapshot) {
   root_ = source_;
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  scan_started_ns_ = Nanoseconds(now);
   std::set<std::pair<dev_t, ino_t>> visited;
   struct stat st {};
   if (::stat(root_.c_str(), &st) != 0) return Status::IOError("cannot examine " + root_);
   visited.emplace(st.st_dev, st.st_ino);
   DIR* dir = nullptr;
   std::vector<FolderEntry> top;
+  ++folders_listed_;
   const bool listed = ListFolder(root_, &dir, &top);
   const int error = errno;
-  std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> classes;
+  std::vector<std::pair<std::string, struct stat>> classes;
   if (listed) {
     for (const FolderEntry& e : top) {
       if (e.name[0] == '.' || Unprintable(e.name)) continue;
       switch (Examine(dir, e, &st)) {
-        case EntryKind::kFolder: classes.push_back({e.name, {st.st_dev, st.st_ino}}); break;
+        case EntryKind::kFolder: classes.emplace_back(e.name, st); break;
         case EntryKind::kFile:
           flat_images_ += IsImageName(e.name);
           if (IsTarName(e.name)) shards->push_back(e.name);
@@ -97,58 +133,155 @@ Status Catalog::ScanImageFolder(std::vector<std::string>* shards) {
   if (dir) ::closedir(dir);
   if (!listed) return Status::IOError("cannot list " + root_ + ": " + std::strerror(error));
   num_classes_ = static_cast<uint32_t>(classes.size());
+  class_scans_.assign(classes.size(), ClassScan());
   // Class folders are claimed before any walk, so that a link from one
   // class into another adds nothing to the first. A class folder that is a
   // second link to another keeps its label (torchvision's class indices)
   // but adds no sample.
   std::vector<bool> claimed(classes.size());
   for (size_t label = 0; label < classes.size(); ++label) {
-    claimed[label] = visited.insert(classes[label].second).second;
+    claimed[label] =
+        visited.insert({classes[label].second.st_dev, classes[label].second.st_ino}).second;
     scan_skips_.revisits += !claimed[label];
   }
-  std::vector<std::string> files;
+  // Which folder a link reaches first depends on every class before it: a
+  // tree with a folder reached twice is walked whole.
+  if (snapshot && scan_skips_.revisits == 0 &&
+      std::none_of(snapshot->classes.begin(), snapshot->classes.end(),
+                   [](const ClassScan& c) { return c.revisits > 0; })) {
+    std::unordered_map<std::string_view, const ClassScan*> by_name;
+    for (const ClassScan& c : snapshot->classes) by_name.emplace(c.name, &c);
+    uint64_t walked = 0;
+    for (size_t label = 0; label < classes.size(); ++label) {
+      const auto it = by_name.find(classes[label].first);
+      const auto l = static_cast<int32_t>(label);
+      if (it != by_name.end() && ReuseClass(*snapshot, *it->second, l, &visited)) continue;
+      WalkClass(classes[label].first, l, classes[label].second, &visited);
+      ++walked;
+    }
+    if (scan_skips_.revisits == 0) {
+      snapshot_current_ = walked == 0;
+      spdlog::info("SOURCE {}: {} of {} classes listed again, the rest as the snapshot had them",
+                   Printable(source_), walked, classes.size());
+      return Status::Ok();
+    }
+    // A changed class reached a folder of another: walk it all.
+    samples_ = SampleTable();
+    special_files_ = flat_images_ = 0;
+    scan_skips_ = ScanSkips();
+    first_unprintable_.clear();
+    shards->clear();
+    return ScanImageFolder(shards, nullptr);
+  }
   for (size_t label = 0; label < classes.size(); ++label) {
-    if (!claimed[label]) continue;
-    files.clear();
-    WalkClass(classes[label].first, &visited, &files);
-    std::sort(files.begin(), files.end(), PathLess);
-    for (auto& f : files) entries_.push_back({std::move(f), static_cast<int64_t>(label)});
+    if (claimed[label]) {
+      WalkClass(classes[label].first, static_cast<int32_t>(label), classes[label].second, &visited);
+    }
   }
   return Status::Ok();
 }
 
-void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>>* visited,
-                        std::vector<std::string>* files) {
-  // Depth first with a stack of relative paths, children in name order, so
-  // that the first of two links to one folder in path order is the one
-  // entered. Every folder pushed is new to `visited`: the walk lists each
-  // distinct folder once, whatever the links.
-  std::vector<std::string> pending{cls};
-  std::vector<FolderEntry> entries;
-  std::vector<std::string> subfolders;
-  struct stat st {};
-  while (!pending.empty()) {
-    const std::string rel = std::move(pending.back());
-    pending.pop_back();
-    DIR* dir = nullptr;
-    if (!ListFolder(root_ + "/" + rel, &dir, &entries)) {
-      ++scan_skips_.unreadable;
-      entries.clear();
+bool Catalog::ReuseClass(const CatalogSnapshot& snapshot, const ClassScan& c, int32_t label,
+                         std::set<std::pair<dev_t, ino_t>>* visited) {
+  if (!c.reusable || c.folders.empty() || c.folders.front().rel != c.name) return false;
+  // Its paths are checked as the walk would have made them, so that no
+  // crafted snapshot names a file outside SOURCE or a name the walk leaves
+  // out: folders are the class's and plain components, samples lie in one
+  // of them and their names are images' names.
+  std::unordered_set<std::string_view> folders;
+  for (const FolderStamp& f : c.folders) {
+    if (!FolderPathOk(f.rel) || !f.rel.starts_with(c.name) ||
+        (f.rel.size() > c.name.size() && f.rel[c.name.size()] != '/')) {
+      return false;
     }
-    subfolders.clear();
-    for (const FolderEntry& e : entries) {
-      if (e.name[0] == '.' || Unprintable(rel + "/" + e.name)) continue;
+    folders.insert(f.rel);
+  }
+  if (uint64_t{c.first} + c.count > snapshot.samples.size()) return false;
+  for (SampleId id = c.first; id < c.first + c.count; ++id) {
+    const std::string_view folder = snapshot.samples.folder(id), name = snapshot.samples.name(id);
+    if (folder.empty() || !folders.contains(folder.substr(0, folder.size() - 1)) ||
+        !ComponentOk(name) || !IsImageName(name)) {
+      return false;
+    }
+  }
+  struct stat st {};
+  for (const FolderStamp& f : c.folders) {
+    if (::stat((root_ + "/" + f.rel).c_str(), &st) != 0) return false;
+    const FolderStamp now = Stamp(f.rel, st);
+    if (now.dev != f.dev || now.ino != f.ino || now.mtime_ns != f.mtime_ns ||
+        now.ctime_ns != f.ctime_ns) {
+      return false;
+    }
+  }
+  if (!samples_.AppendFrom(snapshot.samples, c.first, c.count, label)) return false;
+  for (const FolderStamp& f : c.folders) visited->insert({f.dev, f.ino});
+  special_files_ += c.special_files;
+  scan_skips_.link_loops += c.link_loops;
+  scan_skips_.broken_links += c.broken_links;
+  scan_skips_.unreadable += c.unreadable;
+  if (c.unprintable > 0 && scan_skips_.unprintable == 0) first_unprintable_ = c.first_unprintable;
+  scan_skips_.unprintable += c.unprintable;
+  ClassScan& kept = class_scans_[label];
+  kept = c;
+  return true;
+}
+
+void Catalog::WalkClass(const std::string& cls, int32_t label, const struct stat& class_st,
+                        std::set<std::pair<dev_t, ino_t>>* visited) {
+  // Depth first, each folder's entries in name order, files added where
+  // they fall: that is the component-wise path order (PathLess), with no
+  // sort of whole relpaths. A folder's subfolders are claimed in `visited`
+  // when it is listed, before any is entered, so that the first of two
+  // links to one folder in path order is the one entered: the walk lists
+  // each distinct folder once, whatever the links.
+  ClassScan& scan = class_scans_[label];
+  scan.name = cls;
+  const uint64_t special_before = special_files_;
+  const ScanSkips skips_before = scan_skips_;
+  enum Action : uint8_t { kSkip, kAdd, kEnter };
+  struct Frame {
+    std::string folder;  // relative to root_, with a trailing '/'
+    std::vector<FolderEntry> entries;
+    std::vector<Action> actions;
+    std::vector<struct stat> subfolders;  // of the entries to enter, in order
+    size_t next = 0, next_subfolder = 0;
+  };
+  std::vector<Frame> stack;
+  struct stat st {};
+  // `folder_st`: its stat, taken before it is listed.
+  const auto enter = [&](std::string rel, const struct stat& folder_st) {
+    scan.folders.push_back(Stamp(rel, folder_st));
+    // A folder changed so near the scan that a later change may leave its
+    // times as they are is not trusted at the next mount.
+    if (scan.folders.back().mtime_ns > scan_started_ns_ - 2'000'000'000 ||
+        scan.folders.back().ctime_ns > scan_started_ns_ - 2'000'000'000) {
+      scan.reusable = false;
+    }
+    Frame f;
+    f.folder = std::move(rel) + "/";
+    DIR* dir = nullptr;
+    ++folders_listed_;
+    if (!ListFolder(root_ + "/" + f.folder, &dir, &f.entries)) {
+      ++scan_skips_.unreadable;
+      f.entries.clear();
+    }
+    f.actions.assign(f.entries.size(), kSkip);
+    for (size_t i = 0; i < f.entries.size(); ++i) {
+      const FolderEntry& e = f.entries[i];
+      // The folder's own name was looked at in its parent.
+      if (e.name[0] == '.' || (HasControlByte(e.name) && Unprintable(f.folder + e.name))) continue;
       const bool image = IsImageName(e.name);
       switch (Examine(dir, e, &st)) {
         case EntryKind::kFolder:
           if (visited->insert({st.st_dev, st.st_ino}).second) {
-            subfolders.push_back(rel + "/" + e.name);
+            f.actions[i] = kEnter;
+            f.subfolders.push_back(st);
           } else {
             ++scan_skips_.revisits;
           }
           break;
         case EntryKind::kFile:
-          if (image) files->push_back(rel + "/" + e.name);
+          if (image) f.actions[i] = kAdd;
           break;
         case EntryKind::kSpecial: special_files_ += image; break;
         case EntryKind::kLoop: image ? ++special_files_ : ++scan_skips_.link_loops; break;
@@ -157,30 +290,96 @@ void Catalog::WalkClass(const std::string& cls, std::set<std::pair<dev_t, ino_t>
       }
     }
     if (dir) ::closedir(dir);
-    pending.insert(pending.end(), std::make_move_iterator(subfolders.rbegin()),
-                   std::make_move_iterator(subfolders.rend()));
+    stack.push_back(std::move(f));
+  };
+  enter(cls, class_st);
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.next == f.entries.size()) {
+      stack.pop_back();
+      continue;
+    }
+    const size_t i = f.next++;
+    if (f.actions[i] == kAdd && !samples_.Add(f.folder, f.entries[i].name, label)) {
+      ++scan_skips_.unreadable;
+    }
+    if (f.actions[i] == kEnter) {
+      const struct stat sub = f.subfolders[f.next_subfolder++];
+      enter(f.folder + f.entries[i].name, sub);  // invalidates f
+    }
+  }
+  scan.special_files = special_files_ - special_before;
+  scan.link_loops = scan_skips_.link_loops - skips_before.link_loops;
+  scan.broken_links = scan_skips_.broken_links - skips_before.broken_links;
+  scan.revisits = scan_skips_.revisits - skips_before.revisits;
+  scan.unreadable = scan_skips_.unreadable - skips_before.unreadable;
+  scan.unprintable = scan_skips_.unprintable - skips_before.unprintable;
+  // The name the warning shows, when this class met the first one.
+  if (skips_before.unprintable == 0 && scan.unprintable > 0) {
+    scan.first_unprintable = first_unprintable_;
   }
 }
 
 void Catalog::StatLocalFiles(std::vector<uint8_t>* kinds) {
-  kinds->assign(entries_.size(), kMissing);
-  const std::vector<size_t> stuck =
-      WalkWithDeadline(entries_.size(), scan_timeout_, [&](size_t i, const WalkPublisher& p) {
-        std::string path;
-        if (!p.Publish([&] { path = root_ + "/" + entries_[i].relpath; })) return;
-        struct stat st {};
-        const bool found = ::stat(path.c_str(), &st) == 0;
-        p.Publish([&] {
-          if (!found) return;
-          (*kinds)[i] = S_ISREG(st.st_mode) ? kRegular : kSpecial;
-          Entry& e = entries_[i];
-          e.size = static_cast<uint64_t>(st.st_size);
-          e.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
-          e.inode = st.st_ino;
-        });
+  kinds->assign(samples_.size(), kMissing);
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 2u, 8u);
+  // A thread works on one folder at a time, and keeps it open: a stat
+  // relative to it looks up one name, not the whole path. On a filesystem
+  // where a lookup that hangs blocks the others in its folder (FUSE
+  // without parallel lookups), no second thread is caught behind it; only
+  // folders over kBatch samples are shared.
+  constexpr size_t kBatch = 16384;
+  struct OpenFolder {
+    uint32_t index = UINT32_MAX;
+    std::string path;  // with its trailing '/'
+    int fd = -1;
+    ~OpenFolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  const std::vector<size_t> stuck = ParallelWalkWithDeadline(
+      samples_.size(), samples_.FolderBatches(kBatch), threads, scan_timeout_, [this, kinds] {
+        auto folder = std::make_shared<OpenFolder>();
+        return [this, kinds, folder](size_t i, const WalkPublisher& p) {
+          // What the step reads of the catalog it copies under Publish; one
+          // capture, so that the function needs no allocation.
+          struct Work {
+            uint32_t index;
+            std::string name, folder_path;
+            struct stat st;
+            bool found;
+          } w{};
+          Work* q = &w;
+          if (!p.Publish([this, q, i, &folder] {
+                q->index = samples_.folder_index(i);
+                q->name = samples_.name(i);
+                if (q->index != folder->index) {
+                  q->folder_path = root_ + "/" + std::string(samples_.FolderAt(q->index));
+                }
+              })) {
+            return;
+          }
+          if (w.index != folder->index) {
+            if (folder->fd >= 0) ::close(folder->fd);
+            folder->index = w.index;
+            folder->path = std::move(w.folder_path);
+            folder->fd = ::open(folder->path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+          }
+          w.found = folder->fd >= 0 && !w.name.empty()
+                        ? ::fstatat(folder->fd, w.name.c_str(), &w.st, 0) == 0
+                        : ::stat((folder->path + w.name).c_str(), &w.st) == 0;
+          p.Publish([this, q, i, kinds] {
+            if (!q->found) return;
+            (*kinds)[i] = S_ISREG(q->st.st_mode) ? kRegular : kSpecial;
+            samples_.set_identity(i,
+                                  {static_cast<uint64_t>(q->st.st_size),
+                                   q->st.st_mtim.tv_sec * 1'000'000'000LL + q->st.st_mtim.tv_nsec,
+                                   static_cast<uint64_t>(q->st.st_ino)});
+          });
+        };
       });
   for (size_t i : stuck) (*kinds)[i] = kStuck;
-  NoteStuck(stuck.size(), stuck.empty() ? "" : entries_[stuck.front()].relpath);
+  NoteStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
 }
 
 void Catalog::NoteStuck(uint64_t count, const std::string& first) {

@@ -185,16 +185,16 @@ Status Catalog::OpenS3(const std::string& source, const CatalogOptions& options)
       by_rel[rels.back()] = o;
     }
     std::sort(rels.begin(), rels.end(), PathLess);
-    for (std::string& rel : rels) {
+    for (const std::string& rel : rels) {
       const S3Object* o = by_rel[rel];
-      Entry e{std::move(rel), label};
-      e.size = o->size;
-      e.inode = EtagDigest(o->etag);
-      entries_.push_back(std::move(e));
+      const size_t before = samples_.size();
+      AddSample(rel, label);
+      if (samples_.size() > before)
+        samples_.set_identity(before, {o->size, 0, EtagDigest(o->etag)});
     }
     ++label;
   }
-  if (entries_.empty() && !shards.empty()) {
+  if (samples_.size() == 0 && !shards.empty()) {
     for (S3Object& o : shards) o.key = o.key.substr(skip);
     s = ScanS3Shards(*client, std::move(shards), options.label_key);
     if (!s.ok()) return s;
@@ -228,16 +228,15 @@ Status Catalog::ReadS3Manifest(const S3Client& client, const std::string& bucket
   std::unordered_map<std::string, const S3Object*> by_key;
   for (const S3Object& o : objects) by_key[o.key] = &o;
   int64_t max_label = -1;
-  for (ManifestEntry& m : manifest.entries) {
+  for (const ManifestEntry& m : manifest.entries) {
     max_label = std::max(max_label, m.label);
-    Entry e{std::move(m.relpath), m.label};
+    const size_t before = samples_.size();
+    AddSample(m.relpath, m.label);
     // Missing: kept with no identity; its read fails and is counted then.
-    if (auto it = by_key.find(folder.empty() ? e.relpath : folder + "/" + e.relpath);
-        it != by_key.end()) {
-      e.size = it->second->size;
-      e.inode = EtagDigest(it->second->etag);
+    if (auto it = by_key.find(folder.empty() ? m.relpath : folder + "/" + m.relpath);
+        samples_.size() > before && it != by_key.end()) {
+      samples_.set_identity(before, {it->second->size, 0, EtagDigest(it->second->etag)});
     }
-    entries_.push_back(std::move(e));
   }
   num_classes_ = static_cast<uint32_t>(max_label + 1);
   rejected_paths_ = manifest.rejected;

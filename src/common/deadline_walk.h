@@ -44,6 +44,19 @@ using WalkStep = std::function<void(size_t i, const WalkPublisher& publisher)>;
 std::vector<size_t> WalkWithDeadline(size_t n, std::chrono::milliseconds timeout,
                                      const WalkStep& step);
 
+// The same walk on up to `threads` threads at once, each taking one batch
+// of consecutive entries at a time (in order within it) until none is left;
+// `batches` holds the first entry of each, ascending from 0. Each thread
+// runs a step of its own, made by `make_step` on that thread, which may keep
+// state from one entry to the next (an open folder). A thread that makes no
+// progress for `timeout` is given up at its entry, and the rest of its batch
+// goes to a new thread. Publish() wakes no one here (the caller looks at
+// each thread's progress a few times per `timeout`), so a step may publish
+// once per entry at the cost of an uncontended lock.
+std::vector<size_t> ParallelWalkWithDeadline(size_t n, const std::vector<size_t>& batches,
+                                             unsigned threads, std::chrono::milliseconds timeout,
+                                             const std::function<WalkStep()>& make_step);
+
 }  // namespace joaderfs
 
 #endif  // JOADERFS_COMMON_DEADLINE_WALK_H_

@@ -8,6 +8,7 @@
 #include "cache/remote_tier.h"
 #include "cache/sample_cache.h"
 #include "catalog/catalog.h"
+#include "common/memory_trim.h"
 #include "common/rocksdb_support.h"
 #include "daemon/cache_dir_lock.h"
 #include "daemon/machine.h"
@@ -87,6 +88,10 @@ Status Components::Build(const DaemonOptions& o, const char* program,
   std::string error;
   if (!InitDecoder(program, &error)) return Status::IOError("cannot start libvips: " + error);
   SetMaxPixels(o.max_pixels);
+  // Taken before the scan: the catalog's snapshot lives in cache_dir too.
+  if (!o.cache_dir.empty()) {
+    if (Status s = CacheDirLock::Acquire(o.cache_dir, &c->cache_dir_lock_); !s.ok()) return s;
+  }
   if (Status s = c->OpenCatalog(o); !s.ok()) return s;
   c->sizing_ = SizeReads(o, *c->catalog_);
   c->group_ = std::make_unique<PlanGroup>(PlanOptions(o, c->sizing_));
@@ -134,7 +139,10 @@ Status Components::OpenCatalog(const DaemonOptions& o) {
   co.s3_credentials = o.s3_credentials;
   co.s3_profile = o.s3_profile;
   co.read_timeout = std::chrono::seconds(o.read_timeout);
+  co.cache_dir = o.cache_dir;
   const Status s = Catalog::Open(o.source, co, &catalog_);
+  // The scan's lists and names are freed: RSS returns to what the catalog holds.
+  TrimFreeMemory(kKeepFreeBytes);
   // The credentials were read (or never needed): none stays in the
   // environment /proc/PID/environ shows.
   ScrubEnvironment(kSecretVariables);
@@ -143,8 +151,7 @@ Status Components::OpenCatalog(const DaemonOptions& o) {
 
 Status Components::OpenDiskTier(const DaemonOptions& o) {
   if (o.cache_dir.empty()) return Status::Ok();
-  Status s = CacheDirLock::Acquire(o.cache_dir, &cache_dir_lock_);
-  if (!s.ok()) return s;
+  Status s;
   if (o.purge_disk_cache) {
     uint64_t purged = 0;
     s = DiskCache::Purge(o.cache_dir, catalog_->source(), &purged);
