@@ -1,5 +1,7 @@
 #include "common/rocksdb_support.h"
 
+#include <rocksdb/cache.h>
+#include <rocksdb/table.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -73,6 +75,13 @@ void PrepareRocksDb(const std::string& path, rocksdb::Options* options) {
   options->write_buffer_size = 4 << 20;
   options->max_write_buffer_number = 2;
   options->max_total_wal_size = 8 << 20;
+  // Index and filter blocks live in the block cache, which is bounded,
+  // rather than beside each table file, where they grow with the records.
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(kRocksDbBlockCacheBytes);
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  options->table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
 }
 
 rocksdb::Status RocksDbWrites::Write(const rocksdb::WriteOptions& options,
