@@ -70,6 +70,7 @@ struct OpenFigures {
   double open_s = 0, ready_s = 0;
   double rss_bytes = 0;
   double entries = 0, served = 0;
+  double hit_us = 0;  // wall time per Get of a stored sample, index and slot read
 };
 
 OpenFigures OpenOnce(const Catalog& catalog, const std::string& dir, bool read_all) {
@@ -90,7 +91,9 @@ OpenFigures OpenOnce(const Catalog& catalog, const std::string& dir, bool read_a
   f.entries = static_cast<double>(cache->Stats().entries);
   if (read_all) {
     DecodedSample out;
+    const auto reads = std::chrono::steady_clock::now();
     for (SampleId id = 0; id < catalog.size(); ++id) f.served += cache->Get(id, &out).ok();
+    f.hit_us = Seconds(reads) * 1e6 / static_cast<double>(catalog.size());
   }
   return f;
 }
@@ -232,6 +235,7 @@ int Main(int argc, char** argv) {
   std::printf("%-44s %12.0f %12zu\n", "entries after rebuild", Median(full, &OpenFigures::entries),
               n);
   std::printf("%-44s %12.0f %12zu\n", "samples served after reopen", full[0].served, n);
+  std::printf("%-44s %12.2f %12s\n", "Get of a stored sample, us", full[0].hit_us, "-");
   std::printf("%-44s %12llu %12s\n", "burst of PutAsync: write_drops",
               static_cast<unsigned long long>(burst.write_drops), "0");
   std::printf("%-44s %12llu %12zu\n", "burst of PutAsync: writes",

@@ -30,8 +30,9 @@
 // `entries_` (or "none" / "queued"); per entry of the current catalog and
 // base 12 bytes (id, slot, slot size); per slot a bit (used or free); and
 // per other entry (another base's, a changed file's: needed by nobody) its
-// key in one shared buffer. Open() only opens RocksDB and the slot files,
-// so a remount is quick whatever the tier holds; the writer thread then
+// key in one shared buffer and 16 bytes. Open() only opens RocksDB (and
+// checks its files' checksums) and the slot files, so a remount is quick
+// whatever the tier holds; the writer thread then
 // rebuilds those arrays from RocksDB in steps between its writes. Until it
 // is done, writes go past every slot the files held at open (never onto a
 // slot an entry may name) and only entries already rebuilt can be evicted.
