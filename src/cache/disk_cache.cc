@@ -341,7 +341,7 @@ Status DiskCache::Get(SampleId id, DecodedSample* out) {
     } else {
       // Not rebuilt yet (evictions only take rebuilt entries): the rebuild
       // must not count its slot used.
-      dropped_early_.emplace_back(where.slot_bytes, where.slot);
+      dropped_early_.emplace(where.slot_bytes, where.slot);
     }
     ++stats_.corrupt;
   }
@@ -619,7 +619,7 @@ bool DiskCache::RebuildStep() {
     MutexLock lock(mu_);
     for (Found& f : found) {
       const std::pair<uint64_t, uint64_t> slot{f.where.slot_bytes, f.where.slot};
-      if (std::find(dropped_early_.begin(), dropped_early_.end(), slot) != dropped_early_.end()) {
+      if (dropped_early_.count(slot)) {
         continue;
       }
       if (!File(f.where.slot_bytes)) {
@@ -687,7 +687,6 @@ void DiskCache::FinishRebuild() {
     shared_slots_.clear();
     shared_slots_.shrink_to_fit();
     dropped_early_.clear();
-    dropped_early_.shrink_to_fit();
     for (auto& [slot_bytes, file] : files_) file.first_maybe_free = 0;
     rebuilt_ = true;
     EvictLocked(&dropped);

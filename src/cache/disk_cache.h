@@ -24,7 +24,7 @@
 // its index entry's, a slot reused after an eviction whose index delete was
 // lost, and damaged files.
 //
-// RocksDB is the one index: a Get is one point lookup in it (a few us
+// RocksDB is the one index: a Get is one point lookup in it (5-10 us
 // against a 1.3 ms decode). What RAM holds is only what choosing slots and
 // victims needs, in flat arrays: per catalog sample a 4-byte position in
 // `entries_` (or "none" / "queued"); per entry of the current catalog and
@@ -54,6 +54,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -210,7 +211,7 @@ class DiskCache {
   // While rebuilding: slots of entries that reads dropped before the
   // rebuild reached them (it must not count them used), and slots that two
   // entries named (both dropped when it is done).
-  std::vector<std::pair<uint64_t, uint64_t>> dropped_early_ GUARDED_BY(mu_);
+  std::set<std::pair<uint64_t, uint64_t>> dropped_early_ GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, uint64_t>> shared_slots_ GUARDED_BY(mu_);
   // Slot files by slot size; a file's fd stays open until the tier closes.
   std::map<uint64_t, SlotFile> files_ GUARDED_BY(mu_);
