@@ -326,6 +326,41 @@ TEST_F(DiskCacheTest, FreeSlotsAreReusedOnceRebuilt) {
   EXPECT_EQ(served, 4);
 }
 
+TEST_F(DiskCacheTest, AnotherBasesEntriesGoFirstAndTheirKeysWithThem) {
+  const uint64_t one = DiskCache::SlotBytes(16 * 16 * 3);
+  {
+    auto cache = OpenCache(4 * one, 16);
+    for (SampleId id = 0; id < 4; ++id) cache->PutAsync(id, Sample(1));
+  }
+  {
+    // Ids 4-7 written at base 32 are needed by nobody either: only the
+    // order of kinds puts base 16's entries first.
+    auto cache = OpenCache(4 * one, 32);
+    cache->WaitForRebuild();
+    EXPECT_EQ(cache->Stats().entries, 4u);
+    for (SampleId id = 4; id < 8; ++id) {
+      cache->PutAsync(id, Sample(2));
+      cache->Flush();
+    }
+    EXPECT_EQ(cache->Stats().evictions, 4u);
+    for (SampleId id = 4; id < 8; ++id) {
+      DecodedSample out;
+      ASSERT_TRUE(cache->Get(id, &out).ok()) << id;
+      EXPECT_TRUE(AllPixels(out, 2));
+    }
+  }
+  // Their index keys went with their slots: a plain miss at base 16, never
+  // an entry naming a slot that base 32's samples now hold.
+  auto cache = OpenCache(4 * one, 16);
+  for (SampleId id = 0; id < 4; ++id) {
+    DecodedSample out;
+    EXPECT_EQ(cache->Get(id, &out).code(), Status::Code::kNotFound) << id;
+  }
+  cache->WaitForRebuild();
+  EXPECT_EQ(cache->Stats().entries, 4u);
+  EXPECT_EQ(cache->Stats().corrupt, 0u);
+}
+
 TEST_F(DiskCacheTest, ABurstOfWritesIsNotDropped) {
   constexpr SampleId kBurst = 2048;  // four times what the queue once held
   GrowSource(kBurst);
