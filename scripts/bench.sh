@@ -66,6 +66,7 @@ commands=(
   "parity|python bench.parity.convergence|training on joaderfs's random crops and flips converges like torchvision's own augmentation"
   "planner|micro joaderfs-planner-bench|the dependent planner's insert time, planning rate and memory against issue 3's targets"
   "sample-cost|micro joaderfs-sample-cost-bench|CPU per sample of a decode vs a disk-tier hit vs a crop of a cached base image"
+  "disk-index|micro joaderfs-disk-index-bench|a remount over a disk tier of 128k samples: Open() time, RSS per cached sample and a burst's write drops against issue 44's targets"
   "rank-stall|micro joaderfs-rank-stall-bench|a ranked job's epoch start does not stall the other jobs' reads"
   "remote-get|micro joaderfs-remote-get-bench|the remote tier's fetch: one memcached get per value against a multi-get of a batch (3 memcached on loopback), values/s by value size and batch"
   "tar-scan|micro joaderfs-tar-scan-bench|scanning a folder of WebDataset tar shards: index bytes per sample and scan time against a plain walk of the tar headers (needs a SOURCE of shards)"
@@ -268,6 +269,10 @@ case $how in
       need_built joaderfs-gendata
       mkdir -p "$build/bench-out/sample-cost-cache"
       set -- "$(dataset 200 10)" "$build/bench-out/sample-cost-cache" "$@"
+    fi
+    if [[ $command == disk-index ]] && [[ -z ${1:-} || ${1:-} == -* ]]; then
+      mkdir -p "$build/bench-out/disk-index"
+      set -- "$build/bench-data/placeholders-131072" "$build/bench-out/disk-index" "$@"
     fi
     exec "$build/$program" "$@"
     ;;

@@ -1,6 +1,9 @@
 #include "cache/disk_cache.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -61,6 +64,29 @@ class DiskCacheTest : public ::testing::Test {
     return true;
   }
 
+  // Source files 8..n-1 beside SetUp's, and a catalog of all n.
+  void GrowSource(int n) {
+    for (int i = 8; i < n; ++i) WriteSource(i, "content " + std::to_string(i));
+    ReopenCatalog();
+  }
+
+  // Whether every sample below n is served with the pixels `value(id)`.
+  template <typename Value>
+  static void ExpectServed(DiskCache* cache, SampleId n, Value value) {
+    for (SampleId id = 0; id < n; ++id) {
+      DecodedSample out;
+      const Status s = cache->Get(id, &out);
+      ASSERT_TRUE(s.ok()) << id << ": " << s.message();
+      EXPECT_TRUE(AllPixels(out, value(id))) << id;
+    }
+  }
+
+  // The rebuild held while a test looks at a tier before it.
+  struct HoldRebuild {
+    HoldRebuild() { DiskCache::TEST_HoldRebuild(true); }
+    ~HoldRebuild() { DiskCache::TEST_HoldRebuild(false); }
+  };
+
   testing::TempDir root_{"joaderfs-disk-test"};
   std::unique_ptr<Catalog> catalog_;
 };
@@ -95,6 +121,7 @@ TEST_F(DiskCacheTest, SurvivesReopen) {
     for (SampleId id = 0; id < 8; ++id) cache->PutAsync(id, Sample(static_cast<uint8_t>(id)));
   }  // the destructor finishes queued writes
   auto cache = OpenCache();
+  cache->WaitForRebuild();
   EXPECT_EQ(cache->Stats().entries, 8u);
   for (SampleId id = 0; id < 8; ++id) {
     DecodedSample out;
@@ -188,6 +215,7 @@ TEST_F(DiskCacheTest, ASlotHoldingAnotherSamplesBytesIsNeverServed) {
     ASSERT_TRUE(f.write(second.data(), static_cast<std::streamsize>(second.size())));
   }
   auto cache = OpenCache();
+  cache->WaitForRebuild();  // free slots are known once it is done
   DecodedSample out;
   EXPECT_EQ(cache->Get(0, &out).code(), Status::Code::kCorruption);
   EXPECT_EQ(cache->Get(0, &out).code(), Status::Code::kNotFound);
@@ -222,6 +250,172 @@ TEST_F(DiskCacheTest, OverBudgetDropsWhatFewestJobsNeed) {
   int needed_kept = 0;
   for (SampleId id = 0; id < 4; ++id) needed_kept += cache->Get(id, &out).ok();
   EXPECT_GE(needed_kept, 3);
+}
+
+TEST_F(DiskCacheTest, ReopenServesEveryEntryBeforeTheRebuild) {
+  {
+    auto cache = OpenCache();
+    for (SampleId id = 0; id < 8; ++id) cache->PutAsync(id, Sample(static_cast<uint8_t>(id + 1)));
+  }
+  HoldRebuild hold;
+  auto cache = OpenCache();
+  // Open returned with nothing rebuilt in RAM, and reads go to RocksDB.
+  EXPECT_EQ(cache->Stats().entries, 0u);
+  ExpectServed(cache.get(), 8, [](SampleId id) { return static_cast<uint8_t>(id + 1); });
+  // A write of a stored sample is no second entry.
+  cache->PutAsync(3, Sample(99));
+  cache->Flush();
+  EXPECT_EQ(cache->Stats().writes, 0u);
+  DiskCache::TEST_HoldRebuild(false);
+  cache->WaitForRebuild();
+  EXPECT_EQ(cache->Stats().entries, 8u);
+  EXPECT_EQ(cache->Stats().bytes, 8 * DiskCache::SlotBytes(16 * 16 * 3));
+  ExpectServed(cache.get(), 8, [](SampleId id) { return static_cast<uint8_t>(id + 1); });
+}
+
+TEST_F(DiskCacheTest, WritesDuringTheRebuildNeverOverwriteAUsedSlot) {
+  GrowSource(64);
+  {
+    auto cache = OpenCache();
+    for (SampleId id = 0; id < 32; ++id) cache->PutAsync(id, Sample(static_cast<uint8_t>(id)));
+  }
+  {
+    HoldRebuild hold;
+    auto cache = OpenCache();
+    for (SampleId id = 32; id < 64; ++id) cache->PutAsync(id, Sample(static_cast<uint8_t>(id)));
+    cache->Flush();
+    EXPECT_EQ(cache->Stats().writes, 32u);
+    ExpectServed(cache.get(), 64, [](SampleId id) { return static_cast<uint8_t>(id); });
+  }
+  // And the next rebuild finds both kinds, each slot named once.
+  auto cache = OpenCache();
+  cache->WaitForRebuild();
+  EXPECT_EQ(cache->Stats().entries, 64u);
+  EXPECT_EQ(cache->Stats().corrupt, 0u);
+  ExpectServed(cache.get(), 64, [](SampleId id) { return static_cast<uint8_t>(id); });
+}
+
+TEST_F(DiskCacheTest, FreeSlotsAreReusedOnceRebuilt) {
+  const uint64_t one = DiskCache::SlotBytes(16 * 16 * 3);
+  std::string slots;
+  {
+    auto cache = OpenCache(4 * one);
+    for (SampleId id = 0; id < 4; ++id) cache->PutAsync(id, Sample(1));
+    cache->Flush();
+    slots = cache->path() + "/slots-" + std::to_string(one);
+  }
+  const auto size = fs::file_size(slots);
+  auto cache = OpenCache(4 * one);
+  cache->WaitForRebuild();
+  // Each write evicts one entry and takes its slot: the file never grows.
+  for (SampleId id = 4; id < 8; ++id) {
+    cache->PutAsync(id, Sample(2));
+    cache->Flush();
+    EXPECT_EQ(fs::file_size(slots), size) << id;
+  }
+  const DiskCacheStats stats = cache->Stats();
+  EXPECT_EQ(stats.evictions, 4u);
+  EXPECT_EQ(stats.entries, 4u);
+  int served = 0;
+  for (SampleId id = 0; id < 8; ++id) {
+    DecodedSample out;
+    if (!cache->Get(id, &out).ok()) continue;
+    ++served;
+    EXPECT_TRUE(AllPixels(out, id < 4 ? 1 : 2)) << id;
+  }
+  EXPECT_EQ(served, 4);
+}
+
+TEST_F(DiskCacheTest, AnotherBasesEntriesGoFirstAndTheirKeysWithThem) {
+  const uint64_t one = DiskCache::SlotBytes(16 * 16 * 3);
+  {
+    auto cache = OpenCache(4 * one, 16);
+    for (SampleId id = 0; id < 4; ++id) cache->PutAsync(id, Sample(1));
+  }
+  {
+    // Ids 4-7 written at base 32 are needed by nobody either: only the
+    // order of kinds puts base 16's entries first.
+    auto cache = OpenCache(4 * one, 32);
+    cache->WaitForRebuild();
+    EXPECT_EQ(cache->Stats().entries, 4u);
+    for (SampleId id = 4; id < 8; ++id) {
+      cache->PutAsync(id, Sample(2));
+      cache->Flush();
+    }
+    EXPECT_EQ(cache->Stats().evictions, 4u);
+    for (SampleId id = 4; id < 8; ++id) {
+      DecodedSample out;
+      ASSERT_TRUE(cache->Get(id, &out).ok()) << id;
+      EXPECT_TRUE(AllPixels(out, 2));
+    }
+  }
+  // Their index keys went with their slots: a plain miss at base 16, never
+  // an entry naming a slot that base 32's samples now hold.
+  auto cache = OpenCache(4 * one, 16);
+  for (SampleId id = 0; id < 4; ++id) {
+    DecodedSample out;
+    EXPECT_EQ(cache->Get(id, &out).code(), Status::Code::kNotFound) << id;
+  }
+  cache->WaitForRebuild();
+  EXPECT_EQ(cache->Stats().entries, 4u);
+  EXPECT_EQ(cache->Stats().corrupt, 0u);
+}
+
+TEST_F(DiskCacheTest, ABurstOfWritesIsNotDropped) {
+  constexpr SampleId kBurst = 2048;  // four times what the queue once held
+  GrowSource(kBurst);
+  auto cache = OpenCache();
+  for (SampleId id = 0; id < kBurst; ++id) cache->PutAsync(id, Sample(static_cast<uint8_t>(id)));
+  cache->Flush();
+  EXPECT_EQ(cache->Stats().write_drops, 0u);
+  EXPECT_EQ(cache->Stats().writes, kBurst);
+  ExpectServed(cache.get(), kBurst, [](SampleId id) { return static_cast<uint8_t>(id); });
+}
+
+TEST_F(DiskCacheTest, EntriesOfAKilledWriterAreServedRightOrMissed) {
+  GrowSource(512);
+  int served_total = 0;
+  for (int delay_us : {0, 2000, 20000}) {
+    fs::remove_all(cache_dir());
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // The writer killed mid-way: no destructor, no Flush.
+      std::unique_ptr<DiskCache> cache;
+      if (!DiskCache::Open(cache_dir(), catalog_.get(), &counts_, 16, 1 << 30, &cache).ok()) {
+        _exit(1);
+      }
+      for (SampleId id = 0; id < 512; ++id) {
+        cache->PutAsync(id, Sample(static_cast<uint8_t>(id * 7)));
+      }
+      usleep(delay_us);
+      kill(getpid(), SIGKILL);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer did not start";
+    auto cache = OpenCache();
+    int served = 0;
+    for (SampleId id = 0; id < 512; ++id) {
+      DecodedSample out;
+      const Status s = cache->Get(id, &out);
+      if (s.ok()) {
+        ++served;
+        EXPECT_TRUE(AllPixels(out, static_cast<uint8_t>(id * 7))) << id << " after " << delay_us;
+      } else {
+        EXPECT_TRUE(s.code() == Status::Code::kNotFound || s.code() == Status::Code::kCorruption)
+            << s.message();
+      }
+    }
+    served_total += served;
+    // Whatever it lost is written again, and then served.
+    for (SampleId id = 0; id < 512; ++id) {
+      cache->PutAsync(id, Sample(static_cast<uint8_t>(id * 7)));
+    }
+    cache->Flush();
+    cache->WaitForRebuild();
+    ExpectServed(cache.get(), 512, [](SampleId id) { return static_cast<uint8_t>(id * 7); });
+  }
+  EXPECT_GT(served_total, 0);  // some writes were done before the kill
 }
 
 }  // namespace

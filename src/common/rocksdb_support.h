@@ -31,12 +31,16 @@ namespace joaderfs {
 // when it is missing), sends RocksDB's own log to ours (warnings and
 // errors, rate-limited) instead of a LOG file in that folder, and bounds its
 // memtables and WAL (kRocksDbWorkingBytes): our records are small, and
-// RocksDB's 64 MiB defaults alone could fill a small cache filesystem.
+// RocksDB's 64 MiB defaults alone could fill a small cache filesystem. Its
+// RAM: the two memtables, a block cache of kRocksDbBlockCacheBytes for data
+// blocks, and the tables' index and Bloom filter blocks (~2 bytes a record).
 void PrepareRocksDb(const std::string& path, rocksdb::Options* options);
 
 // The disk room one of our databases may take beyond its records: two
 // memtables of 4 MiB in the WAL, a flush and a compaction in flight.
 constexpr uint64_t kRocksDbWorkingBytes = 16ULL << 20;
+// The block cache of each database (data blocks).
+constexpr size_t kRocksDbBlockCacheBytes = 8ULL << 20;
 // Its records' room per sample at worst: an index entry (about 40 bytes)
 // written twice over by a compaction, and a job's per-sample state.
 constexpr uint64_t kRocksDbBytesPerSample = 128;
