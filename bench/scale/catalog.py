@@ -344,8 +344,14 @@ def full_tier(args, source, n, work):
         run.stop()
     # docs/cache.md: fixed (the daemon after mount, catalog included)
     # + 1.25 x ram_cache + one delivery per decode thread and per reader
-    # + the disk tier's write queue (512 samples) of base images.
-    bound = fresh["rss"] + 1.25 * ram + (threads + 1) * delivery + 512 * SIDE * SIDE * 3
+    # + the disk tier's write queue (at most 64 MiB of base images, or the
+    # whole decoded set if smaller) + per RocksDB database (the tier's
+    # index, the job store) two 4 MiB memtables and an 8 MiB block cache
+    # + per tier entry its array slot (at most 24 bytes) and ~2 bytes of
+    # index and filter blocks.
+    queue = min(64 << 20, n * SIDE * SIDE * 3)
+    bound = (fresh["rss"] + 1.25 * ram + (threads + 1) * delivery + queue + 2 * (16 << 20)
+             + 26 * stats["disk_entries"])
     out["epoch_over_per_entry"] = (peak - bound) / max(1, stats["disk_entries"])
     out.update({"epoch_sps": delivered / wall, "epoch_delivered": delivered,
                 "disk_entries": stats["disk_entries"], "disk_write_drops": stats["disk_write_drops"],
@@ -629,7 +635,8 @@ def main():
     lines.append("")
     lines.append("full tier: ram_cache %s (10%% of the decoded set), bound = RSS after mount "
                  "+ 1.25 x ram_cache + (decode threads + 1 reader) x one size=64 delivery + the "
-                 "disk write queue (512 base images); peak %s"
+                 "disk write queue (64 MiB at most) + 2 RocksDB databases x 16 MiB + 26 B "
+                 "a tier entry (docs/cache.md); peak %s"
                  % (", ".join("%s %s MiB" % (s, mib(results[s]["ram_cache"]))
                               for s in sizes if "ram_cache" in results[s]) or "-",
                     ", ".join("%s %s the bound" % (s, "within" if results[s]["epoch_bound_met"]
