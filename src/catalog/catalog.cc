@@ -259,12 +259,6 @@ void Catalog::Index() {
   }
   kinds = {};
   samples_.Finish();
-  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
-  for (SampleId id = 0; id < samples_.size(); ++id) {
-    const uint64_t f = samples_.fingerprint(id);
-    h = Fnv1a(h, &f, sizeof f);
-  }
-  identity_ = h;
 }
 
 void Catalog::WriteSnapshot(const std::string& path) {
@@ -332,13 +326,6 @@ void Catalog::FinishShards(const ShardCounts& counts, int64_t max_label) {
 }
 
 void Catalog::IndexShards() {
-  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
-  for (SampleId id = 0; id < members_.size(); ++id) {
-    const uint64_t f = fingerprint(id);
-    h = Fnv1a(h, &f, sizeof f);
-  }
-  identity_ = h;
-
   size_t slots = 16;
   while (slots * 7 < members_.size() * 10) slots *= 2;
   by_member_.assign(slots, 0);
@@ -399,6 +386,15 @@ FileRange Catalog::location(SampleId id) const {
   r.mtime_ns = shard.mtime_ns;
   r.inode = shard.inode;
   return r;
+}
+
+uint64_t Catalog::identity() const {
+  uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
+  for (SampleId id = 0; id < size(); ++id) {
+    const uint64_t f = fingerprint(id);
+    h = Fnv1a(h, &f, sizeof f);
+  }
+  return h;
 }
 
 uint64_t Catalog::fingerprint(SampleId id) const {

@@ -176,8 +176,8 @@ class Catalog {
   uint64_t fingerprint(SampleId id) const;
 
   // A digest of every sample's fingerprint: it changes when any file is
-  // added, removed, resized or modified.
-  uint64_t identity() const { return identity_; }
+  // added, removed, resized or modified. O(N), computed on each call.
+  uint64_t identity() const;
 
  private:
   // One sample of a shard: 24 bytes plus its member name in names_.
@@ -217,7 +217,7 @@ class Catalog {
                 ShardCounts* counts, int64_t* max_label);
   // The skips and classes once every shard was added.
   void FinishShards(const ShardCounts& counts, int64_t max_label);
-  // The identity and by_member_.
+  // by_member_.
   void IndexShards();
   // Where the hash of (shard, member name) starts its probe in by_member_.
   size_t MemberSlot(uint32_t shard, std::string_view member) const;
@@ -263,7 +263,6 @@ class Catalog {
   std::string root_;     // the folder relative paths start from
   SampleTable samples_;  // for every layout but shards
   uint32_t num_classes_ = 0;
-  uint64_t identity_ = 0;
   uint64_t special_files_ = 0;
   uint64_t flat_images_ = 0;  // image files directly in an ImageFolder SOURCE (ignored)
   ScanSkips scan_skips_;
