@@ -46,7 +46,7 @@ BATCH = 5  # 30 steps an epoch: room for the kill to land inside one
 STEPS = math.ceil(SAMPLES / BATCH)  # of a whole epoch
 KILLED_IN = 1  # the epoch the first run is killed in
 RUN_DEADLINE_S = 90
-ATTEMPTS = 3  # a kill that landed outside the epoch is tried again
+ATTEMPTS = 3  # a kill that landed outside the epoch, or on a checkpoint, is tried again
 
 
 def read_log(path: Path) -> list[dict]:
@@ -195,7 +195,15 @@ class RecipeTest(MountedCase):
                                                 KILLED_IN)) >= 2
 
         def mid_epoch(log):
-            return 0 < len(steps_of(log, KILLED_IN)) < STEPS
+            # Also: it trained on something after its last checkpoint. The
+            # run goes on between the test's look and the kill, so a kill
+            # can land just after the next checkpoint: tried again, as one
+            # that came after the epoch is.
+            checkpoints = [n for n, line in enumerate(log)
+                           if "checkpoint" in line]
+            return (0 < len(steps_of(log, KILLED_IN)) < STEPS and
+                    bool(checkpoints) and
+                    len(steps_of(log[checkpoints[-1]:], KILLED_IN)) > 0)
 
         name, first = self.killed_mid_epoch(script, job_id, args,
                                             after_a_checkpoint, mid_epoch)
