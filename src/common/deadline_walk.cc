@@ -132,7 +132,10 @@ std::vector<size_t> ParallelWalkWithDeadline(size_t n, const std::vector<size_t>
     lanes.push_back({std::make_shared<WalkPublisher::Shared>(), 0, Clock::now()});
     StartThread(work, lanes.back().shared, make_step);
   };
-  for (unsigned t = 0; t < threads && t < work->batches.size(); ++t) start();
+  // Counted before any starts: a first thread may take every batch before
+  // the next is started.
+  const size_t first_lanes = std::min<size_t>(threads, work->batches.size());
+  for (size_t t = 0; t < first_lanes; ++t) start();
   std::vector<size_t> given_up;
   const auto poll = std::clamp<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1),
                                                           std::chrono::milliseconds(100));
