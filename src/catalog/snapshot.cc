@@ -6,8 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <type_traits>
 
+#include "common/coding.h"
 #include "common/crc32c.h"
 
 namespace joaderfs {
@@ -17,14 +17,13 @@ constexpr char kMagic[8] = {'J', 'F', 'S', 'C', 'A', 'T', 'L', 'G'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeader = sizeof kMagic + 4 + 8 + 4;  // magic, version, length, CRC
 
-// Host byte order: a snapshot is read by the machine that wrote it (its
-// cache_dir), and one of another order fails its version or its checks.
+// Little-endian, as the daemon's other formats (common/coding.h); the
+// vectors of packed structs are written as they lie in memory.
 class Writer {
  public:
   template <typename T>
-  void Put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  void Put(T v) {
+    PutFixed(&out, v);
   }
   void PutBytes(std::string_view s) {
     Put<uint64_t>(s.size());
@@ -45,10 +44,8 @@ class Reader {
   explicit Reader(std::string_view in) : in_(in) {}
   template <typename T>
   T Get() {
-    T v{};
-    if (!Take(sizeof v)) return v;
-    std::memcpy(&v, in_.data() - sizeof v, sizeof v);
-    return v;
+    if (!Take(sizeof(T))) return T{};
+    return DecodeFixed<T>(in_.data() - sizeof(T));
   }
   std::string GetBytes() {
     const uint64_t n = Get<uint64_t>();
@@ -114,12 +111,9 @@ std::string EncodePayload(const CatalogSnapshot& snapshot) {
 
 std::string EncodeHeader(std::string_view payload) {
   std::string out(kMagic, sizeof kMagic);
-  const uint32_t version = kVersion;
-  const uint64_t length = payload.size();
-  const uint32_t crc = Crc32c(payload.data(), payload.size());
-  out.append(reinterpret_cast<const char*>(&version), sizeof version);
-  out.append(reinterpret_cast<const char*>(&length), sizeof length);
-  out.append(reinterpret_cast<const char*>(&crc), sizeof crc);
+  PutFixed<uint32_t>(&out, kVersion);
+  PutFixed<uint64_t>(&out, payload.size());
+  PutFixed<uint32_t>(&out, Crc32c(payload.data(), payload.size()));
   return out;
 }
 
