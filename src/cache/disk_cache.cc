@@ -360,7 +360,6 @@ void DiskCache::Unindex(uint32_t at) {
   }
   entries_.pop_back();
   entry_at_[e.id] = kNone;
-  stats_.entries = entries_.size() + stale_.size();
 }
 
 void DiskCache::DeleteKeys(const std::vector<std::string>& keys) {
@@ -413,7 +412,6 @@ void DiskCache::EvictLocked(std::vector<std::string>* victims) {
     stale_keys_.resize(begin);
     stats_.bytes -= uint64_t{e.slot_units} * kSlotUnit;
     FreeSlot(uint64_t{e.slot_units} * kSlotUnit, e.slot);
-    stats_.entries = entries_.size() + stale_.size();
     ++stats_.evictions;
   }
   while (stats_.bytes > stats_.budget && !entries_.empty()) {
@@ -567,7 +565,6 @@ void DiskCache::WriteAll(std::vector<Write>* writes) {
       FreeSlot(p.where.slot_bytes, p.where.slot);
     }
   }
-  stats_.entries = entries_.size() + stale_.size();
 }
 
 // Reads the next index entries from RocksDB (the writer thread's iterator,
@@ -639,7 +636,6 @@ bool DiskCache::RebuildStep() {
         stale_.push_back({stale_keys_.size(), at, units});
       }
     }
-    stats_.entries = entries_.size() + stale_.size();
   }
   DeleteKeys(orphans);
   return more;
@@ -690,8 +686,7 @@ void DiskCache::FinishRebuild() {
     for (auto& [slot_bytes, file] : files_) file.first_maybe_free = 0;
     rebuilt_ = true;
     EvictLocked(&dropped);
-    stats_.entries = entries_.size() + stale_.size();
-    entries = stats_.entries;
+    entries = entries_.size() + stale_.size();
     bytes = stats_.bytes;
     budget = stats_.budget;
   }
@@ -706,7 +701,9 @@ void DiskCache::FinishRebuild() {
 
 DiskCacheStats DiskCache::Stats() const {
   MutexLock lock(mu_);
-  return stats_;
+  DiskCacheStats stats = stats_;
+  stats.entries = entries_.size() + stale_.size();
+  return stats;
 }
 
 }  // namespace joaderfs
