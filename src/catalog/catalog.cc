@@ -326,31 +326,22 @@ void Catalog::FinishShards(const ShardCounts& counts, int64_t max_label) {
 }
 
 void Catalog::IndexShards() {
-  size_t slots = 16;
-  while (slots * 7 < members_.size() * 10) slots *= 2;
-  by_member_.assign(slots, 0);
+  by_member_.Reset(members_.size());
   for (SampleId id = 0; id < members_.size(); ++id) {
     const Member& m = members_[id];
-    const std::string_view name = std::string_view(names_).substr(m.name_at, m.name_size);
-    for (size_t slot = MemberSlot(m.shard, name);; slot = (slot + 1) & (slots - 1)) {
-      const uint32_t held = by_member_[slot];
-      if (held == 0) {
-        by_member_[slot] = id + 1;
-        break;
-      }
-      // A name repeated in one shard: the first member keeps it, as a scan would find.
-      const Member& other = members_[held - 1];
-      if (other.shard == m.shard &&
-          std::string_view(names_).substr(other.name_at, other.name_size) == name) {
-        break;
-      }
-    }
+    // A name repeated in one shard: the first member keeps it, as a scan would find.
+    by_member_.Insert(MemberHash(m.shard, MemberName(m)), id, [&](SampleId held) {
+      return members_[held].shard == m.shard && MemberName(members_[held]) == MemberName(m);
+    });
   }
 }
 
-size_t Catalog::MemberSlot(uint32_t shard, std::string_view member) const {
-  const uint64_t h = Fnv1a(Fnv1a(kFnv1aBasis, &shard, sizeof shard), member.data(), member.size());
-  return static_cast<size_t>(h) & (by_member_.size() - 1);
+uint64_t Catalog::MemberHash(uint32_t shard, std::string_view member) {
+  return Fnv1a(Fnv1a(kFnv1aBasis, &shard, sizeof shard), member.data(), member.size());
+}
+
+std::string_view Catalog::MemberName(const Member& m) const {
+  return std::string_view(names_).substr(m.name_at, m.name_size);
 }
 
 std::string Catalog::relpath(SampleId id) const {
@@ -412,8 +403,7 @@ uint64_t Catalog::fingerprint(SampleId id) const {
 }
 
 size_t Catalog::index_bytes() const {
-  size_t bytes = members_.capacity() * sizeof(Member) + names_.capacity() +
-                 by_member_.capacity() * sizeof(uint32_t);
+  size_t bytes = members_.capacity() * sizeof(Member) + names_.capacity() + by_member_.bytes();
   for (const Shard& s : shards_) bytes += sizeof(Shard) + s.name.capacity();
   return bytes + samples_.bytes();
 }
@@ -452,14 +442,9 @@ std::optional<SampleId> Catalog::FindRelpath(std::string_view relpath) const {
                                [](const Shard& s, std::string_view n) { return s.name < n; });
     if (it == shards_.end() || it->name != shard) return {};
     const auto index = static_cast<uint32_t>(it - shards_.begin());
-    for (size_t slot = MemberSlot(index, member);; slot = (slot + 1) & (by_member_.size() - 1)) {
-      const uint32_t held = by_member_[slot];
-      if (held == 0) return {};
-      const Member& m = members_[held - 1];
-      if (m.shard == index && std::string_view(names_).substr(m.name_at, m.name_size) == member) {
-        return held - 1;
-      }
-    }
+    return by_member_.Find(MemberHash(index, member), [&](SampleId id) {
+      return members_[id].shard == index && MemberName(members_[id]) == member;
+    });
   }
   return samples_.Find(relpath);
 }

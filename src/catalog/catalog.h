@@ -61,6 +61,7 @@
 #include "catalog/source_store.h"
 #include "catalog/tar_index.h"
 #include "common/file_range.h"
+#include "common/id_hash_table.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -219,8 +220,9 @@ class Catalog {
   void FinishShards(const ShardCounts& counts, int64_t max_label);
   // by_member_.
   void IndexShards();
-  // Where the hash of (shard, member name) starts its probe in by_member_.
-  size_t MemberSlot(uint32_t shard, std::string_view member) const;
+  // The key by_member_ finds a member by: its shard and name.
+  static uint64_t MemberHash(uint32_t shard, std::string_view member);
+  std::string_view MemberName(const Member& m) const;
   // Also lists the `*.tar` files at SOURCE's top into `shards`. Classes
   // whose folders are as `snapshot` (may be null) recorded are taken from
   // it unlisted.
@@ -280,10 +282,8 @@ class Catalog {
   std::vector<Shard> shards_;
   std::vector<Member> members_;
   std::string names_;
-  // Open addressing on (shard, member name), linear probing, a power of two
-  // long and at most 70% full: each slot holds a sample id + 1, 0 when
-  // empty (4 bytes a slot, 4-12 bytes a sample, beside the 24 of Member).
-  std::vector<uint32_t> by_member_;
+  // On (shard, member name): 4-12 bytes a sample, beside the 24 of Member.
+  IdHashTable by_member_;
   ShardSkips shard_skips_;
 };
 

@@ -111,12 +111,6 @@ uint64_t SampleTable::fingerprint(SampleId id) const {
   return Fnv1a(h, parts, sizeof parts);
 }
 
-size_t SampleTable::Slot(std::string_view folder, std::string_view name) const {
-  const uint64_t h =
-      Fnv1a(Fnv1a(kFnv1aBasis, folder.data(), folder.size()), name.data(), name.size());
-  return static_cast<size_t>(h) & (slots_.size() - 1);
-}
-
 bool SampleTable::Equals(SampleId id, std::string_view relpath) const {
   const std::string_view f = folder(id), n = name(id);
   return relpath.size() == f.size() + n.size() && relpath.starts_with(f) && relpath.ends_with(n);
@@ -130,49 +124,32 @@ void SampleTable::Finish() {
   runs_.shrink_to_fit();
   folders_.shrink_to_fit();
   folder_at_.shrink_to_fit();
-  size_t slots = 16;
-  while (slots * 7 < size() * 10) slots *= 2;
-  slots_.assign(slots, 0);
+  by_relpath_.Reset(size());
   for (size_t r = 0; r < runs_.size(); ++r) {
     const SampleId end = r + 1 < runs_.size() ? runs_[r + 1].first : static_cast<SampleId>(size());
     const std::string_view f = FolderAt(runs_[r].folder);
     const uint64_t folder_hash = Fnv1a(kFnv1aBasis, f.data(), f.size());
-    for (SampleId id = runs_[r].first; id < end; ++id) Insert(id, f, folder_hash);
-  }
-}
-
-void SampleTable::Insert(SampleId id, std::string_view f, uint64_t folder_hash) {
-  const std::string_view n = name(id);
-  const size_t mask = slots_.size() - 1;
-  const uint64_t h = Fnv1a(folder_hash, n.data(), n.size());
-  for (size_t slot = static_cast<size_t>(h) & mask;; slot = (slot + 1) & mask) {
-    const uint32_t held = slots_[slot];
-    if (held == 0) {
-      slots_[slot] = id + 1;
-      return;
+    for (SampleId id = runs_[r].first; id < end; ++id) {
+      const std::string_view n = name(id);
+      // A relpath listed twice (a manifest may): the first id keeps it.
+      by_relpath_.Insert(Fnv1a(folder_hash, n.data(), n.size()), id,
+                         [&](SampleId held) { return name(held) == n && folder(held) == f; });
     }
-    // A relpath listed twice (a manifest may): the first id keeps it.
-    if (name(held - 1) == n && folder(held - 1) == f) return;
   }
 }
 
 std::optional<SampleId> SampleTable::Find(std::string_view relpath) const {
-  if (slots_.empty()) return {};
   const size_t slash = relpath.rfind('/');
   const size_t split = slash == std::string_view::npos ? 0 : slash + 1;
-  for (size_t slot = Slot(relpath.substr(0, split), relpath.substr(split));;
-       slot = (slot + 1) & (slots_.size() - 1)) {
-    const uint32_t held = slots_[slot];
-    if (held == 0) return {};
-    if (Equals(held - 1, relpath)) return held - 1;
-  }
+  const std::string_view f = relpath.substr(0, split), n = relpath.substr(split);
+  const uint64_t hash = Fnv1a(Fnv1a(kFnv1aBasis, f.data(), f.size()), n.data(), n.size());
+  return by_relpath_.Find(hash, [&](SampleId id) { return Equals(id, relpath); });
 }
 
 size_t SampleTable::bytes() const {
   return names_.capacity() + name_at_.capacity() * sizeof(uint32_t) +
          identities_.capacity() * sizeof(Identity) + runs_.capacity() * sizeof(Run) +
-         folders_.capacity() + folder_at_.capacity() * sizeof(uint32_t) +
-         slots_.capacity() * sizeof(uint32_t);
+         folders_.capacity() + folder_at_.capacity() * sizeof(uint32_t) + by_relpath_.bytes();
 }
 
 }  // namespace joaderfs

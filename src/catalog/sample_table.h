@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/id_hash_table.h"
 #include "common/types.h"
 
 namespace joaderfs {
@@ -112,9 +113,6 @@ class SampleTable {
   const Run& RunOf(SampleId id) const;
   uint32_t FolderIndex(std::string_view folder);
   bool AddIn(uint32_t folder, std::string_view name, int32_t label, const Identity& identity);
-  size_t Slot(std::string_view folder, std::string_view name) const;
-  // Puts `id` (of folder part `f`, whose FNV-1a is `folder_hash`) in slots_.
-  void Insert(SampleId id, std::string_view f, uint64_t folder_hash);
   bool Equals(SampleId id, std::string_view relpath) const;
 
   std::string names_;              // every name, in id order
@@ -123,9 +121,7 @@ class SampleTable {
   std::vector<Run> runs_;
   std::string folders_;  // every folder part, in first-use order
   std::vector<uint32_t> folder_at_;
-  // Open addressing on the relpath's FNV-1a, linear probing, a power of two
-  // long and at most 70% full; each slot an id + 1, 0 when empty.
-  std::vector<uint32_t> slots_;
+  IdHashTable by_relpath_;  // on the relpath's FNV-1a
   // Building only: folder part -> index.
   std::unordered_map<std::string, uint32_t> folder_index_;
 };
