@@ -508,6 +508,15 @@ void DiskCache::WriteAll(std::vector<Write>* writes) {
     }
     // Victims first, so that their slots are taken again at once.
     EvictLocked(&victims);
+    // A batch larger than eviction could make room for (a writer that fell
+    // behind takes up to 64 MiB at once) is cut to the budget: its last
+    // writes are dropped and counted, never written past it.
+    for (auto p = planned.rbegin(); p != planned.rend() && stats_.bytes > stats_.budget; ++p) {
+      if (p->fd < 0) continue;
+      p->fd = -1;
+      stats_.bytes -= p->where.slot_bytes;
+      ++stats_.write_drops;
+    }
     for (Planned& p : planned) {
       if (p.fd >= 0) p.where.slot = AllocateSlot(p.where.slot_bytes);
     }
