@@ -17,16 +17,18 @@ exit, error or Ctrl-C:
 
   fresh mount    an empty cache_dir: wall seconds from the launch until
                  /stats answers, the daemon's CPU seconds then (utime +
-                 stime of /proc/PID/stat), its VmRSS 2 s later (after the
-                 idle reaper's trim) and (RSS - RSS of the 1k mount) /
-                 (N - 1000): bytes per sample;
+                 stime of /proc/PID/stat), seconds from the launch until
+                 /stats identities_pending is 0 (the pass of stats after
+                 the listing ended, docs/design.md 2.1), its VmRSS 2 s
+                 after that (after the idle reaper's trim) and (RSS - RSS
+                 of the 1k mount) / (N - 1000): bytes per sample;
   manifest       /dataset/manifest read whole in 1 MiB reads: seconds, and
                  the daemon's peak RSS growth (VmHWM reset through
                  clear_refs before, else VmRSS sampled every 10 ms);
   random subset  a job with subset=random:0.5:7: seconds from mkdir to the
                  spec write's return, and to its first record;
   remount        the same cache_dir (a few samples cached): seconds until
-                 /stats answers, VmRSS;
+                 /stats answers, until every identity is taken, VmRSS;
   full tier      (128k; 1.28M with --big) ram_cache at 10% of the decoded
                  set, one job reads a whole epoch at size=64: samples/s,
                  /stats disk_entries and disk_write_drops, the daemon's RSS
@@ -178,7 +180,8 @@ class Run:
         self.mount.mount_timeout = 600  # a 5M-file scan on a loaded machine
 
     def start(self):
-        """Mounts; returns the wall seconds from the launch until /stats answers."""
+        """Mounts; returns the wall seconds from the launch until /stats
+        answers, and the monotonic time of the launch."""
         Run.live.add(self)
         t0 = time.monotonic()
         try:
@@ -187,6 +190,15 @@ class Run:
         except (AssertionError, subprocess.TimeoutExpired) as e:
             self.stop()
             raise MountFailed(str(e)) from None
+        return time.monotonic() - t0, t0
+
+    def identities_taken(self, t0, timeout=600.0):
+        """Seconds from the launch until /stats identities_pending is 0 (the
+        identity pass after the listing ended), polled every 10 ms."""
+        while self.mount.stats()["identities_pending"] > 0:
+            if time.monotonic() - t0 > timeout:
+                raise MountFailed("identities still pending after %.0f s" % timeout)
+            time.sleep(0.01)
         return time.monotonic() - t0
 
     @property
@@ -211,11 +223,13 @@ def options(cache_dir, **extra):
 
 
 def mount_figures(run):
-    """Wall seconds until /stats, CPU seconds then, VmRSS SETTLE s later."""
-    wall = run.start()
+    """Wall seconds until /stats, CPU seconds then, seconds until every
+    file's identity was taken, VmRSS SETTLE s after that."""
+    wall, t0 = run.start()
     cpu = proc_cpu(run.pid)
+    identities = run.identities_taken(t0)
     time.sleep(SETTLE)
-    return {"wall": wall, "cpu": cpu, "rss": rss(run.pid)}
+    return {"wall": wall, "cpu": cpu, "identities": identities, "rss": rss(run.pid)}
 
 
 class RssSampler(threading.Thread):
@@ -421,7 +435,8 @@ def one_rep(args, name, source, work, full):
     run = Run(args, source, work, "fresh", options(cache))
     try:
         f = mount_figures(run)
-        row.update({"fresh_s": f["wall"], "fresh_cpu": f["cpu"], "fresh_rss": f["rss"]})
+        row.update({"fresh_s": f["wall"], "fresh_cpu": f["cpu"], "fresh_rss": f["rss"],
+                    "fresh_identities_s": f["identities"]})
         row["bytes_per_sample"] = (f["rss"] - row["tiny_rss"]) / (n - SIZES[TINY])
         row.update(read_manifest(run))
         if row["manifest_lines"] != n:
@@ -432,7 +447,8 @@ def one_rep(args, name, source, work, full):
     run = Run(args, source, work, "remount", options(cache))
     try:
         r = mount_figures(run)
-        row.update({"remount_s": r["wall"], "remount_cpu": r["cpu"], "remount_rss": r["rss"]})
+        row.update({"remount_s": r["wall"], "remount_cpu": r["cpu"], "remount_rss": r["rss"],
+                    "remount_identities_s": r["identities"]})
     finally:
         run.stop()
     shutil.rmtree(cache, ignore_errors=True)
@@ -455,6 +471,7 @@ ROWS = [
     ("tiny_rss", "1k mount: daemon RSS MiB", mib, "", None),
     ("fresh_s", "fresh mount: s until /stats answers", "%.2f", "1.28M: <= ImageFolder", None),
     ("fresh_cpu", "fresh mount: daemon CPU s", "%.2f", "", None),
+    ("fresh_identities_s", "fresh mount: s until every identity is taken", "%.2f", "", None),
     ("fresh_rss", "fresh mount: daemon RSS MiB", mib, "", None),
     ("bytes_per_sample", "fresh mount: RSS B/sample over the 1k mount", "%.0f", "<= 64",
      lambda v, n: v <= T_BYTES_PER_SAMPLE),
@@ -462,6 +479,7 @@ ROWS = [
      lambda v, n: n < SIZES["1280k"] or v <= 1.0),
     ("remount_s", "remount, same cache_dir: s until /stats", "%.2f", "1.28M: <= 1.5",
      lambda v, n: n != SIZES["1280k"] or v <= T_REMOUNT_1280K),
+    ("remount_identities_s", "remount: s until every identity is taken", "%.2f", "", None),
     ("remount_rss", "remount: daemon RSS MiB", mib, "", None),
     ("manifest_s", "/dataset/manifest read whole: s", "%.2f", "", None),
     ("manifest_growth", "/dataset/manifest: daemon peak RSS growth MiB", mib, "", None),

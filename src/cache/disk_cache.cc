@@ -279,9 +279,13 @@ void DiskCache::FreeSlot(uint64_t slot_bytes, uint64_t slot) {
 }
 
 Status DiskCache::Get(SampleId id, DecodedSample* out) {
-  const std::string key = Key(id);
-  std::string value;
-  const rocksdb::Status found = db_->Get(rocksdb::ReadOptions(), key, &value);
+  // No key names a file whose identity was not taken yet.
+  std::string key, value;
+  rocksdb::Status found = rocksdb::Status::NotFound();
+  if (catalog_->identity_known(id)) {
+    key = Key(id);
+    found = db_->Get(rocksdb::ReadOptions(), key, &value);
+  }
   if (!found.ok() || value.size() != kIndexValue) {
     // A damaged index block reads as a miss: the sample is decoded again.
     if (!found.ok() && !found.IsNotFound()) {
@@ -375,7 +379,10 @@ void DiskCache::PutAsync(SampleId id, SamplePtr sample) {
   {
     MutexLock lock(mu_);
     const uint64_t bytes = sample->bytes();
-    if (stopping_ || SlotBytes(bytes) > stats_.budget || entry_at_[id] != kNone) return;
+    if (stopping_ || SlotBytes(bytes) > stats_.budget || entry_at_[id] != kNone ||
+        !catalog_->identity_known(id)) {
+      return;
+    }
     // One sample larger than the whole queue's bytes still goes in alone.
     if (!queue_.empty() && queued_bytes_ + bytes > kMaxQueuedBytes) {
       ++stats_.write_drops;
@@ -440,10 +447,13 @@ void DiskCache::WriteLoop() {
     {
       MutexLock lock(mu_);
       for (;;) {
-        step = rebuilding && !stopping_ && !rebuild_held;
+        // Entries are sorted by the catalog's fingerprints, so only once
+        // every file's identity was taken.
+        step = rebuilding && !stopping_ && !rebuild_held && catalog_->identities_settled();
         if (stopping_ || !queue_.empty() || step) break;
         if (rebuilding) {
-          wake_.wait_for(lock, std::chrono::milliseconds(5));  // held by a test
+          // Held by a test, or the catalog's identities not all taken.
+          wake_.wait_for(lock, std::chrono::milliseconds(5));
         } else {
           wake_.wait(lock);
         }

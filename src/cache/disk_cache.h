@@ -33,7 +33,10 @@
 // key in one shared buffer and 16 bytes. Open() only opens RocksDB (and
 // checks its files' checksums) and the slot files, so a remount is quick
 // whatever the tier holds; the writer thread then
-// rebuilds those arrays from RocksDB in steps between its writes. Until it
+// rebuilds those arrays from RocksDB in steps between its writes, once the
+// catalog has taken every file's identity (Catalog::WaitForIdentities: an
+// entry is sorted by its fingerprint), and a sample whose identity is not
+// taken yet is neither looked up nor written. Until it
 // is done, writes go past every slot the files held at open (never onto a
 // slot an entry may name) and only entries already rebuilt can be evicted.
 //

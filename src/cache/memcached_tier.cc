@@ -153,6 +153,12 @@ Status MemcachedTier::TakeLease(SampleId id, const ValueKey& k, Clock::time_poin
 }
 
 Status MemcachedTier::Fetch(SampleId id, DecodedSample* out) {
+  if (!catalog_->identity_known(id)) {
+    // No key names it yet: decoded here, no lease taken.
+    MutexLock lock(mu_);
+    ++stats_.misses;
+    return Status::NotFound("identity not taken yet");
+  }
   const ValueKey key = KeyOf(id);
   Status s = GetValue(key.name, options_.key, key, out);
   if (s.code() == Status::Code::kNotFound && options_.old_key) {
@@ -271,6 +277,7 @@ void MemcachedTier::Abandon(SampleId id) {
 void MemcachedTier::PublishAsync(SampleId id, SamplePtr sample) {
   const uint64_t bytes = sample->bytes();
   bool now = false;
+  if (!catalog_->identity_known(id)) return;  // no key names it yet
   {
     MutexLock lock(mu_);
     const bool leased = leased_.erase(id) > 0;

@@ -107,29 +107,60 @@ Status Catalog::Open(const std::string& source, const CatalogOptions& options,
     }
   }
   std::vector<std::string> shards;
-  Status s = S_ISDIR(st.st_mode) ? c->ScanImageFolder(&shards, have_snapshot ? &snapshot : nullptr)
-                                 : c->ReadManifest();
+  const bool tree = S_ISDIR(st.st_mode);
+  Status s =
+      tree ? c->ScanImageFolder(&shards, have_snapshot ? &snapshot : nullptr) : c->ReadManifest();
   if (!s.ok()) return s;
   snapshot = CatalogSnapshot();
-  if (c->samples_.size() == 0 && !shards.empty()) {
+  const bool shard_folder = c->samples_.size() == 0 && !shards.empty();
+  if (shard_folder) {
     s = c->ScanShards(std::move(shards), options.label_key);
     if (!s.ok()) return s;
     c->IndexShards();
-  } else {
-    c->Index();
+  } else if (tree) {
+    c->samples_.Finish();  // identities: StartIdentityPass()
     if (!snapshot_path.empty() && c->size() > 0 && !c->snapshot_current_) {
       c->WriteSnapshot(snapshot_path);
     }
+  } else {
+    c->Index();
   }
   c->class_scans_ = {};
   c->LogSkips();
   if (c->size() == 0) {
-    if (!S_ISDIR(st.st_mode))
-      return Status::InvalidArgument("manifest " + source + " lists no image");
+    if (!tree) return Status::InvalidArgument("manifest " + source + " lists no image");
     return NoImage(source, c->flat_images_);
   }
+  if (tree && !shard_folder) c->StartIdentityPass(options.identities_at_mount);
   *out = std::move(c);
   return Status::Ok();
+}
+
+Catalog::~Catalog() {
+  stop_identity_pass_ = true;
+  if (identity_pass_.joinable()) identity_pass_.join();
+}
+
+bool Catalog::Confirm(SampleId id, const FileStamp& seen) const {
+  if (!shards_.empty()) return false;  // a member's identity is its shard's, checked on read
+  if (samples_.Settle(id, seen)) return true;
+  // Another thread may be setting it this instant.
+  while (!samples_.identity_known(id)) std::this_thread::yield();
+  return samples_.identity(id) == seen;
+}
+
+void Catalog::WaitForIdentities() const { identities_settled_.wait(false); }
+
+uint64_t Catalog::mean_image_bytes() const {
+  const size_t n = size(), step = SpreadStep(n);
+  uint64_t bytes = 0, count = 0;
+  for (size_t id = 0; id < n; id += step) {
+    if (!identity_known(static_cast<SampleId>(id))) continue;
+    const FileRange r = location(static_cast<SampleId>(id));
+    bytes += r.partial ? r.length : r.file_size;
+    ++count;
+  }
+  return count ? bytes / count : 0;
 }
 
 void Catalog::LogSkips() const {
@@ -249,7 +280,8 @@ void Catalog::Index() {
   // ETag digest (OpenS3).
   std::vector<uint8_t> kinds;
   if (!is_object_store()) {
-    StatLocalFiles(&kinds);
+    const std::vector<size_t> stuck = StatLocalFiles({}, &kinds, nullptr);
+    NoteStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
     for (uint8_t kind : kinds) special_files_ += kind == kSpecial;
     if (std::any_of(kinds.begin(), kinds.end(),
                     [](uint8_t k) { return k == kSpecial || k == kStuck; })) {
@@ -360,8 +392,9 @@ std::string Catalog::path(SampleId id) const {
 
 FileRange Catalog::location(SampleId id) const {
   FileRange r = FileRange::WholeFile(path(id));
-  r.checked = true;
+  r.checked = identity_known(id);
   if (shards_.empty()) {
+    if (!r.checked) return r;
     const SampleTable::Identity& e = samples_.identity(id);
     r.file_size = e.size;
     r.mtime_ns = e.mtime_ns;
@@ -380,6 +413,7 @@ FileRange Catalog::location(SampleId id) const {
 }
 
 uint64_t Catalog::identity() const {
+  WaitForIdentities();
   uint64_t h = Fnv1a(kFnv1aBasis, source_.data(), source_.size());
   for (SampleId id = 0; id < size(); ++id) {
     const uint64_t f = fingerprint(id);

@@ -36,11 +36,26 @@
 // keys the listing should not have held (outside PREFIX/, repeated, out of
 // order) are left out and counted in scan_skips().stray_keys.
 //
-// Immutable after Open(); safe for concurrent access.
+// A tree's files are not stat'ed by the listing (readdir's d_type tells a
+// plain file): their identities (size, modification time, inode) are taken
+// by a pass of stats after it (StartIdentityPass), waited for by Open() in
+// a tree of at most CatalogOptions::identities_at_mount files and run in
+// the background beyond, so that a large tree mounts in the time its
+// folders take to list. Until the pass, or a read of the file
+// (Confirm()), has taken a sample's identity, identity_known() is false:
+// its decode is not checked against a scan's identity, and no tier keyed
+// by the identity (disk, remote) serves or keeps it before the decode has
+// taken it. Manifests' files are stat'ed at Open(); shards and objects
+// have theirs from the scan.
+//
+// Immutable after Open() but for identities, each set once; safe for
+// concurrent access.
 
 #ifndef JOADERFS_CATALOG_CATALOG_H_
 #define JOADERFS_CATALOG_CATALOG_H_
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -49,6 +64,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <sys/stat.h>
@@ -103,6 +119,11 @@ struct CatalogOptions {
   // (catalog/snapshot.h): <cache_dir>/<FNV-1a of SOURCE>-catalog1. Empty:
   // nowhere. The caller holds cache_dir's lock.
   std::string cache_dir;
+  // An ImageFolder tree of at most this many files has every identity
+  // taken before Open() returns (64Ki stats: tens of milliseconds); a
+  // larger one, the identities of 4096 files spread over it (what
+  // mean_image_bytes() reads), the rest in the background.
+  uint64_t identities_at_mount = 65536;
 };
 
 // What the shard scan left out or could not label (tar_index.h ShardCounts),
@@ -117,6 +138,8 @@ struct ShardSkips {
 
 class Catalog {
  public:
+  ~Catalog();  // stops the identity pass, abandoning stats that hang
+
   // Scans SOURCE. Fails with NotFound when it does not exist, and with
   // InvalidArgument when it holds no image or a manifest line is malformed.
   static Status Open(const std::string& source, const CatalogOptions& options,
@@ -140,7 +163,11 @@ class Catalog {
   // sockets, folders, broken or looping symlinks): left out.
   uint64_t special_files() const { return special_files_; }
   // Everything else the folder walk could not use (ScanSkips).
-  const ScanSkips& scan_skips() const { return scan_skips_; }
+  ScanSkips scan_skips() const {
+    ScanSkips s = scan_skips_;
+    s.stuck += identity_stuck_.load();
+    return s;
+  }
   // Manifest paths that could leave its folder (manifest.h): left out.
   uint64_t rejected_paths() const { return rejected_paths_; }
   uint32_t num_classes() const { return num_classes_; }
@@ -173,11 +200,31 @@ class Catalog {
   // A digest of the sample's relative path, label, file size, modification
   // time and inode: it changes when that file is replaced or modified.
   // For a tar sample: its relpath, label, offset, length and the shard's
-  // size, modification time and inode.
+  // size, modification time and inode. Names nothing until
+  // identity_known(id) (it is that of a missing file).
   uint64_t fingerprint(SampleId id) const;
+  // Whether `id`'s file identity has been taken (always, but for a tree's
+  // file not yet stat'ed): before, location() is not `checked`, and no
+  // tier may look the sample up or keep it by its fingerprint.
+  bool identity_known(SampleId id) const { return !shards_.empty() || samples_.identity_known(id); }
+  // Whether bytes read from `id`'s file with identity `seen` (the open
+  // descriptor's) are the sample's as the catalog names it: where no
+  // identity was taken yet, `seen` becomes it, once (a later read of a
+  // rewritten file then compares with it). Thread-safe.
+  bool Confirm(SampleId id, const FileStamp& seen) const;
+  // Files whose identity the pass has yet to take (0 once it ended).
+  uint64_t identities_pending() const { return identities_pending_.load(); }
+  // Waits until the identity pass has ended (tests, benchmarks, and the
+  // disk tier before it sorts its entries by fingerprint).
+  void WaitForIdentities() const;
+  bool identities_settled() const { return identities_settled_.load(); }
+  // The mean encoded size of the images, over at most 4096 samples spread
+  // evenly whose identity is known (a shard member's length), 0 when none is.
+  uint64_t mean_image_bytes() const;
 
   // A digest of every sample's fingerprint: it changes when any file is
-  // added, removed, resized or modified. O(N), computed on each call.
+  // added, removed, resized or modified. O(N), computed on each call once
+  // the identity pass has ended.
   uint64_t identity() const;
 
  private:
@@ -249,7 +296,17 @@ class Catalog {
   // What a stat says of each local sample, under the scan's deadline; it
   // sets the identities of those found.
   enum EntryStat : uint8_t { kMissing, kRegular, kSpecial, kStuck };
-  void StatLocalFiles(std::vector<uint8_t>* kinds);
+  // `ids`: the samples to stat, all when empty; `kinds` (may be null) gets
+  // each one's EntryStat by position; identities are Settle()d. Returns the
+  // positions given up at the deadline. Stops early once `*cancel`.
+  std::vector<size_t> StatLocalFiles(const std::vector<SampleId>& ids, std::vector<uint8_t>* kinds,
+                                     const std::atomic<bool>* cancel);
+  // Every SpreadStep(size())-th id: at most 4096 samples spread evenly.
+  static size_t SpreadStep(size_t n) { return std::max<size_t>(1, (n + 4095) / 4096); }
+  // The pass over a tree's files (above), after Open()'s scan.
+  void StartIdentityPass(uint64_t at_mount);
+  // Notes `given_up` files of the identity pass kept (the first named).
+  void NoteIdentityStuck(size_t given_up, const std::string& first);
   // Counts and logs `count` entries given up at the deadline.
   void NoteStuck(uint64_t count, const std::string& first);
   // One warning per cause of what the scan left out.
@@ -276,7 +333,13 @@ class Catalog {
   // (snapshot_current_).
   std::vector<ClassScan> class_scans_;
   bool snapshot_current_ = false;
-  std::string first_unprintable_;  // Printable(), for the warning
+  // The identity pass (trees): its thread, asked to stop by the destructor.
+  std::thread identity_pass_;
+  std::atomic<bool> stop_identity_pass_{false};
+  std::atomic<uint64_t> identities_pending_{0};
+  std::atomic<bool> identities_settled_{true};
+  std::atomic<uint64_t> identity_stuck_{0};  // files the pass gave up, kept
+  std::string first_unprintable_;            // Printable(), for the warning
   uint64_t rejected_paths_ = 0;
   // Shards (empty for other sources).
   std::vector<Shard> shards_;

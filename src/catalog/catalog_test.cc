@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 
 #include "catalog/manifest.h"
 #include "catalog/snapshot.h"
+#include "catalog/source_store.h"
 #include "common/crc32c.h"
 #include "common/hash.h"
 #include "testing/test_util.h"
@@ -880,8 +882,102 @@ TEST(CompactCatalogTest, IndexBytesPerSample) {
   ASSERT_TRUE(c);
   ASSERT_EQ(c->size(), size_t{kClasses} * kPerClass);
   constexpr size_t kName = 15;  // "img_1xxxxx.JPEG"
-  // 4 (name offset) + 24 (identity) + at most 4 / 0.7 * 2 (lookup slots).
-  EXPECT_LE(c->index_bytes(), c->size() * (kName + 4 + 24 + 12)) << c->index_bytes();
+  // 4 (name offset) + 24 (identity) + 1 (its state) + at most 4 / 0.7 * 2
+  // (lookup slots).
+  EXPECT_LE(c->index_bytes(), c->size() * (kName + 4 + 24 + 1 + 12)) << c->index_bytes();
+}
+
+// A tree's identities are taken after its listing (catalog.h): those of
+// 4096 files spread over it before Open() returns, the rest by a pass in
+// the background; once it ended, every sample is as a catalog that took
+// them all at Open() has it.
+TEST(IdentityPassTest, ALargeTreeIsStatedAfterOpen) {
+  TempDir d;
+  constexpr int kFiles = 10'000;
+  for (int i = 0; i < kFiles; ++i) {
+    WriteFile(d / ("c" + std::to_string(i % 7) + "/" + std::to_string(i) + ".jpg"),
+              std::string(1 + i % 50, 'x'));
+  }
+  CatalogOptions later;
+  later.identities_at_mount = 0;
+  std::unique_ptr<Catalog> c;
+  ASSERT_TRUE(Catalog::Open(d.path(), later, &c).ok());
+  ASSERT_EQ(c->size(), size_t{kFiles});
+  // 4096 spread: every third of 10,000.
+  for (SampleId id = 0; id < c->size(); id += 3) ASSERT_TRUE(c->identity_known(id)) << id;
+  EXPECT_GT(c->mean_image_bytes(), 0u);
+  c->WaitForIdentities();
+  EXPECT_TRUE(c->identities_settled());
+  EXPECT_EQ(c->identities_pending(), 0u);
+  auto at_open = OpenOk(d.path());
+  ASSERT_TRUE(at_open);
+  EXPECT_TRUE(at_open->identities_settled());
+  ASSERT_EQ(Relpaths(*c), Relpaths(*at_open));
+  for (SampleId id = 0; id < c->size(); ++id) {
+    ASSERT_TRUE(c->identity_known(id)) << id;
+    ASSERT_EQ(c->fingerprint(id), at_open->fingerprint(id)) << id;
+  }
+  EXPECT_EQ(c->mean_image_bytes(), at_open->mean_image_bytes());
+  ExpectSamplesMatchTheirFiles(*c);
+
+  // Destroyed while its pass runs: the pass stops.
+  c.reset();
+  ASSERT_TRUE(Catalog::Open(d.path(), later, &c).ok());
+  c.reset();
+}
+
+// A read of a file whose identity was not taken (here a manifest's file
+// missing at Open) gives it the identity of the bytes read, once: a later
+// read with another identity is not the sample's.
+TEST(IdentityPassTest, AReadTakesTheIdentityNotTakenYet) {
+  TempDir d;
+  WriteFile(d / "a.jpg", "a");
+  WriteFile(d / "m.tsv", "a.jpg\t0\nlate.jpg\t1\n");
+  auto c = OpenOk(d / "m.tsv");
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->identity_known(0));
+  EXPECT_FALSE(c->identity_known(1));
+  EXPECT_FALSE(c->location(1).checked);
+  const uint64_t missing = c->fingerprint(1);
+  WriteFile(d / "late.jpg", "late");
+  std::string bytes;
+  bool as_scanned = true;
+  FileStamp seen;
+  ASSERT_TRUE(ReadImageBytes(c->location(1), 1 << 20, &bytes, &as_scanned, &seen).ok());
+  EXPECT_FALSE(as_scanned);
+  EXPECT_EQ(seen.size, 4u);
+  EXPECT_TRUE(c->Confirm(1, seen));
+  EXPECT_TRUE(c->identity_known(1));
+  EXPECT_TRUE(c->location(1).checked);
+  EXPECT_NE(c->fingerprint(1), missing);
+  ExpectSamplesMatchTheirFiles(*c);
+  FileStamp rewritten = seen;
+  rewritten.mtime_ns += 1;
+  EXPECT_FALSE(c->Confirm(1, rewritten));
+  EXPECT_TRUE(c->Confirm(1, seen));
+  EXPECT_FALSE(c->Confirm(0, FileStamp{}));  // taken at Open(): compared
+}
+
+// Threads racing to take one identity: exactly one sets it, and every
+// other compares with that one.
+TEST(IdentityPassTest, OneOfRacingReadsSetsTheIdentity) {
+  TempDir d;
+  WriteFile(d / "a.jpg", "a");
+  WriteFile(d / "m.tsv", "a.jpg\t0\nnever.jpg\t0\n");
+  auto c = OpenOk(d / "m.tsv");
+  ASSERT_TRUE(c);
+  ASSERT_FALSE(c->identity_known(1));
+  constexpr int kThreads = 8;
+  std::vector<int> won(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] { won[t] = c->Confirm(1, {static_cast<uint64_t>(t + 1), 0, 0}); });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(std::count(won.begin(), won.end(), 1), 1);
+  const uint64_t size = c->location(1).file_size;
+  ASSERT_GE(size, 1u);
+  EXPECT_EQ(won[size - 1], 1);
 }
 
 // The snapshot in cache_dir (catalog/snapshot.h): a remount lists again

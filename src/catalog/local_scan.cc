@@ -320,15 +320,25 @@ void Catalog::WalkClass(const std::string& cls, int32_t label, const struct stat
   }
 }
 
-void Catalog::StatLocalFiles(std::vector<uint8_t>* kinds) {
-  kinds->assign(samples_.size(), kMissing);
+std::vector<size_t> Catalog::StatLocalFiles(const std::vector<SampleId>& ids,
+                                            std::vector<uint8_t>* kinds,
+                                            const std::atomic<bool>* cancel) {
+  const size_t n = ids.empty() ? samples_.size() : ids.size();
+  if (kinds) kinds->assign(n, kMissing);
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 2u, 8u);
   // A thread works on one folder at a time, and keeps it open: a stat
   // relative to it looks up one name, not the whole path. On a filesystem
   // where a lookup that hangs blocks the others in its folder (FUSE
   // without parallel lookups), no second thread is caught behind it; only
-  // folders over kBatch samples are shared.
-  constexpr size_t kBatch = 16384;
+  // folders over kBatch samples are shared. A list of ids spread over the
+  // tree is taken in batches of kSpread.
+  constexpr size_t kBatch = 16384, kSpread = 64;
+  std::vector<size_t> batches;
+  if (ids.empty()) {
+    batches = samples_.FolderBatches(kBatch);
+  } else {
+    for (size_t i = 0; i < n; i += kSpread) batches.push_back(i);
+  }
   struct OpenFolder {
     uint32_t index = UINT32_MAX;
     std::string path;  // with its trailing '/'
@@ -338,25 +348,35 @@ void Catalog::StatLocalFiles(std::vector<uint8_t>* kinds) {
     }
   };
   const std::vector<size_t> stuck = ParallelWalkWithDeadline(
-      samples_.size(), samples_.FolderBatches(kBatch), threads, scan_timeout_, [this, kinds] {
+      n, batches, threads, scan_timeout_,
+      [this, kinds, &ids] {
         auto folder = std::make_shared<OpenFolder>();
-        return [this, kinds, folder](size_t i, const WalkPublisher& p) {
+        return [this, kinds, &ids, folder](size_t i, const WalkPublisher& p) {
           // What the step reads of the catalog it copies under Publish; one
           // capture, so that the function needs no allocation.
           struct Work {
+            SampleId id;
             uint32_t index;
             std::string name, folder_path;
             struct stat st;
-            bool found;
+            bool known, found;
           } w{};
           Work* q = &w;
-          if (!p.Publish([this, q, i, &folder] {
-                q->index = samples_.folder_index(i);
-                q->name = samples_.name(i);
+          if (!p.Publish([this, q, i, &ids, &folder] {
+                q->id = ids.empty() ? static_cast<SampleId>(i) : ids[i];
+                // Taken already by a read of the file (Confirm).
+                q->known = samples_.identity_known(q->id);
+                if (q->known) return;
+                q->index = samples_.folder_index(q->id);
+                q->name = samples_.name(q->id);
                 if (q->index != folder->index) {
                   q->folder_path = root_ + "/" + std::string(samples_.FolderAt(q->index));
                 }
               })) {
+            return;
+          }
+          if (w.known) {
+            p.Publish([this] { identities_pending_.fetch_sub(1); });
             return;
           }
           if (w.index != folder->index) {
@@ -369,17 +389,61 @@ void Catalog::StatLocalFiles(std::vector<uint8_t>* kinds) {
                         ? ::fstatat(folder->fd, w.name.c_str(), &w.st, 0) == 0
                         : ::stat((folder->path + w.name).c_str(), &w.st) == 0;
           p.Publish([this, q, i, kinds] {
+            identities_pending_.fetch_sub(1);
             if (!q->found) return;
-            (*kinds)[i] = S_ISREG(q->st.st_mode) ? kRegular : kSpecial;
-            samples_.set_identity(i,
-                                  {static_cast<uint64_t>(q->st.st_size),
-                                   q->st.st_mtim.tv_sec * 1'000'000'000LL + q->st.st_mtim.tv_nsec,
-                                   static_cast<uint64_t>(q->st.st_ino)});
+            if (kinds) (*kinds)[i] = S_ISREG(q->st.st_mode) ? kRegular : kSpecial;
+            // A FIFO or device where a file was listed gets no identity: its
+            // reads are refused.
+            if (!S_ISREG(q->st.st_mode)) return;
+            samples_.Settle(q->id, {static_cast<uint64_t>(q->st.st_size),
+                                    q->st.st_mtim.tv_sec * 1'000'000'000LL + q->st.st_mtim.tv_nsec,
+                                    static_cast<uint64_t>(q->st.st_ino)});
           });
         };
-      });
-  for (size_t i : stuck) (*kinds)[i] = kStuck;
-  NoteStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
+      },
+      cancel);
+  if (kinds) {
+    for (size_t i : stuck) (*kinds)[i] = kStuck;
+  }
+  return stuck;
+}
+
+void Catalog::StartIdentityPass(uint64_t at_mount) {
+  const auto started = std::chrono::steady_clock::now();
+  identities_pending_ = samples_.size();
+  if (samples_.size() <= at_mount) {
+    const std::vector<size_t> stuck = StatLocalFiles({}, nullptr, nullptr);
+    NoteIdentityStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
+    identities_pending_ = 0;
+    return;
+  }
+  // What the daemon sizes its reads by (mean_image_bytes()), before the mount.
+  const size_t n = samples_.size(), step = SpreadStep(n);
+  std::vector<SampleId> spread;
+  for (size_t id = 0; id < n; id += step) spread.push_back(static_cast<SampleId>(id));
+  StatLocalFiles(spread, nullptr, nullptr);  // one given up is given up again below
+  identities_pending_ = n;  // the pass counts every file down, those taken included
+  identities_settled_ = false;
+  identity_pass_ = std::thread([this, started] {
+    const std::vector<size_t> stuck = StatLocalFiles({}, nullptr, &stop_identity_pass_);
+    if (stop_identity_pass_.load()) return;
+    NoteIdentityStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
+    identities_pending_ = 0;
+    spdlog::info("SOURCE {}: identities of {} files taken {:.1f} s after the listing",
+                 Printable(source_), samples_.size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    identities_settled_ = true;
+    identities_settled_.notify_all();
+  });
+}
+
+void Catalog::NoteIdentityStuck(size_t given_up, const std::string& first) {
+  if (given_up == 0) return;
+  identity_stuck_ += given_up;
+  spdlog::warn(
+      "SOURCE {}: {} files whose stat did not return within {} s (read_timeout) are kept; "
+      "their reads are skipped while they hang, the first {}",
+      Printable(source_), given_up, scan_timeout_.count() / 1000, Printable(first, 120));
 }
 
 void Catalog::NoteStuck(uint64_t count, const std::string& first) {

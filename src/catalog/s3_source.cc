@@ -38,8 +38,8 @@ class S3Store : public SourceStore {
         root_("s3://" + client_->bucket() + "/"),
         read_timeout_(read_timeout) {}
 
-  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
-              bool* as_scanned) const override {
+  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out, bool* as_scanned,
+              FileStamp* /*seen*/) const override {
     *as_scanned = false;
     if (!range.path.starts_with(root_)) return Status::IOError(range.path + ": not in " + root_);
     const std::string key = range.path.substr(root_.size());

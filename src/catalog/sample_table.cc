@@ -21,11 +21,11 @@ uint32_t SampleTable::FolderIndex(std::string_view folder) {
 
 bool SampleTable::Add(std::string_view folder, std::string_view name, int32_t label) {
   if (folders_.size() + folder.size() > UINT32_MAX) return false;
-  return AddIn(FolderIndex(folder), name, label, Identity());
+  return AddIn(FolderIndex(folder), name, label, Identity(), kUnknown);
 }
 
 bool SampleTable::AddIn(uint32_t folder, std::string_view name, int32_t label,
-                        const Identity& identity) {
+                        const Identity& identity, uint8_t state) {
   if (names_.size() + name.size() > UINT32_MAX || identities_.size() >= UINT32_MAX - 1) {
     return false;
   }
@@ -36,6 +36,16 @@ bool SampleTable::AddIn(uint32_t folder, std::string_view name, int32_t label,
   name_at_.push_back(static_cast<uint32_t>(names_.size()));
   names_.append(name);
   identities_.push_back(identity);
+  state_.push_back(state);
+  return true;
+}
+
+bool SampleTable::Settle(SampleId id, const Identity& identity) const {
+  std::atomic_ref state(state_[id]);
+  uint8_t unknown = kUnknown;
+  if (!state.compare_exchange_strong(unknown, kSetting, std::memory_order_acquire)) return false;
+  identities_[id] = identity;
+  state.store(kKnown, std::memory_order_release);
   return true;
 }
 
@@ -65,6 +75,7 @@ bool SampleTable::FromParts(Parts p, SampleTable* out) {
   t.folder_at_ = std::move(p.folder_at);
   t.runs_ = std::move(p.runs);
   t.identities_.resize(t.name_at_.size());
+  t.state_.resize(t.name_at_.size(), kUnknown);
   *out = std::move(t);
   return true;
 }
@@ -102,7 +113,7 @@ std::string SampleTable::relpath(SampleId id) const {
 
 uint64_t SampleTable::fingerprint(SampleId id) const {
   const std::string_view f = folder(id), n = name(id);
-  const Identity& e = identities_[id];
+  const Identity e = identity_known(id) ? identities_[id] : Identity();
   const char nul = 0;
   const uint64_t parts[] = {static_cast<uint64_t>(int64_t{label(id)}), e.size,
                             static_cast<uint64_t>(e.mtime_ns / 1'000'000'000),
@@ -121,6 +132,7 @@ void SampleTable::Finish() {
   names_.shrink_to_fit();
   name_at_.shrink_to_fit();
   identities_.shrink_to_fit();
+  state_.shrink_to_fit();
   runs_.shrink_to_fit();
   folders_.shrink_to_fit();
   folder_at_.shrink_to_fit();
@@ -148,8 +160,9 @@ std::optional<SampleId> SampleTable::Find(std::string_view relpath) const {
 
 size_t SampleTable::bytes() const {
   return names_.capacity() + name_at_.capacity() * sizeof(uint32_t) +
-         identities_.capacity() * sizeof(Identity) + runs_.capacity() * sizeof(Run) +
-         folders_.capacity() + folder_at_.capacity() * sizeof(uint32_t) + by_relpath_.bytes();
+         identities_.capacity() * sizeof(Identity) + state_.capacity() +
+         runs_.capacity() * sizeof(Run) + folders_.capacity() +
+         folder_at_.capacity() * sizeof(uint32_t) + by_relpath_.bytes();
 }
 
 }  // namespace joaderfs

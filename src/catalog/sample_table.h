@@ -1,19 +1,23 @@
 // The samples of a catalog that are whole files (an ImageFolder tree, a
 // manifest, an s3:// listing), packed: a sample costs its file name's bytes
-// plus 32 bytes (a 4-byte offset into one arena of names, a 24-byte
-// identity, a 4-byte slot of the relpath lookup at most 70% full) and no
+// plus 33 bytes (a 4-byte offset into one arena of names, a 24-byte
+// identity and its state byte, a 4-byte slot of the relpath lookup at most 70% full) and no
 // heap block of its own. A relpath is split at its last '/': the folder
 // part (with that '/') is kept once per folder, and runs of consecutive
 // samples sharing a folder and a label are kept once per run, so an
 // ImageFolder tree adds 12 bytes per run (a few per class), a manifest at
 // most 12 per sample.
 //
-// Built by one thread (Add in id order, then Finish); immutable and safe
-// for concurrent reads after Finish().
+// Built by one thread (Add in id order, then Finish). After Finish() the
+// one change is a sample's identity, set once (Settle) where it was not
+// known: that and every read are safe concurrently. An identity is read
+// only once identity_known() says it is set (acquire/release on a state
+// byte per sample).
 
 #ifndef JOADERFS_CATALOG_SAMPLE_TABLE_H_
 #define JOADERFS_CATALOG_SAMPLE_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/file_range.h"
 #include "common/id_hash_table.h"
 #include "common/types.h"
 
@@ -28,18 +33,26 @@ namespace joaderfs {
 
 class SampleTable {
  public:
-  // A file at the scan; all 0 when it was missing.
-  struct Identity {
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    uint64_t inode = 0;
-  };
+  using Identity = FileStamp;
 
   // Appends the sample `folder` + `name` (`folder` empty or ending in '/')
   // as the next id. False, adding nothing, past 4 GiB of names or 2^32 - 1
   // samples.
   bool Add(std::string_view folder, std::string_view name, int32_t label);
-  void set_identity(SampleId id, const Identity& identity) { identities_[id] = identity; }
+  // Building: `id`'s identity is known, and is `identity`.
+  void set_identity(SampleId id, const Identity& identity) {
+    identities_[id] = identity;
+    state_[id] = kKnown;
+  }
+  // Sets the identity of `id` where none is known yet, and says whether
+  // this call set it. Safe concurrently with every other call.
+  bool Settle(SampleId id, const Identity& identity) const;
+  // Whether `id`'s identity is known; if not (no stat has been taken of
+  // its file yet) identity() and fingerprint() must not be asked.
+  bool identity_known(SampleId id) const {
+    return std::atomic_ref(state_[id]).load(std::memory_order_acquire) == kKnown;
+  }
+
   // A table of the samples for which `keep(id)` holds, in id order.
   template <typename Keep>
   SampleTable Filtered(Keep keep) const;
@@ -54,9 +67,11 @@ class SampleTable {
   }
   std::string relpath(SampleId id) const;
   int32_t label(SampleId id) const { return RunOf(id).label; }
+  // Only once identity_known(id).
   const Identity& identity(SampleId id) const { return identities_[id]; }
   // The digest Catalog::fingerprint() documents: FNV-1a of the relpath, its
-  // NUL, then label, size, mtime seconds, mtime nanoseconds and inode.
+  // NUL, then label, size, mtime seconds, mtime nanoseconds and inode (all 0
+  // while not identity_known(id)).
   uint64_t fingerprint(SampleId id) const;
   // The first id with this relpath (after Finish()).
   std::optional<SampleId> Find(std::string_view relpath) const;
@@ -112,12 +127,18 @@ class SampleTable {
   }
   const Run& RunOf(SampleId id) const;
   uint32_t FolderIndex(std::string_view folder);
-  bool AddIn(uint32_t folder, std::string_view name, int32_t label, const Identity& identity);
+  bool AddIn(uint32_t folder, std::string_view name, int32_t label, const Identity& identity,
+             uint8_t state);
   bool Equals(SampleId id, std::string_view relpath) const;
+
+  // A sample's identity: not known, being set (Settle), known.
+  enum State : uint8_t { kUnknown, kSetting, kKnown };
 
   std::string names_;              // every name, in id order
   std::vector<uint32_t> name_at_;  // where each id's name starts in names_
-  std::vector<Identity> identities_;
+  // Set once each after Finish(), through atomic_ref on state_.
+  mutable std::vector<Identity> identities_;
+  mutable std::vector<uint8_t> state_;
   std::vector<Run> runs_;
   std::string folders_;  // every folder part, in first-use order
   std::vector<uint32_t> folder_at_;
@@ -133,7 +154,7 @@ SampleTable SampleTable::Filtered(Keep keep) const {
   out.folder_at_ = folder_at_;
   out.names_.reserve(names_.size());
   for (SampleId id = 0; id < size(); ++id) {
-    if (keep(id)) out.AddIn(RunOf(id).folder, name(id), label(id), identities_[id]);
+    if (keep(id)) out.AddIn(RunOf(id).folder, name(id), label(id), identities_[id], state_[id]);
   }
   return out;
 }

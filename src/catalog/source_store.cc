@@ -16,9 +16,9 @@ int64_t MtimeNs(const struct stat& st) {
 
 class LocalStore : public SourceStore {
  public:
-  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
-              bool* as_scanned) const override {
-    return ReadImageBytes(range, max_bytes, out, as_scanned);
+  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out, bool* as_scanned,
+              FileStamp* seen) const override {
+    return ReadImageBytes(range, max_bytes, out, as_scanned, seen);
   }
   SourceIdentity Identify(const std::string& path) const override {
     struct stat st;
@@ -41,7 +41,7 @@ class LocalStore : public SourceStore {
 // a whole file had them. Either way the file must still have the size and
 // time it had when opened once read (not rewritten in place meanwhile).
 Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
-                      bool* as_scanned) {
+                      bool* as_scanned, FileStamp* seen) {
   const std::string& path = range.path;
   struct stat st {};
   if (!range.partial) {
@@ -55,6 +55,9 @@ Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* o
   const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   *as_scanned = regular && range.checked && static_cast<uint64_t>(st.st_size) == range.file_size &&
                 MtimeNs(st) == range.mtime_ns && st.st_ino == range.inode;
+  if (seen && regular) {
+    *seen = {static_cast<uint64_t>(st.st_size), MtimeNs(st), static_cast<uint64_t>(st.st_ino)};
+  }
   if (!regular) {
     s = Status::IOError(path + ": not a regular file");
   } else if (range.partial && !*as_scanned) {

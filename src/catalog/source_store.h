@@ -44,9 +44,11 @@ class SourceStore {
   virtual ~SourceStore() = default;
   // Reads the bytes of `range` with ReadImageBytes's contract (below): at
   // most `max_bytes`; `*as_scanned` when they came from the identity the
-  // scan saw; a member of a shard that changed since fails.
+  // scan saw; a member of a shard that changed since fails. `*seen` (when
+  // not null): a local file's identity as its bytes were read; an object's
+  // is left as it is (the listing gave every object's).
   virtual Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
-                      bool* as_scanned) const = 0;
+                      bool* as_scanned, FileStamp* seen) const = 0;
   virtual SourceIdentity Identify(const std::string& path) const = 0;
   virtual SourceStoreStats Stats() const { return {}; }
   // One request's round trip as measured at mount (the fastest of three
@@ -58,9 +60,10 @@ class SourceStore {
 // (else Corruption), opening it without blocking and refusing what is not a
 // regular file (IOError). `*as_scanned`: a whole file has the size, time
 // and inode the scan saw (a `checked` range); a shard member without them
-// fails. A file rewritten while read fails too.
+// fails. A file rewritten while read fails too. `*seen` (when not null):
+// the identity of the open descriptor the bytes were read from.
 Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
-                      bool* as_scanned);
+                      bool* as_scanned, FileStamp* seen = nullptr);
 
 // Local files (a process-wide instance). An S3 bucket's store is made with
 // its catalog (catalog/s3_source.cc).

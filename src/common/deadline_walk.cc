@@ -114,7 +114,8 @@ void StartThread(const std::shared_ptr<ParallelWork>& work,
 
 std::vector<size_t> ParallelWalkWithDeadline(size_t n, const std::vector<size_t>& batches,
                                              unsigned threads, std::chrono::milliseconds timeout,
-                                             const std::function<WalkStep()>& make_step) {
+                                             const std::function<WalkStep()>& make_step,
+                                             const std::atomic<bool>* cancel) {
   using Clock = std::chrono::steady_clock;
   auto work = std::make_shared<ParallelWork>();
   threads = std::max(1u, threads);
@@ -145,6 +146,13 @@ std::vector<size_t> ParallelWalkWithDeadline(size_t n, const std::vector<size_t>
       if (work->running == 0) break;
       work->finished.wait_for(lock, poll);
       if (work->running == 0) break;
+    }
+    if (cancel && cancel->load()) {
+      for (Lane& lane : lanes) {
+        std::lock_guard own(lane.shared->mu);
+        lane.shared->abandoned = true;
+      }
+      break;
     }
     const Clock::time_point now = Clock::now();
     unsigned replace = 0;

@@ -18,6 +18,7 @@
 #ifndef JOADERFS_COMMON_DEADLINE_WALK_H_
 #define JOADERFS_COMMON_DEADLINE_WALK_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -51,11 +52,14 @@ std::vector<size_t> WalkWithDeadline(size_t n, std::chrono::milliseconds timeout
 // state from one entry to the next (an open folder). A thread that makes no
 // progress for `timeout` is given up at its entry, and the rest of its batch
 // goes to a new thread. Publish() wakes no one here (the caller looks at
-// each thread's progress a few times per `timeout`), so a step may publish
-// once per entry at the cost of an uncontended lock.
+// each thread's progress a few times per `timeout`, and at `cancel`, when
+// given, at least every 100 ms), so a step may publish once per entry at
+// the cost of an uncontended lock. Once `*cancel` is true, every thread is
+// given up at once and the walk returns what it had given up before.
 std::vector<size_t> ParallelWalkWithDeadline(size_t n, const std::vector<size_t>& batches,
                                              unsigned threads, std::chrono::milliseconds timeout,
-                                             const std::function<WalkStep()>& make_step);
+                                             const std::function<WalkStep()>& make_step,
+                                             const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace joaderfs
 

@@ -71,6 +71,36 @@ TEST(ParallelWalkTest, StuckEntriesAreGivenUpAndTheRestWalked) {
   for (size_t i = 0; i < kN; ++i) EXPECT_EQ(seen[i], i == 7 || i == 1'500 ? 0 : 1) << i;
 }
 
+// A cancelled walk returns at once though a step hangs, well before the
+// timeout, and nothing a thread publishes afterwards is taken.
+TEST(ParallelWalkTest, ACancelledWalkReturnsAtOnce) {
+  constexpr size_t kN = 1'000;
+  auto gate = std::make_shared<Gate>();
+  std::atomic<bool> cancel{false};
+  std::vector<int> seen(kN);
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    cancel = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ParallelWalkWithDeadline(
+      kN, Batches(kN, 100), 2, milliseconds(60'000),
+      [&, gate] {
+        return [&, gate](size_t i, const WalkPublisher& p) {
+          if (i == 3) gate->Wait();
+          p.Publish([&] { ++seen[i]; });
+        };
+      },
+      &cancel);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5'000));
+  canceller.join();
+  const std::vector<int> at_return = seen;
+  gate->Open();
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(seen, at_return);
+  EXPECT_EQ(seen[3], 0);
+}
+
 TEST(ParallelWalkTest, NothingToWalk) {
   EXPECT_TRUE(ParallelWalkWithDeadline(0, {}, 4, milliseconds(10), [] {
                 return [](size_t, const WalkPublisher&) {};

@@ -11,6 +11,15 @@
 
 namespace joaderfs {
 
+// A file's identity as a stat sees it: size, modification time, inode.
+// All 0 for a file that was missing.
+struct FileStamp {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
 struct FileRange {
   std::string path;
   // The whole file when false; otherwise `length` bytes at `offset`.
@@ -23,8 +32,9 @@ struct FileRange {
   // a rewritten shard). A whole file is read whatever it is now, and the
   // decoder says whether the bytes came from that identity: a decode is
   // kept in the disk tier under the scan's fingerprint only if they did.
-  // `checked` false (a path given directly, as in tools and tests): no
-  // identity to compare with.
+  // `checked` false (a path given directly, as in tools and tests, or a
+  // sample whose identity the catalog has not taken yet): no identity to
+  // compare with.
   bool checked = false;
   uint64_t file_size = 0;
   int64_t mtime_ns = 0;

@@ -25,18 +25,6 @@
 namespace joaderfs {
 namespace {
 
-// The mean encoded size of SOURCE's images, from the sizes the scan found
-// (a shard member's length), over at most 4096 samples spread evenly.
-uint64_t MeanImageBytes(const Catalog& catalog) {
-  const size_t n = catalog.size(), step = std::max<size_t>(1, n / 4096);
-  uint64_t bytes = 0, count = 0;
-  for (size_t id = 0; id < n; id += step, ++count) {
-    const FileRange r = catalog.location(static_cast<SampleId>(id));
-    bytes += r.partial ? r.length : r.file_size;
-  }
-  return count ? bytes / count : 0;
-}
-
 // SOURCE's reads in flight: on an object store more than one per decode
 // thread, enough to hide its round trip (DefaultSourceReads); and their
 // bytes, and those read and awaiting decode, within source_in_flight: by
@@ -47,7 +35,7 @@ MountSizing SizeReads(const DaemonOptions& o, const Catalog& catalog) {
       o.source_reads ? o.source_reads : DefaultSourceReads(o.threads, catalog.store()->RoundTrip());
   s.source_in_flight = o.source_in_flight
                            ? o.source_in_flight
-                           : DefaultSourceInFlight(s.source_reads, MeanImageBytes(catalog));
+                           : DefaultSourceInFlight(s.source_reads, catalog.mean_image_bytes());
   return s;
 }
 

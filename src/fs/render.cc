@@ -114,6 +114,10 @@ const MountFigure kMountFigures[] = {
      [](const MountStats& s) { return Json(s.cache.retries); }},
     {"healed", "joaderfs_healed_total", "counter", "Bad samples that later loaded.",
      [](const MountStats& s) { return Json(s.cache.healed); }},
+    {"identities_pending", "joaderfs_identities_pending", "gauge",
+     "SOURCE files whose identity the pass after the listing has yet to take: until then "
+     "their decodes are neither served nor kept by the disk and remote tiers.",
+     [](const MountStats& s) { return Json(s.identities_pending); }},
     {"special_files", "joaderfs_special_files", "gauge",
      "SOURCE image names left out: not regular files.",
      [](const MountStats& s) { return Json(s.special_files); }},
@@ -141,7 +145,8 @@ const MountFigure kMountFigures[] = {
      [](const MountStats& s) { return Json(s.scan_skips.stray_keys); }},
     {"scan_skips.stuck", "joaderfs_scan_skips_stuck", "gauge",
      "SOURCE files and shards whose stat or read did not return within read_timeout at the "
-     "scan, left out.",
+     "scan: shards and manifest paths left out, a tree's files kept (their reads time out in "
+     "turn).",
      [](const MountStats& s) { return Json(s.scan_skips.stuck); }},
     {"shard_skips.damaged", "joaderfs_shard_skips_damaged", "gauge",
      "Bad tar headers and samples of cut-short shards, left out.",

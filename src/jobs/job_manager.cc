@@ -503,6 +503,7 @@ MountStats JobManager::Stats() const {
   stats.renders = shared_renders_.renders();
   stats.renders_shared = shared_renders_.reused();
   stats.special_files = catalog_->special_files();
+  stats.identities_pending = catalog_->identities_pending();
   stats.rejected_paths = catalog_->rejected_paths();
   stats.scan_skips = catalog_->scan_skips();
   stats.shard_skips = catalog_->shard_skips();

@@ -113,12 +113,13 @@ struct MountStats {
   double decode_busy_seconds = 0;
   double decode_busy_fraction = 0;  // LoaderPool::busy_fraction
   uint64_t delivered = 0;
-  double stall_seconds = 0;     // every job's readers' waits (Lanes::StallSeconds)
-  double samples_per_s = 0;     // deliveries, recent (RateWindow)
-  uint64_t renders = 0;         // deliveries resampled from base images
-  uint64_t renders_shared = 0;  // deliveries handed a render another job made
-  uint64_t special_files = 0;   // SOURCE entries left out: not regular files
-  uint64_t rejected_paths = 0;  // manifest paths left out: outside its folder
+  double stall_seconds = 0;         // every job's readers' waits (Lanes::StallSeconds)
+  double samples_per_s = 0;         // deliveries, recent (RateWindow)
+  uint64_t renders = 0;             // deliveries resampled from base images
+  uint64_t renders_shared = 0;      // deliveries handed a render another job made
+  uint64_t special_files = 0;       // SOURCE entries left out: not regular files
+  uint64_t identities_pending = 0;  // Catalog::identities_pending()
+  uint64_t rejected_paths = 0;      // manifest paths left out: outside its folder
   ScanSkips scan_skips;
   ShardSkips shard_skips;
   PlannerStats planner;

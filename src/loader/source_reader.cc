@@ -212,12 +212,13 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
   // The result of each member of `b`: its part, counted in flight until the
   // decode frees it.
   std::vector<Result> Results(const Batch& b, const Status& status, std::vector<std::string> parts,
-                              bool as_scanned) REQUIRES(mu) {
+                              bool as_scanned, const FileStamp& seen) REQUIRES(mu) {
     std::vector<Result> results(b.members.size());
     for (size_t i = 0; i < b.members.size(); ++i) {
       Result& result = results[i];
       result.status = status;
       result.as_scanned = as_scanned;
+      result.seen = seen;
       if (!status.ok()) continue;
       const uint64_t size = parts[i].size();
       stats.bytes += size;
@@ -257,9 +258,10 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
       lock.unlock();
 
       bool as_scanned = false;
+      FileStamp seen;
       std::string bytes;
       std::vector<std::string> parts;
-      Status status = options.store->Read(b->range, b->max_bytes, &bytes, &as_scanned);
+      Status status = options.store->Read(b->range, b->max_bytes, &bytes, &as_scanned, &seen);
       status = Cut(*b, std::move(status), std::move(bytes), &parts);
 
       lock.lock();
@@ -283,7 +285,7 @@ struct SourceReader::State : std::enable_shared_from_this<State> {
         read_latency.Observe(Clock::now() - b->started);
       }
       in_flight -= b->charged;
-      std::vector<Result> results = Results(*b, status, std::move(parts), as_scanned);
+      std::vector<Result> results = Results(*b, status, std::move(parts), as_scanned, seen);
       work.notify_one();
       for (size_t i = 0; i < results.size(); ++i) {
         Call(std::move(b->members[i]->done), std::move(results[i]));

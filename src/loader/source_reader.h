@@ -90,6 +90,7 @@ class SourceReader {
     Status status;
     Bytes bytes;              // null unless `status` is ok
     bool as_scanned = false;  // as ReadImageBytes says
+    FileStamp seen;           // ... and the identity its bytes came from (a whole file's)
     // Failed by the deadline, or at once because the path's earlier read
     // or every thread was stuck: the file was not (fully) looked at, and
     // looking at it again (a stat) may hang as well.

@@ -131,14 +131,14 @@ TEST(SourceReaderTest, StopDropsWhatIsQueued) {
 // thread finds); with Gate(), only some of them.
 class GatedStore : public SourceStore {
  public:
-  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out,
-              bool* as_scanned) const override {
+  Status Read(const FileRange& range, uint64_t max_bytes, std::string* out, bool* as_scanned,
+              FileStamp* seen) const override {
     {
       std::lock_guard lock(mu_);
       ranges_.push_back(range);
     }
     if (range.path.find(gated_) != std::string::npos) gate_.wait();
-    return LocalSourceStore()->Read(range, max_bytes, out, as_scanned);
+    return LocalSourceStore()->Read(range, max_bytes, out, as_scanned, seen);
   }
   SourceIdentity Identify(const std::string& path) const override {
     return LocalSourceStore()->Identify(path);
