@@ -280,7 +280,9 @@ void Catalog::Index() {
   // ETag digest (OpenS3).
   std::vector<uint8_t> kinds;
   if (!is_object_store()) {
+    identities_pending_ = samples_.size();  // counted down by the stats
     const std::vector<size_t> stuck = StatLocalFiles({}, &kinds, nullptr);
+    identities_pending_ = 0;
     NoteStuck(stuck.size(), stuck.empty() ? "" : samples_.relpath(stuck.front()));
     for (uint8_t kind : kinds) special_files_ += kind == kSpecial;
     if (std::any_of(kinds.begin(), kinds.end(),

@@ -912,6 +912,7 @@ TEST(IdentityPassTest, ALargeTreeIsStatedAfterOpen) {
   auto at_open = OpenOk(d.path());
   ASSERT_TRUE(at_open);
   EXPECT_TRUE(at_open->identities_settled());
+  EXPECT_EQ(at_open->identities_pending(), 0u);
   ASSERT_EQ(Relpaths(*c), Relpaths(*at_open));
   for (SampleId id = 0; id < c->size(); ++id) {
     ASSERT_TRUE(c->identity_known(id)) << id;
@@ -935,6 +936,7 @@ TEST(IdentityPassTest, AReadTakesTheIdentityNotTakenYet) {
   WriteFile(d / "m.tsv", "a.jpg\t0\nlate.jpg\t1\n");
   auto c = OpenOk(d / "m.tsv");
   ASSERT_TRUE(c);
+  EXPECT_EQ(c->identities_pending(), 0u);  // a manifest's files are stat'ed at Open()
   EXPECT_TRUE(c->identity_known(0));
   EXPECT_FALSE(c->identity_known(1));
   EXPECT_FALSE(c->location(1).checked);

@@ -29,9 +29,12 @@ class DriftHold {
   explicit DriftHold(bool enabled) : enabled_(enabled) {}
 
   // Whether the lane's next hand-out is held back now; `planning` names
-  // its peers (the lanes of its group). A lane held is remembered until
-  // End() or Forget().
-  bool Holds(Lane* lane, const PlanningLanes& planning, std::chrono::steady_clock::time_point now);
+  // its peers (the lanes of its group), `starting` lanes whose reader is
+  // open but has not begun their first epoch (a twin whose process was
+  // descheduled between its open and its first read: at progress 0, its
+  // reads beginning now). A lane held is remembered until End() or Forget().
+  bool Holds(Lane* lane, const PlanningLanes& planning, const std::set<Lane*>& starting,
+             std::chrono::steady_clock::time_point now);
   // The lane's reads are answered: what it waited while held comes out of
   // its hold budget.
   void End(Lane* lane, std::chrono::steady_clock::time_point now);
@@ -44,6 +47,8 @@ class DriftHold {
  private:
   // Whether lanes of two jobs' subsets are peers, by their peer keys.
   bool Peers(const Lane& a, const Lane& b);
+  // Whether two subsets share at least half of the smaller.
+  static bool Overlap(const Roaring& x, const Roaring& y);
   // Whether the two lanes' reads began at most kLateStart apart.
   static bool StartedTogether(const Lane& lane, const Lane& peer,
                               std::chrono::steady_clock::time_point now);

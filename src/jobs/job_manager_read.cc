@@ -48,6 +48,7 @@ Status JobManager::OpenReader(const std::string& name, uint32_t uid, ReaderId* i
   spdlog::debug("job {} stream {}: reader {} opened by uid {} in epoch {} ({} open)", name,
                 lane->index, reader->id, uid, reader->epoch, lane->readers.size());
   readers_[reader->id] = std::move(reader);
+  lanes_.ReaderOpened(lane);
   // Only a reader opened between epochs begins one (a reader's epoch is the
   // one it opened in): its job's shards of that epoch are made now, so that
   // StartEpoch() finds them instead of sorting under the lock.

@@ -569,16 +569,17 @@ class DriftBoundTest : public JobManagerTest {
   }
   void SetUp() override { OpenCatalog(big_dir_->path()); }
 
+  // `open_peer` false: the peer's reader is opened by the test.
   void StartTwoJobs(JobManagerOptions options, size_t lead_per_round, size_t peer_per_round,
                     int rounds = 10, std::string_view lead_spec = {},
-                    std::string_view peer_spec = {}) {
+                    std::string_view peer_spec = {}, bool open_peer = true) {
     DecodedSample image;
     ASSERT_TRUE(DecodeBase(catalog_->path(0), kSize, &image).ok());
     Build(options, 2, 32 * image.bytes());
     MakeJob("lead", lead_spec);
     MakeJob("peer", peer_spec);
     lead_ = Open("lead");
-    peer_ = Open("peer");
+    if (open_peer) peer_ = Open("peer");
     for (int round = 0; round < rounds; ++round) {
       if (round > 0) std::this_thread::sleep_for(500ms);
       // Interleaved, each read at once: neither runs ahead within a round,
@@ -640,19 +641,42 @@ TEST_F(DriftBoundTest, TwinsAreHeldBeforeTheirPacesAreKnown) {
 // starting) is beyond the horizon of the first at once: the first waits for
 // it to catch up. One that begins more than a second late is a late job.
 TEST_F(DriftBoundTest, ATwinThatBeginsAMomentLateIsWaitedFor) {
-  StartTwoJobs(Options(), 0, 0, 1);
+  StartTwoJobs(Options(), 0, 0, 1, {}, {}, /*open_peer=*/false);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
   std::this_thread::sleep_for(300ms);
+  peer_ = Open("peer");
   ASSERT_TRUE(ReadSync(peer_, kRecord, 2s));  // 20 against 1: past the horizon of 16
   ExpectLeadHeldUntilPeerReads(100ms, 16);    // 21 against 1 waits; 17 is within the limit
 }
 
 TEST_F(DriftBoundTest, AJobThatBeginsLaterIsNotWaitedFor) {
-  StartTwoJobs(Options(), 0, 0, 1);
+  StartTwoJobs(Options(), 0, 0, 1, {}, {}, /*open_peer=*/false);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
   std::this_thread::sleep_for(DriftHold::kLateStart + 200ms);
+  peer_ = Open("peer");
   ASSERT_TRUE(ReadSync(peer_, kRecord, 2s));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
+}
+
+// A twin whose reader is open but has not read yet (its process was
+// descheduled between its open and its first read) has no picks drawn for
+// it: every pick the first takes meanwhile is one the twin would draw alone
+// later. The first is held at the lag limit until the twin's first read.
+TEST_F(DriftBoundTest, ATwinWhoseReaderHasNotReadYetIsWaitedFor) {
+  StartTwoJobs(Options(), 0, 0, 1);    // both open, nothing read
+  std::this_thread::sleep_for(300ms);  // 0.15 s of hold budget
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
+  ExpectLeadHeldUntilPeerReads(100ms, 1);  // 6 against none waits; 6 against 1 does not
+}
+
+// ... but for a second at most after the first's reads began: a reader that
+// opens and does not read is not a twin starting.
+TEST_F(DriftBoundTest, AnOpenReaderThatDoesNotReadHoldsNobodyPastASecond) {
+  StartTwoJobs(Options(), 0, 0, 1);
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
+  std::this_thread::sleep_for(DriftHold::kLateStart + 200ms);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(ReadSync(lead_, kRecord, 2s)) << i;
 }
 
 // Jobs whose subsets share at least half of the smaller one are peers too:

@@ -63,6 +63,7 @@ uint64_t Lanes::Remove(Lane* lane, Actions* actions) {
   SetUnfetched(lane, false);
   ReleasePins(lane, actions);
   drift_hold_.Forget(lane);
+  starting_.erase(lane);
   for (Reader* r : lane->readers) {
     if (r->waiting) EndStall(r);
     r->lane = nullptr;
@@ -101,7 +102,14 @@ void Lanes::Release(Lane* lane, Actions* actions) {
   ReleasePins(lane, actions);
 }
 
-void Lanes::LastReaderClosed(Lane* lane, Actions* actions) { ForgetWaiter(lane, actions); }
+void Lanes::LastReaderClosed(Lane* lane, Actions* actions) {
+  starting_.erase(lane);
+  ForgetWaiter(lane, actions);
+}
+
+void Lanes::ReaderOpened(Lane* lane) {
+  if (!lane->group) starting_.insert(lane);
+}
 
 void Lanes::FetchPlanned(Lane* lane, Actions* actions) {
   if (lane->readers.empty() && PicksCharged(*lane)) return;  // fetched when read
@@ -165,6 +173,7 @@ void Lanes::StartEpoch(Lane* lane, Actions* actions) {
       lane->handle = lane->group->ResumeJob(ids, spec.window, lane->pick_bytes, epoch, skip);
     }
     lane->peer_key = job->ranked() ? 0 : SubsetKey(job->subset);
+    starting_.erase(lane);
     lane->positions = std::make_unique<EpochPositions>(ids.cardinality(), job->spec.window, epoch);
     planning_[{lane->group, lane->handle}] = lane;
   } else if (job->ranked() || !full || lane->positions->epoch_size() != ids.cardinality()) {

@@ -100,6 +100,10 @@ class Lanes {
   // The lane's last reader closed: it plans nothing more against its
   // owner's allowance until read again, and leaves the allowance's queue.
   void LastReaderClosed(Lane* lane, Actions* actions);
+  // A reader opened on the lane: one that has never begun an epoch (no
+  // planning group yet) counts for the drift bound as a peer starting now
+  // (DriftHold::Holds `starting`) until its first read begins one.
+  void ReaderOpened(Lane* lane);
 
   // --- Serving readers, their figures, status (lanes_serve.cc).
 
@@ -230,6 +234,8 @@ class Lanes {
   uint64_t next_serial_ = 1;
   UnreadAllowance unread_;
   std::set<Lane*> unfetched_;  // lanes with `unfetched` set
+  // Lanes with a reader open that have not begun their first epoch.
+  std::set<Lane*> starting_;
   DriftHold drift_hold_;
   // The mount's figures: deliveries, waits of answered reads (all lanes,
   // removed ones too), recent rate.

@@ -49,7 +49,7 @@ bool Lanes::TryServe(Reader* r, Actions* actions) {
     }
     const auto now = std::chrono::steady_clock::now();
     if (lane->running() && lane->positions->PeekReady() &&
-        drift_hold_.Holds(lane, planning_, now)) {
+        drift_hold_.Holds(lane, planning_, starting_, now)) {
       return false;
     }
     // Hand ready records to this reader: at least one, then as many as fit.
