@@ -441,15 +441,23 @@ void DiskCache::EvictLocked(std::vector<std::string>* victims) {
 
 void DiskCache::WriteLoop() {
   bool rebuilding = true;
+  const auto started = std::chrono::steady_clock::now();
   for (;;) {
     std::vector<Write> writes;
     bool step = false;
     {
       MutexLock lock(mu_);
       for (;;) {
-        // Entries are sorted by the catalog's fingerprints, so only once
-        // every file's identity was taken.
-        step = rebuilding && !stopping_ && !rebuild_held && catalog_->identities_settled();
+        // Entries are sorted by the catalog's fingerprints: once every
+        // file's identity was taken, or after read_timeout, past which a
+        // pass is held by stats that hang (on FUSE, one hung lookup holds
+        // its folder's later ones), and the budget must count what the
+        // tier holds. An entry of a file not stat'ed by then is taken as
+        // nobody's: evicted first, and served once its file's identity
+        // matches its key.
+        step = rebuilding && !stopping_ && !rebuild_held &&
+               (catalog_->identities_settled() ||
+                std::chrono::steady_clock::now() - started >= catalog_->read_timeout());
         if (stopping_ || !queue_.empty() || step) break;
         if (rebuilding) {
           // Held by a test, or the catalog's identities not all taken.

@@ -35,8 +35,9 @@
 // whatever the tier holds; the writer thread then
 // rebuilds those arrays from RocksDB in steps between its writes, once the
 // catalog has taken every file's identity (Catalog::WaitForIdentities: an
-// entry is sorted by its fingerprint), and a sample whose identity is not
-// taken yet is neither looked up nor written. Until it
+// entry is sorted by its fingerprint) or read_timeout has passed, and a
+// sample whose identity is not taken yet is neither looked up nor written.
+// Until it
 // is done, writes go past every slot the files held at open (never onto a
 // slot an entry may name) and only entries already rebuilt can be evicted.
 //

@@ -218,6 +218,8 @@ class Catalog {
   // disk tier before it sorts its entries by fingerprint).
   void WaitForIdentities() const;
   bool identities_settled() const { return identities_settled_.load(); }
+  // CatalogOptions::read_timeout: what one stat of the pass may take.
+  std::chrono::milliseconds read_timeout() const { return scan_timeout_; }
   // The mean encoded size of the images, over at most 4096 samples spread
   // evenly whose identity is known (a shard member's length), 0 when none is.
   uint64_t mean_image_bytes() const;

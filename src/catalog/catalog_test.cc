@@ -927,14 +927,20 @@ TEST(IdentityPassTest, ALargeTreeIsStatedAfterOpen) {
   c.reset();
 }
 
+// A manifest of a.jpg and `missing`, a file not there at Open(): sample 1
+// has no identity.
+std::unique_ptr<Catalog> OpenWithAMissingFile(const TempDir& d, const std::string& missing) {
+  WriteFile(d / "a.jpg", "a");
+  WriteFile(d / "m.tsv", "a.jpg\t0\n" + missing + "\t1\n");
+  return OpenOk(d / "m.tsv");
+}
+
 // A read of a file whose identity was not taken (here a manifest's file
 // missing at Open) gives it the identity of the bytes read, once: a later
 // read with another identity is not the sample's.
 TEST(IdentityPassTest, AReadTakesTheIdentityNotTakenYet) {
   TempDir d;
-  WriteFile(d / "a.jpg", "a");
-  WriteFile(d / "m.tsv", "a.jpg\t0\nlate.jpg\t1\n");
-  auto c = OpenOk(d / "m.tsv");
+  auto c = OpenWithAMissingFile(d, "late.jpg");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->identities_pending(), 0u);  // a manifest's files are stat'ed at Open()
   EXPECT_TRUE(c->identity_known(0));
@@ -964,9 +970,7 @@ TEST(IdentityPassTest, AReadTakesTheIdentityNotTakenYet) {
 // other compares with that one.
 TEST(IdentityPassTest, OneOfRacingReadsSetsTheIdentity) {
   TempDir d;
-  WriteFile(d / "a.jpg", "a");
-  WriteFile(d / "m.tsv", "a.jpg\t0\nnever.jpg\t0\n");
-  auto c = OpenOk(d / "m.tsv");
+  auto c = OpenWithAMissingFile(d, "never.jpg");
   ASSERT_TRUE(c);
   ASSERT_FALSE(c->identity_known(1));
   constexpr int kThreads = 8;

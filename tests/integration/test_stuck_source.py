@@ -60,6 +60,19 @@ def start_stuck_fs(case, root, names):
     return mnt
 
 
+def unmount_and_see_exit(case, m):
+    """Unmounts `m`; its daemon exits cleanly within 5 s though calls of it
+    still block in the kernel."""
+    start = time.monotonic()
+    subprocess.run([FUSERMOUNT, "-u", m.mnt], check=True)
+    try:
+        code = m.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        case.fail("the daemon did not exit within 10 s of the unmount")
+    case.assertEqual(code, 0)
+    case.assertLess(time.monotonic() - start, 5)
+
+
 class StuckSourceTest(DatasetMixin, JoaderTestCase):
 
     STUCK = (3, 14)  # ids whose files' reads never return
@@ -113,14 +126,7 @@ class StuckSourceTest(DatasetMixin, JoaderTestCase):
         self.assertIn("read_timeout", log)
 
         # The reads are still blocked; the daemon exits all the same.
-        start = time.monotonic()
-        subprocess.run([FUSERMOUNT, "-u", m.mnt], check=True)
-        try:
-            code = m.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.fail("the daemon did not exit within 10 s of the unmount")
-        self.assertEqual(code, 0)
-        self.assertLess(time.monotonic() - start, 5)
+        unmount_and_see_exit(self, m)
         m.wait_exit(1)
 
         # The cache_dir lock is free: a new mount starts, and SIGTERM ends
@@ -205,7 +211,9 @@ class StuckIdentityPassTest(JoaderTestCase):
     blocked ends the daemon at once; a remount serves them from the disk
     tier once its pass ended, the hung files counted and logged. (A hung
     lookup blocks its folder's other lookups on this FUSE filesystem, so
-    the files read lie in another folder.)"""
+    the files read lie in another folder.) A pass held that way does not
+    hold the disk tier's rebuild past read_timeout: its budget counts what
+    it holds."""
 
     FILES, CLASSES = 66_000, 10
 
@@ -223,7 +231,9 @@ class StuckIdentityPassTest(JoaderTestCase):
         # not among the 4096 spread files (every 17th id) stat'ed before the
         # mount appears, which would hold it for read_timeout.
         per_class = self.FILES // self.CLASSES
-        hung = ["c0/65990.jpg", "c1/65991.jpg"]  # ids per_class - 1, 2 * per_class - 1
+        # ids per_class - 1, 2 * per_class - 1 and 3 * per_class - 1: the
+        # third is reached once the first two were given up.
+        hung = ["c0/65990.jpg", "c1/65991.jpg", "c2/65992.jpg"]
         mnt = start_stuck_fs(self, source, ",".join("stat:" + h for h in hung))
         cache_dir = os.path.join(base, "cache")
         os.mkdir(cache_dir)
@@ -233,7 +243,7 @@ class StuckIdentityPassTest(JoaderTestCase):
         m = self.mount(mnt, {"cache_dir": cache_dir, "size": "32", "read_timeout": "60"})
         self.assertEqual(m.info()["samples"], self.FILES)
         rels = [rel for _, _, rel in m.manifest()]
-        self.assertEqual([rels[per_class - 1], rels[2 * per_class - 1]], hung)
+        self.assertEqual([rels[k * per_class - 1] for k in (1, 2, 3)], hung)
         first = [r for rs in read_epoch(m.mkjob("first", ids=ids), timeout=30) for r in rs]
         self.assertEqual(sorted(r.id for r in first), wanted)
         # The pass is still blocked at the hung stats (60 s); each decode
@@ -243,21 +253,14 @@ class StuckIdentityPassTest(JoaderTestCase):
         while m.stats()["disk_writes"] < len(wanted):
             self.assertLess(time.monotonic(), deadline, m.stats())
             time.sleep(0.1)
-        start = time.monotonic()
-        subprocess.run([FUSERMOUNT, "-u", m.mnt], check=True)
-        try:
-            code = m.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.fail("the daemon did not exit within 10 s of the unmount")
-        self.assertEqual(code, 0)
-        self.assertLess(time.monotonic() - start, 5)
+        unmount_and_see_exit(self, m)
 
         m = self.mount(mnt, {"cache_dir": cache_dir, "size": "32", "read_timeout": "2"})
         deadline = time.monotonic() + 60
         while m.stats()["identities_pending"] > 0:
             self.assertLess(time.monotonic(), deadline, "the identity pass did not end")
             time.sleep(0.1)
-        self.assertEqual(m.stats()["scan_skips"]["stuck"], 2)
+        self.assertEqual(m.stats()["scan_skips"]["stuck"], 3)
         with open(m.log_path, errors="replace") as f:
             log = f.read()
         self.assertIn("did not return within 2 s (read_timeout)", log)
@@ -267,6 +270,22 @@ class StuckIdentityPassTest(JoaderTestCase):
         self.assertEqual(stats["disk_hits"], len(wanted), stats)
         self.assertEqual(stats["decoded"], 0, stats)
         self.assertEqual(digests(second), digests(first))
+        unmount_and_see_exit(self, m)
+
+        # read_timeout=5: the pass waits 5 s on the first two hung files,
+        # then 5 s on the third; the tier's 200 entries are counted after
+        # the first 5, while the pass still runs.
+        m = self.mount(mnt, {"cache_dir": cache_dir, "size": "32", "read_timeout": "5"})
+        deadline = time.monotonic() + 30
+        while True:
+            stats = m.stats()
+            if stats["disk_entries"] >= len(wanted):
+                break
+            self.assertLess(time.monotonic(), deadline, stats)
+            time.sleep(0.1)
+        self.assertEqual(stats["disk_entries"], len(wanted))
+        self.assertGreater(stats["identities_pending"], 0,
+                           "the tier was counted only once the pass ended: %s" % stats)
 
 if __name__ == "__main__":
     unittest.main()
