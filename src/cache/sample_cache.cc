@@ -192,8 +192,7 @@ void SampleCache::Decode(SampleId id, const FileRange& range, SourceReader::Resu
   // gets the one its bytes were read with (or is compared with the one
   // taken meanwhile), so that its decode may be kept.
   o.as_scanned =
-      read.as_scanned || (o.status.ok() && !range.checked && !range.partial &&
-                          !catalog_->is_object_store() && catalog_->Confirm(id, read.seen));
+      read.as_scanned || (o.status.ok() && !range.checked && catalog_->Confirm(id, read.seen));
   o.stuck = read.stuck;
   if (o.status.ok()) {
     const auto started = std::chrono::steady_clock::now();

@@ -142,7 +142,9 @@ Catalog::~Catalog() {
 }
 
 bool Catalog::Confirm(SampleId id, const FileStamp& seen) const {
-  if (!shards_.empty()) return false;  // a member's identity is its shard's, checked on read
+  // A member's identity is its shard's, checked on read; an object's is
+  // its listing's.
+  if (!shards_.empty() || is_object_store()) return false;
   if (samples_.Settle(id, seen)) return true;
   // Another thread may be setting it this instant.
   while (!samples_.identity_known(id)) std::this_thread::yield();

@@ -210,7 +210,8 @@ class Catalog {
   // Whether bytes read from `id`'s file with identity `seen` (the open
   // descriptor's) are the sample's as the catalog names it: where no
   // identity was taken yet, `seen` becomes it, once (a later read of a
-  // rewritten file then compares with it). Thread-safe.
+  // rewritten file then compares with it). False for a shard member or an
+  // object, whose identities come from the scan. Thread-safe.
   bool Confirm(SampleId id, const FileStamp& seen) const;
   // Files whose identity the pass has yet to take (0 once it ended).
   uint64_t identities_pending() const { return identities_pending_.load(); }

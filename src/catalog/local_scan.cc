@@ -395,9 +395,7 @@ std::vector<size_t> Catalog::StatLocalFiles(const std::vector<SampleId>& ids,
             // A FIFO or device where a file was listed gets no identity: its
             // reads are refused.
             if (!S_ISREG(q->st.st_mode)) return;
-            samples_.Settle(q->id, {static_cast<uint64_t>(q->st.st_size),
-                                    q->st.st_mtim.tv_sec * 1'000'000'000LL + q->st.st_mtim.tv_nsec,
-                                    static_cast<uint64_t>(q->st.st_ino)});
+            samples_.Settle(q->id, StampOf(q->st));
           });
         };
       },

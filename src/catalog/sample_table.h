@@ -1,12 +1,12 @@
 // The samples of a catalog that are whole files (an ImageFolder tree, a
 // manifest, an s3:// listing), packed: a sample costs its file name's bytes
 // plus 33 bytes (a 4-byte offset into one arena of names, a 24-byte
-// identity and its state byte, a 4-byte slot of the relpath lookup at most 70% full) and no
-// heap block of its own. A relpath is split at its last '/': the folder
-// part (with that '/') is kept once per folder, and runs of consecutive
-// samples sharing a folder and a label are kept once per run, so an
-// ImageFolder tree adds 12 bytes per run (a few per class), a manifest at
-// most 12 per sample.
+// identity and its state byte, a 4-byte slot of the relpath lookup at most
+// 70% full) and no heap block of its own. A relpath is split at its last
+// '/': the folder part (with that '/') is kept once per folder, and runs of
+// consecutive samples sharing a folder and a label are kept once per run,
+// so an ImageFolder tree adds 12 bytes per run (a few per class), a
+// manifest at most 12 per sample.
 //
 // Built by one thread (Add in id order, then Finish). After Finish() the
 // one change is a sample's identity, set once (Settle) where it was not

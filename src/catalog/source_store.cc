@@ -55,9 +55,7 @@ Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* o
   const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   *as_scanned = regular && range.checked && static_cast<uint64_t>(st.st_size) == range.file_size &&
                 MtimeNs(st) == range.mtime_ns && st.st_ino == range.inode;
-  if (seen && regular) {
-    *seen = {static_cast<uint64_t>(st.st_size), MtimeNs(st), static_cast<uint64_t>(st.st_ino)};
-  }
+  if (seen && regular) *seen = StampOf(st);
   if (!regular) {
     s = Status::IOError(path + ": not a regular file");
   } else if (range.partial && !*as_scanned) {
@@ -98,6 +96,10 @@ Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* o
   }
   ::close(fd);
   return s;
+}
+
+FileStamp StampOf(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_size), MtimeNs(st), static_cast<uint64_t>(st.st_ino)};
 }
 
 std::shared_ptr<const SourceStore> LocalSourceStore() {

@@ -19,6 +19,8 @@
 #include <memory>
 #include <string>
 
+#include <sys/stat.h>
+
 #include "common/file_range.h"
 #include "common/status.h"
 
@@ -64,6 +66,9 @@ class SourceStore {
 // the identity of the open descriptor the bytes were read from.
 Status ReadImageBytes(const FileRange& range, uint64_t max_bytes, std::string* out,
                       bool* as_scanned, FileStamp* seen = nullptr);
+
+// A local file's identity as `st` (its stat) gives it.
+FileStamp StampOf(const struct stat& st);
 
 // Local files (a process-wide instance). An S3 bucket's store is made with
 // its catalog (catalog/s3_source.cc).
