@@ -40,8 +40,9 @@
 #   joaderfs against the other loaders (bench/client/peers.py). The peers
 #   (bench/requirements-peers.txt) are installed once into build/venv-peers,
 #   a venv layered over the test venv (torch, TensorFlow), so that the test
-#   venv stays lean. Without --data: the photos (1000 generated, 10
-#   classes) and `large`, the same with every 25th upscaled past 2000 px.
+#   venv stays lean; --loaders without dali-cpu and spdl runs without it.
+#   Without --data: the photos (1000 generated, 10 classes) and `large`,
+#   the same with every 25th upscaled past 2000 px.
 #
 # --no-setup  skip scripts/setup.sh (packages and build already there); only
 #             scenarios and scale run it, the other commands need the build.
@@ -135,6 +136,20 @@ peers_venv() {
   cp "$req" "$venv/.complete"
 }
 
+# Whether peers' --loaders (all of them when not given) names one that only
+# build/venv-peers has: DALI or SPDL.
+needs_peers_venv() {
+  local loaders=all
+  while (($#)); do
+    case $1 in
+      --loaders) loaders=${2:-}; shift ;;
+      --loaders=*) loaders=${1#--loaders=} ;;
+    esac
+    shift
+  done
+  [[ $loaders == all || ,$loaders, == *,dali-cpu,* || ,$loaders, == *,spdl,* ]]
+}
+
 # --no-setup may come anywhere before a `--`.
 setup=1
 args=()
@@ -191,8 +206,13 @@ case $how in
       [[ -x $python ]] || { echo "bench.sh: no $python (scripts/setup.sh makes it)" >&2; exit 1; }
     fi
     if [[ $command == peers ]]; then
-      peers_venv
-      python=$build/venv-peers/bin/python
+      if needs_peers_venv "$@"; then
+        peers_venv
+        python=$build/venv-peers/bin/python
+      else  # joaderfs, TensorFlow and torch run on the test venv or Debian's python
+        python=${JOADERFS_TEST_VENV:-$repo/.venv-test}/bin/python
+        [[ -x $python ]] || { echo "bench.sh: no $python (scripts/setup.sh makes it)" >&2; exit 1; }
+      fi
       export JOADERFS_PEERS_PYTHON=$python
     fi
     if ! "$python" -c 'import PIL, numpy' 2>/dev/null; then

@@ -7,6 +7,14 @@
 // scale is 1/8, 2/8, 4/8 or 8/8 cost the same both ways and are counted, so
 // that the figure is what a cold epoch over the folder sees.
 //
+// Beside them, what bounds a cold sample from below, through the same
+// libjpeg-turbo: `EntropyOnly`, the Huffman decoding of the whole picture
+// that any base image costs (jpeg_read_coefficients, no IDCT), and
+// `CropWindow`, the work of tf.data's decode_and_crop_jpeg for a
+// RandomResizedCrop window (torchvision's draw, fixed seed): full scale,
+// the IDCT cut to the window's columns (jpeg_crop_scanline), the rows above
+// it skipped and none decoded below it.
+//
 //   joaderfs-jpeg-decode-bench IMAGEFOLDER [--base N] [benchmark flags], e.g.
 //   --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
 //   --benchmark_report_aggregates_only=true
@@ -20,6 +28,9 @@
 #include <string>
 #include <vector>
 
+#include <jpeglib.h>
+
+#include "loader/augment.h"
 #include "loader/jpeg.h"
 #include "testing/test_util.h"
 
@@ -28,6 +39,12 @@ namespace {
 
 std::vector<std::string>* files = nullptr;
 uint32_t base = 256;
+
+void SetPerImage(benchmark::State& state) {
+  state.counters["per_image"] = benchmark::Counter(
+      static_cast<double>(files->size()),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
 
 void Decode(benchmark::State& state, OddScaleDecode odd_scale) {
   RgbImage image;
@@ -41,9 +58,7 @@ void Decode(benchmark::State& state, OddScaleDecode odd_scale) {
       benchmark::DoNotOptimize(image.pixels.get());
     }
   }
-  state.counters["per_image"] = benchmark::Counter(
-      static_cast<double>(files->size()),
-      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  SetPerImage(state);
 }
 
 void ScaledIdct(benchmark::State& state) { Decode(state, OddScaleDecode::kScaledIdct); }
@@ -52,6 +67,61 @@ void SimdScaleResampled(benchmark::State& state) {
 }
 BENCHMARK(ScaledIdct)->Unit(benchmark::kMillisecond);
 BENCHMARK(SimdScaleResampled)->Unit(benchmark::kMillisecond);
+
+// EntropyOnly and CropWindow (see the top). Their files are generated
+// photos or an ImageFolder the caller trusts: libjpeg's errors exit.
+void StartDecompress(jpeg_decompress_struct* cinfo, jpeg_error_mgr* errors,
+                     const std::string& file) {
+  cinfo->err = jpeg_std_error(errors);
+  jpeg_create_decompress(cinfo);
+  jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(file.data()), file.size());
+  jpeg_read_header(cinfo, TRUE);
+}
+
+void EntropyOnly(benchmark::State& state) {
+  for (auto _ : state) {
+    for (const std::string& file : *files) {
+      jpeg_decompress_struct cinfo;
+      jpeg_error_mgr errors;
+      StartDecompress(&cinfo, &errors, file);
+      benchmark::DoNotOptimize(jpeg_read_coefficients(&cinfo));
+      jpeg_finish_decompress(&cinfo);
+      jpeg_destroy_decompress(&cinfo);
+    }
+  }
+  SetPerImage(state);
+}
+
+void CropWindow(benchmark::State& state) {
+  AugmentSpec spec;
+  spec.crop = AugmentSpec::Crop::kRandom;
+  AugmentRandom random(7);
+  std::vector<uint8_t> row;
+  for (auto _ : state) {
+    for (const std::string& file : *files) {
+      jpeg_decompress_struct cinfo;
+      jpeg_error_mgr errors;
+      StartDecompress(&cinfo, &errors, file);
+      cinfo.out_color_space = JCS_RGB;
+      jpeg_start_decompress(&cinfo);
+      const PixelBox box =
+          RandomResizedCropBox(cinfo.output_width, cinfo.output_height, spec, &random);
+      JDIMENSION left = box.left, width = box.width;
+      jpeg_crop_scanline(&cinfo, &left, &width);
+      row.resize(size_t{cinfo.output_width} * 3);
+      jpeg_skip_scanlines(&cinfo, box.top);
+      for (uint32_t y = 0; y < box.height; ++y) {
+        JSAMPROW out = row.data();
+        jpeg_read_scanlines(&cinfo, &out, 1);
+      }
+      benchmark::DoNotOptimize(row.data());
+      jpeg_destroy_decompress(&cinfo);  // the rows below the window: never decoded
+    }
+  }
+  SetPerImage(state);
+}
+BENCHMARK(EntropyOnly)->Unit(benchmark::kMillisecond);
+BENCHMARK(CropWindow)->Unit(benchmark::kMillisecond);
 
 std::vector<std::string> ReadJpegs(const std::string& folder) {
   std::vector<std::string> out;
