@@ -33,7 +33,10 @@ uint8 pixels, 2 workers or threads:
                 num_workers=0): the training process reads the batches, a
                 thread of the dataset's reading 2 ahead (its 2 decode
                 threads are the daemon's; a worker would only copy);
-  joaderfs-w2   the same with num_workers=2, persistent workers.
+  joaderfs-w2   the same with num_workers=2, persistent workers;
+  joaderfs-disk the README's loader over a mount with the disk tier and
+                job store in a fresh cache_dir, as the daemon's defaults
+                have them: a cold epoch also writes every base to disk.
 
 Scenarios: one job reading 2 epochs (epoch 1 and epoch 2 timed apart) and 4
 concurrent jobs reading 1 epoch each (aggregate samples/s). Each job is its
@@ -74,7 +77,7 @@ from harness.procfs import proc_cpu, tree_cpu
 from bench.processes import end_processes
 
 # The README's loader first: the table's rows come in this order.
-LOADERS = ("joaderfs", "joaderfs-w2", "torch-pil", "torch-tvio",
+LOADERS = ("joaderfs", "joaderfs-w2", "joaderfs-disk", "torch-pil", "torch-tvio",
            "tf-autotune", "tf-fixed", "dali-cpu", "spdl")
 SIZE, BATCH, WORKERS = 224, 64, 2
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
@@ -282,6 +285,7 @@ def make_loader(args):
             "tf-fixed": lambda a: tf_data(a, fixed=True),
             "dali-cpu": DaliEpochs, "spdl": SpdlEpochs,
             "joaderfs": lambda a: joaderfs_loader(a, 0),
+            "joaderfs-disk": lambda a: joaderfs_loader(a, 0),
             "joaderfs-w2": lambda a: joaderfs_loader(a, WORKERS)}[args.loader](args)
 
 
@@ -361,8 +365,12 @@ def run_jobs(args, data: str, loader: str, jobs: int, epochs: int,
     procs = []
     try:
         if loader.startswith("joaderfs"):
+            cache_dir = "none"
+            if loader == "joaderfs-disk":
+                cache_dir = str(workdir / "cache")
+                os.makedirs(cache_dir)
             daemon = Mount(os.path.abspath(data), str(workdir),
-                           {"ram_cache": "4G", "cache_dir": "none",
+                           {"ram_cache": "4G", "cache_dir": cache_dir,
                             "size": str(SIZE), "log_level": "info",
                             **({"threads": str(WORKERS * jobs)}
                                if args.match_threads else {})},
