@@ -77,8 +77,8 @@ from harness.procfs import proc_cpu, tree_cpu
 from bench.processes import end_processes
 
 # The README's loader first: the table's rows come in this order.
-LOADERS = ("joaderfs", "joaderfs-w2", "joaderfs-disk", "torch-pil", "torch-tvio",
-           "tf-autotune", "tf-fixed", "dali-cpu", "spdl")
+LOADERS = ("joaderfs", "joaderfs-w2", "joaderfs-disk", "torch-pil",
+           "torch-tvio", "tf-autotune", "tf-fixed", "dali-cpu", "spdl")
 SIZE, BATCH, WORKERS = 224, 64, 2
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
