@@ -23,6 +23,7 @@ daemon_packages=(
   build-essential cmake pkg-config
   libfuse3-dev fuse3 libroaring-dev libvips-dev librocksdb-dev libspdlog-dev
   libjpeg62-turbo-dev zlib1g-dev nlohmann-json3-dev
+  libisal-dev  # CRC-32C of disk-tier samples and TFRecords (src/common/crc32c.h)
   libcurl4-openssl-dev libxml2-dev  # s3:// SOURCEs: signed requests, listings
   libmicrohttpd-dev  # metrics_listen=: /metrics over HTTP (src/daemon/metrics_endpoint.h)
   libsystemd-dev  # sd_notify: Type=notify readiness and the watchdog (src/daemon/main.cc)

@@ -30,6 +30,25 @@ TEST(Crc32c, AnyLengthAndAlignment) {
   EXPECT_NE(Crc32c("abc", 3), Crc32c("abd", 3));
 }
 
+// The definition, one bit at a time: nothing shared with the library.
+uint32_t BitwiseCrc32c(const uint8_t* p, size_t n) {
+  uint32_t crc = ~0u;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; ++k) crc = (crc & 1) ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+  }
+  return ~crc;
+}
+
+TEST(Crc32c, LargeBuffersMatchTheDefinition) {
+  // A base image's size and odd ones, where the folding kernels run.
+  std::vector<uint8_t> data(318 * 1024 + 13);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 131 + (i >> 9));
+  for (size_t n : {size_t{255}, size_t{4096}, size_t{65537}, data.size()}) {
+    EXPECT_EQ(Crc32c(data.data(), n), BitwiseCrc32c(data.data(), n)) << n;
+  }
+}
+
 TEST(Crc32c, ExtendEqualsOnePass) {
   // TFRecord framing checksums a record's head, then its pixels.
   const std::string data = "123456789 and some more bytes past one word";
