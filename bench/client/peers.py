@@ -38,9 +38,10 @@ uint8 pixels, 2 workers or threads:
                 job store in a fresh cache_dir, as the daemon's defaults
                 have them: a cold epoch also writes every base to disk;
   joaderfs-ram10 the same with the RAM tier at a tenth of the decoded set
-                (4 x base^2 bytes a sample, base 256: the daemon's own
-                estimate), the regime of a real dataset: epoch 2 is served
-                mostly by the disk tier.
+                (the base images' bytes at the default base=256, from the
+                JPEG headers, as bench.sh train and contention size it),
+                the regime of a real dataset: epoch 2 is served mostly by
+                the disk tier.
 
 Scenarios: one job reading 2 epochs (epoch 1 and epoch 2 timed apart) and 4
 concurrent jobs reading 1 epoch each (aggregate samples/s). Each job is its
@@ -85,10 +86,8 @@ LOADERS = ("joaderfs", "joaderfs-w2", "joaderfs-disk", "joaderfs-ram10",
            "torch-pil", "torch-tvio", "tf-autotune", "tf-fixed", "dali-cpu",
            "spdl")
 SIZE, BATCH, WORKERS = 224, 64, 2
-# The daemon's default base, and its estimate of a base's bytes (a 4:3 RGB
-# picture whose shorter side is BASE): what joaderfs-ram10 sizes RAM by.
+# The daemon's default base=, at which joaderfs-ram10 measures the decoded set.
 BASE = 256
-BASE_BYTES = 4 * BASE * BASE
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
 
@@ -380,8 +379,8 @@ def run_jobs(args, data: str, loader: str, jobs: int, epochs: int,
                 cache_dir = str(workdir / "cache")
                 os.makedirs(cache_dir)
             if loader == "joaderfs-ram10":
-                files, _ = image_folder(data)
-                ram_cache = f"{len(files) * BASE_BYTES // 10 // 1024}K"
+                from bench.scale.decode_once import base_set_bytes
+                ram_cache = str(base_set_bytes(data, BASE) // 10)
             daemon = Mount(os.path.abspath(data), str(workdir),
                            {"ram_cache": ram_cache, "cache_dir": cache_dir,
                             "size": str(SIZE), "log_level": "info",

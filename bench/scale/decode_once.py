@@ -46,11 +46,16 @@ AUGMENTS = [(224, "crop=center"), (224, "crop=random flip=0.5"),
 
 def base_set_bytes(source, base):
     """Bytes of every image's base image: the JPEG scale M/8 (ceil) that
-    keeps the shorter side at least `base`, from the headers only."""
+    keeps the shorter side at least `base`, from the headers only. Hidden
+    names are left out, as the daemon's scan leaves them (a set's
+    `.complete` marker)."""
     from PIL import Image
     total = 0
-    for root, _, files in os.walk(source):
+    for root, folders, files in os.walk(source):
+        folders[:] = [f for f in folders if not f.startswith(".")]
         for name in files:
+            if name.startswith("."):
+                continue
             w, h = Image.open(os.path.join(root, name)).size
             m = next((m for m in range(1, 9) if (min(w, h) * m + 7) // 8 >= base), 8)
             total += ((w * m + 7) // 8) * ((h * m + 7) // 8) * 3
